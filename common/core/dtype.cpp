@@ -7,18 +7,24 @@ namespace pdserve {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kF32: return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kF32:
+      return 4;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    case DType::kF32: return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF32:
+      return "float32";
   }
   return "unknown";
 }
@@ -41,9 +47,12 @@ Result<DType> parse_safetensors_dtype(std::string_view name) {
 
 std::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kF32: return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kF32:
+      return "F32";
   }
   return "unknown";
 }
@@ -52,7 +61,7 @@ uint16_t float_to_f16(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs_bits < 0x38800000u) {
     // Subnormal or zero in half precision: scale into the subnormal range and round.
@@ -79,27 +88,6 @@ float f16_to_float(uint16_t value) {
 }
 
 namespace {
-
-float load_as_float(const void* src, DType from, size_t i) {
-  switch (from) {
-    case DType::kBF16: {
-      uint16_t v;
-      std::memcpy(&v, static_cast<const std::byte*>(src) + 2 * i, 2);
-      return bf16_to_float(v);
-    }
-    case DType::kF16: {
-      uint16_t v;
-      std::memcpy(&v, static_cast<const std::byte*>(src) + 2 * i, 2);
-      return f16_to_float(v);
-    }
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, static_cast<const std::byte*>(src) + 4 * i, 4);
-      return v;
-    }
-  }
-  return 0.0f;
-}
 
 void store_from_float(void* dst, DType to, size_t i, float value) {
   switch (to) {

@@ -7,11 +7,10 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/core/dtype_enum.h"
 #include "common/core/status.h"
 
 namespace pdserve {
-
-enum class DType { kBF16, kF16, kF32 };
 
 size_t dtype_size(DType dtype);
 // Names as used on the command line ("bfloat16", "float16", "float32").
@@ -36,6 +35,14 @@ inline float bf16_to_float(uint16_t value) {
 // IEEE binary16 <-> float, round to nearest even, with subnormals, infinities and NaN.
 uint16_t float_to_f16(float value);
 float f16_to_float(uint16_t value);
+
+// Reads element `index` of a bf16/f16/f32 array as float.
+inline float load_as_float(const void* base, DType dtype, size_t index) {
+  if (dtype == DType::kF32) return static_cast<const float*>(base)[index];
+  uint16_t bits;
+  std::memcpy(&bits, static_cast<const uint16_t*>(base) + index, 2);
+  return dtype == DType::kBF16 ? bf16_to_float(bits) : f16_to_float(bits);
+}
 
 // Converts `count` elements from `src` (of type `from`) to `dst` (of type `to`).
 void convert_elements(const void* src, DType from, void* dst, DType to, size_t count);

@@ -22,8 +22,9 @@ std::string errno_message(const std::filesystem::path& path, const char* what) {
 Result<std::string> read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return std::filesystem::exists(path) ? Status(StatusCode::kInvalidArgument, errno_message(path, "read"))
-                                         : not_found("file not found: '" + path.string() + "'");
+    return std::filesystem::exists(path)
+               ? Status(StatusCode::kInvalidArgument, errno_message(path, "read"))
+               : not_found("file not found: '" + path.string() + "'");
   }
   std::ostringstream buffer;
   buffer << in.rdbuf();
@@ -105,7 +106,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
 
 void MappedFile::reset() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);

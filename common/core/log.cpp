@@ -26,18 +26,26 @@ std::atomic<LogLevel>& current_level() {
 
 const char* level_tag(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "D";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kWarn: return "W";
-    case LogLevel::kError: return "E";
+    case LogLevel::kDebug:
+      return "D";
+    case LogLevel::kInfo:
+      return "I";
+    case LogLevel::kWarn:
+      return "W";
+    case LogLevel::kError:
+      return "E";
   }
   return "?";
 }
 
 }  // namespace
 
-void set_log_level(LogLevel level) { current_level().store(level); }
-LogLevel log_level() { return current_level().load(std::memory_order_relaxed); }
+void set_log_level(LogLevel level) {
+  current_level().store(level);
+}
+LogLevel log_level() {
+  return current_level().load(std::memory_order_relaxed);
+}
 
 void log_message(LogLevel level, const char* file, int line, std::string_view message) {
   static std::mutex mutex;

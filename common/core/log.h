@@ -14,9 +14,9 @@ void log_message(LogLevel level, const char* file, int line, std::string_view me
 
 }  // namespace pdserve
 
-#define PDS_LOG(level, msg)                                                           \
-  do {                                                                                \
-    if (::pdserve::LogLevel::level >= ::pdserve::log_level())                         \
+#define PDS_LOG(level, msg)                                                          \
+  do {                                                                               \
+    if (::pdserve::LogLevel::level >= ::pdserve::log_level())                        \
       ::pdserve::log_message(::pdserve::LogLevel::level, __FILE__, __LINE__, (msg)); \
   } while (0)
 #define PDS_LOG_DEBUG(msg) PDS_LOG(kDebug, msg)

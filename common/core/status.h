@@ -21,16 +21,16 @@ namespace pdserve {
 
 enum class StatusCode {
   kOk,
-  kInvalidArgument,    // malformed or out-of-range input from a user or a peer
-  kNotFound,           // a file, tensor, route or id that does not exist
-  kOutOfRange,         // e.g. a prompt longer than the context
-  kFailedPrecondition, // the system is not in a state to do this
-  kResourceExhausted,  // KV pool full, queue full, out of memory
-  kUnavailable,        // a device or peer that is not there (retryable)
-  kDeadlineExceeded,   // a wait ran past its deadline
-  kDataLoss,           // truncated or corrupted data
-  kUnimplemented,      // a valid request for something not supported
-  kInternal,           // a bug or an unexpected library failure
+  kInvalidArgument,     // malformed or out-of-range input from a user or a peer
+  kNotFound,            // a file, tensor, route or id that does not exist
+  kOutOfRange,          // e.g. a prompt longer than the context
+  kFailedPrecondition,  // the system is not in a state to do this
+  kResourceExhausted,   // KV pool full, queue full, out of memory
+  kUnavailable,         // a device or peer that is not there (retryable)
+  kDeadlineExceeded,    // a wait ran past its deadline
+  kDataLoss,            // truncated or corrupted data
+  kUnimplemented,       // a valid request for something not supported
+  kInternal,            // a bug or an unexpected library failure
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -56,22 +56,42 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string msg) { return {StatusCode::kInvalidArgument, std::move(msg)}; }
-inline Status not_found(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
-inline Status out_of_range(std::string msg) { return {StatusCode::kOutOfRange, std::move(msg)}; }
-inline Status failed_precondition(std::string msg) { return {StatusCode::kFailedPrecondition, std::move(msg)}; }
-inline Status resource_exhausted(std::string msg) { return {StatusCode::kResourceExhausted, std::move(msg)}; }
-inline Status unavailable(std::string msg) { return {StatusCode::kUnavailable, std::move(msg)}; }
-inline Status deadline_exceeded(std::string msg) { return {StatusCode::kDeadlineExceeded, std::move(msg)}; }
-inline Status data_loss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
-inline Status unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
-inline Status internal_error(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+inline Status invalid_argument(std::string msg) {
+  return {StatusCode::kInvalidArgument, std::move(msg)};
+}
+inline Status not_found(std::string msg) {
+  return {StatusCode::kNotFound, std::move(msg)};
+}
+inline Status out_of_range(std::string msg) {
+  return {StatusCode::kOutOfRange, std::move(msg)};
+}
+inline Status failed_precondition(std::string msg) {
+  return {StatusCode::kFailedPrecondition, std::move(msg)};
+}
+inline Status resource_exhausted(std::string msg) {
+  return {StatusCode::kResourceExhausted, std::move(msg)};
+}
+inline Status unavailable(std::string msg) {
+  return {StatusCode::kUnavailable, std::move(msg)};
+}
+inline Status deadline_exceeded(std::string msg) {
+  return {StatusCode::kDeadlineExceeded, std::move(msg)};
+}
+inline Status data_loss(std::string msg) {
+  return {StatusCode::kDataLoss, std::move(msg)};
+}
+inline Status unimplemented(std::string msg) {
+  return {StatusCode::kUnimplemented, std::move(msg)};
+}
+inline Status internal_error(std::string msg) {
+  return {StatusCode::kInternal, std::move(msg)};
+}
 
 // A value or the Status explaining why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : state_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(state_).ok()) {
       state_ = Status(StatusCode::kInternal, "Result constructed from an OK status");
@@ -138,10 +158,10 @@ auto capture_status(Fn&& fn) -> decltype(fn()) {
 #define PDS_CONCAT(a, b) PDS_CONCAT_INNER(a, b)
 
 // Return the Status of `expr` from the enclosing function if it is not OK.
-#define PDS_RETURN_IF_ERROR(expr)                        \
-  do {                                                   \
-    ::pdserve::Status pds_status_ = (expr);              \
-    if (!pds_status_.ok()) return pds_status_;           \
+#define PDS_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::pdserve::Status pds_status_ = (expr);    \
+    if (!pds_status_.ok()) return pds_status_; \
   } while (0)
 
 // `PDS_ASSIGN_OR_RETURN(auto x, f());` binds the value of a Result or returns its Status.
@@ -154,13 +174,13 @@ auto capture_status(Fn&& fn) -> decltype(fn()) {
 
 // Throw a pdserve::Error (inside a module only).
 #define PDS_THROW(code, msg) throw ::pdserve::Error(::pdserve::Status((code), (msg)))
-#define PDS_ENSURE(cond, code, msg) \
-  do {                              \
+#define PDS_ENSURE(cond, code, msg)    \
+  do {                                 \
     if (!(cond)) PDS_THROW(code, msg); \
   } while (0)
 
 // Abort with file, line and message when an invariant is broken.
-#define PDS_CHECK(cond, msg)                                                  \
-  do {                                                                        \
-    if (!(cond)) ::pdserve::check_failed(__FILE__, __LINE__, #cond, (msg));   \
+#define PDS_CHECK(cond, msg)                                                \
+  do {                                                                      \
+    if (!(cond)) ::pdserve::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)

@@ -1,0 +1,117 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/vector_math.h"
+
+namespace pdserve::cpu {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+constexpr int kMaxBlockSize = 256;
+
+// Online softmax over the KV blocks in position order. The block boundaries are those of the
+// paged pool (multiples of block_size), so the arithmetic for a query position is the same
+// however the prompt was chunked or batched.
+void attend_one_head(const float* q, const AttentionBatch& batch, const KvCacheView& cache,
+                     int64_t layer_offset, int seq, int position, int kv_head, float scale,
+                     float* out) {
+  const int head_dim = cache.head_dim;
+  const int block_size = cache.block_size;
+  const DType dtype = cache.dtype;
+  const size_t element_bytes = dtype == DType::kF32 ? 4 : 2;
+  const int32_t* block_table =
+      batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
+  float acc[kMaxHeadDim] = {};
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+  float scores[kMaxBlockSize];
+  const int num_keys = position + 1;
+  for (int block_start = 0; block_start < num_keys; block_start += block_size) {
+    const int block_id = block_table[block_start / block_size];
+    const int count = std::min(block_size, num_keys - block_start);
+    const int64_t base = layer_offset +
+                         static_cast<int64_t>(block_id) * block_size * cache.token_elements() +
+                         static_cast<int64_t>(kv_head) * head_dim;
+    float block_max = running_max;
+    for (int j = 0; j < count; ++j) {
+      const auto* key = static_cast<const std::byte*>(cache.k) +
+                        (base + j * cache.token_elements()) * static_cast<int64_t>(element_bytes);
+      scores[j] = dot_f32(q, key, dtype, head_dim) * scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    const float correction = std::exp(running_max - block_max);
+    running_sum *= correction;
+    for (int d = 0; d < head_dim; ++d) acc[d] *= correction;
+    for (int j = 0; j < count; ++j) {
+      const float weight = std::exp(scores[j] - block_max);
+      running_sum += weight;
+      const auto* value = static_cast<const std::byte*>(cache.v) +
+                          (base + j * cache.token_elements()) * static_cast<int64_t>(element_bytes);
+      axpy_f32(weight, value, dtype, acc, head_dim);
+    }
+    running_max = block_max;
+  }
+  const float inv_sum = 1.0f / running_sum;
+  for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_sum;
+}
+
+Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
+  if (cache.head_dim > kMaxHeadDim || cache.block_size > kMaxBlockSize) {
+    return unimplemented("paged_attention: head_dim above 512 or block_size above 256");
+  }
+  if (batch.query_start[0] != 0 || batch.query_start[batch.num_seqs] != batch.num_tokens) {
+    return invalid_argument("paged_attention: query_start does not cover the batch");
+  }
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int begin = batch.query_start[s];
+    const int end = batch.query_start[s + 1];
+    const int context = batch.context_lens[s];
+    const int blocks_needed = (context + cache.block_size - 1) / cache.block_size;
+    if (end < begin || end - begin > context || blocks_needed > batch.max_blocks_per_seq) {
+      return invalid_argument("paged_attention: sequence " + std::to_string(s) +
+                              " has inconsistent lengths");
+    }
+    for (int b = 0; b < blocks_needed; ++b) {
+      const int block = batch.block_tables[static_cast<int64_t>(s) * batch.max_blocks_per_seq + b];
+      if (block < 0 || block >= cache.num_blocks) {
+        return invalid_argument("paged_attention: block id " + std::to_string(block) +
+                                " outside the pool");
+      }
+    }
+    for (int t = begin; t < end; ++t) {
+      if (batch.positions[t] != context - (end - t)) {
+        return invalid_argument("paged_attention: token positions of sequence " +
+                                std::to_string(s) + " are not the last of its context");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
+                       int layer, int num_heads, float scale, MatrixView out, int num_threads) {
+  PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
+  const int head_dim = cache.head_dim;
+  const int group = num_heads / cache.num_kv_heads;
+  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+  const int64_t work_items = static_cast<int64_t>(batch.num_tokens) * num_heads;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(num_threads)
+  for (int64_t item = 0; item < work_items; ++item) {
+    const int token = static_cast<int>(item / num_heads);
+    const int head = static_cast<int>(item % num_heads);
+    const int seq = static_cast<int>(
+        std::upper_bound(batch.query_start + 1, batch.query_start + batch.num_seqs + 1, token) -
+        (batch.query_start + 1));
+    attend_one_head(q.row<float>(token) + static_cast<int64_t>(head) * head_dim, batch, cache,
+                    layer_offset, seq, batch.positions[token], head / group, scale,
+                    out.row<float>(token) + static_cast<int64_t>(head) * head_dim);
+  }
+  return {};
+}
+
+}  // namespace pdserve::cpu

@@ -1,0 +1,131 @@
+#include "kernels/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/linear_cpu.h"
+#include "kernels/op_checks.h"
+
+namespace pdserve {
+namespace {
+
+// Cache-line aligned so vector loads never straddle lines at row starts.
+constexpr size_t kAlignment = 64;
+
+Status require_f32(MatrixView m, const char* op) {
+  if (m.dtype != DType::kF32) {
+    return unimplemented(std::string(op) + ": the CPU backend computes activations in float32");
+  }
+  return {};
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) : num_threads_(num_threads) {}
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string description() const override {
+    return "cpu (" + std::to_string(num_threads_) + " threads)";
+  }
+
+  DType activation_dtype() const override { return DType::kF32; }
+  bool shares_host_memory() const override { return true; }
+
+  Result<DeviceBuffer> allocate(size_t bytes) override {
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (data == nullptr) {
+      return resource_exhausted("cannot allocate " + std::to_string(bytes) +
+                                " bytes of host memory");
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+  void release(void* data) noexcept override { std::free(data); }
+  Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+  Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return {};
+  }
+  Status synchronize() override { return {}; }
+
+  Status embedding(MatrixView table, const int32_t* ids, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_embedding(table, out));
+    PDS_RETURN_IF_ERROR(require_f32(out, "embedding"));
+    return cpu::embedding(table, ids, out, num_threads_);
+  }
+  Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_rms_norm(in, weight, out));
+    PDS_RETURN_IF_ERROR(require_f32(in, "rms_norm"));
+    PDS_RETURN_IF_ERROR(require_f32(out, "rms_norm"));
+    return cpu::rms_norm(in, weight, eps, out, num_threads_);
+  }
+  Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps) override {
+    PDS_RETURN_IF_ERROR(check_rms_norm(x, weight, residual));
+    PDS_RETURN_IF_ERROR(require_f32(x, "add_rms_norm"));
+    PDS_RETURN_IF_ERROR(require_f32(residual, "add_rms_norm"));
+    return cpu::add_rms_norm(x, residual, weight, eps, num_threads_);
+  }
+  Status linear(MatrixView in, MatrixView weight, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_linear(in, weight, out));
+    PDS_RETURN_IF_ERROR(require_f32(in, "linear"));
+    PDS_RETURN_IF_ERROR(require_f32(out, "linear"));
+    LinearProblem problem;
+    problem.x = static_cast<const float*>(in.data);
+    problem.x_stride = in.row_stride;
+    problem.w = weight.data;
+    problem.w_dtype = weight.dtype;
+    problem.w_stride = weight.row_stride;
+    problem.y = static_cast<float*>(out.data);
+    problem.y_stride = out.row_stride;
+    problem.m = in.rows;
+    problem.n = weight.rows;
+    problem.k = in.cols;
+    return linear_cpu(problem, num_threads_);
+  }
+  Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v,
+                               const QkNormRopeParams& params, const AttentionBatch& batch,
+                               const KvCacheView& cache, int layer) override {
+    PDS_RETURN_IF_ERROR(check_qk_norm_rope(q, k, v, params, batch, cache, layer));
+    PDS_RETURN_IF_ERROR(require_f32(q, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_f32(k, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_f32(v, "qk_norm_rope"));
+    return cpu::qk_norm_rope_kv_write(q, k, v, params, batch, cache, layer, num_threads_);
+  }
+  Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
+                         int layer, int num_heads, float scale, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_attention(q, batch, cache, layer, num_heads, out));
+    PDS_RETURN_IF_ERROR(require_f32(q, "paged_attention"));
+    return cpu::paged_attention(q, batch, cache, layer, num_heads, scale, out, num_threads_);
+  }
+  Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_same_shape(gate, up, "silu_mul"));
+    PDS_RETURN_IF_ERROR(check_same_shape(gate, out, "silu_mul"));
+    PDS_RETURN_IF_ERROR(require_f32(out, "silu_mul"));
+    return cpu::silu_mul(gate, up, out, num_threads_);
+  }
+  Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) override {
+    if (in.cols != out.cols) return invalid_argument("gather_rows: width mismatch");
+    PDS_RETURN_IF_ERROR(require_f32(in, "gather_rows"));
+    return cpu::gather_rows(in, indices, out);
+  }
+
+ private:
+  int num_threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+  if (num_threads <= 0) num_threads = omp_get_num_procs();
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace pdserve

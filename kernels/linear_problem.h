@@ -1,0 +1,28 @@
+// Operands of one CPU linear layer (see linear_cpu.h). Kept free of other project headers so
+// the instruction-set-specific kernel files can include it safely.
+#pragma once
+
+#include <cstdint>
+
+#include "common/core/dtype_enum.h"
+
+namespace pdserve {
+
+struct LinearProblem {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  const void* w = nullptr;
+  DType w_dtype = DType::kF32;
+  int64_t w_stride = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+};
+
+// Computes output columns [n_begin, n_end) for all rows on the calling thread with AVX2+FMA;
+// only call when cpu_has_avx2_fma().
+void linear_cpu_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+
+}  // namespace pdserve

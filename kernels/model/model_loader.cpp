@@ -1,0 +1,21 @@
+#include "kernels/model/model_loader.h"
+
+#include "common/model/model_path.h"
+#include "common/model/qwen3_weights.h"
+
+namespace pdserve {
+
+Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptions& options) {
+  LoadedModel loaded;
+  PDS_ASSIGN_OR_RETURN(loaded.model_dir, resolve_model_path(model_spec));
+  // The device is checked before the (slow) weight load so a bad --device fails at once.
+  PDS_ASSIGN_OR_RETURN(loaded.backend, create_backend(options.backend));
+  PDS_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(loaded.model_dir));
+  loaded.generation_config = checkpoint.generation_config();
+  const DType dtype = options.dtype.value_or(checkpoint.config().torch_dtype);
+  PDS_ASSIGN_OR_RETURN(Qwen3Weights weights, load_qwen3_weights(checkpoint, dtype));
+  PDS_ASSIGN_OR_RETURN(loaded.model, Qwen3Model::create(*loaded.backend, std::move(weights)));
+  return loaded;
+}
+
+}  // namespace pdserve

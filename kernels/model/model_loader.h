@@ -1,0 +1,30 @@
+// Everything needed to run a model on one device, loaded from a --model argument: the
+// checkpoint (kept open: the weights may be views into its memory maps), the backend and the
+// placed model.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "common/model/checkpoint.h"
+#include "kernels/backend.h"
+#include "kernels/model/qwen3_model.h"
+
+namespace pdserve {
+
+struct ModelLoadOptions {
+  BackendOptions backend;
+  std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype
+};
+
+struct LoadedModel {
+  std::filesystem::path model_dir;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Qwen3Model> model;
+  GenerationConfig generation_config;
+};
+
+// `model_spec` is a folder or a hub id found in the local Hugging Face cache.
+Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptions& options);
+
+}  // namespace pdserve

@@ -1,0 +1,226 @@
+#include "kernels/model/qwen3_model.h"
+
+#include <cmath>
+#include <string>
+
+namespace pdserve {
+namespace {
+
+Result<DeviceBuffer> allocate_matrix(Backend& backend, int64_t rows, int64_t cols, DType dtype) {
+  return backend.allocate(static_cast<size_t>(rows * cols) * dtype_size(dtype));
+}
+
+template <typename T>
+Status upload(Backend& backend, const std::vector<T>& host, DeviceBuffer& device) {
+  return backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(T));
+}
+
+}  // namespace
+
+Result<ForwardContext> ForwardContext::create(Backend& backend, const ModelConfig& config,
+                                              const ForwardLimits& limits, int block_size) {
+  if (limits.max_num_tokens <= 0 || limits.max_num_seqs <= 0 || limits.max_model_len <= 0 ||
+      block_size <= 0) {
+    return invalid_argument("forward limits must be positive");
+  }
+  ForwardContext context;
+  context.limits_ = limits;
+  context.block_size_ = block_size;
+  context.max_blocks_per_seq_ = (limits.max_model_len + block_size - 1) / block_size;
+  const int64_t tokens = limits.max_num_tokens;
+  const int64_t seqs = limits.max_num_seqs;
+  const int64_t q_width = static_cast<int64_t>(config.num_attention_heads) * config.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(config.num_key_value_heads) * config.head_dim;
+  const DType act = backend.activation_dtype();
+  PDS_ASSIGN_OR_RETURN(context.hidden_, allocate_matrix(backend, tokens, config.hidden_size, act));
+  PDS_ASSIGN_OR_RETURN(context.residual_,
+                       allocate_matrix(backend, tokens, config.hidden_size, act));
+  PDS_ASSIGN_OR_RETURN(context.qkv_, allocate_matrix(backend, tokens, q_width + 2 * kv_width, act));
+  PDS_ASSIGN_OR_RETURN(context.attention_out_, allocate_matrix(backend, tokens, q_width, act));
+  PDS_ASSIGN_OR_RETURN(
+      context.gate_up_,
+      allocate_matrix(backend, tokens, 2 * int64_t{config.intermediate_size}, act));
+  PDS_ASSIGN_OR_RETURN(context.mlp_act_,
+                       allocate_matrix(backend, tokens, config.intermediate_size, act));
+  PDS_ASSIGN_OR_RETURN(context.last_hidden_,
+                       allocate_matrix(backend, seqs, config.hidden_size, act));
+  PDS_ASSIGN_OR_RETURN(context.logits_,
+                       allocate_matrix(backend, seqs, config.vocab_size, DType::kF32));
+  const auto ints = [&](int64_t count) {
+    return backend.allocate(static_cast<size_t>(count) * sizeof(int32_t));
+  };
+  PDS_ASSIGN_OR_RETURN(context.token_ids_, ints(tokens));
+  PDS_ASSIGN_OR_RETURN(context.positions_, ints(tokens));
+  PDS_ASSIGN_OR_RETURN(context.slot_mapping_, ints(tokens));
+  PDS_ASSIGN_OR_RETURN(context.query_start_, ints(seqs + 1));
+  PDS_ASSIGN_OR_RETURN(context.context_lens_, ints(seqs));
+  PDS_ASSIGN_OR_RETURN(context.block_tables_, ints(seqs * context.max_blocks_per_seq_));
+  PDS_ASSIGN_OR_RETURN(context.logits_rows_, ints(seqs));
+  return context;
+}
+
+Result<MatrixView> Qwen3Model::place_matrix(const HostTensor& tensor) {
+  if (tensor.shape.size() != 2) return invalid_argument("expected a matrix");
+  void* data = const_cast<std::byte*>(tensor.data);
+  if (!backend_.shares_host_memory()) {
+    PDS_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.allocate(tensor.nbytes()));
+    PDS_RETURN_IF_ERROR(backend_.copy_to_device(buffer.data(), tensor.data, tensor.nbytes()));
+    data = buffer.data();
+    device_weights_.push_back(std::move(buffer));
+  }
+  return MatrixView::dense(data, tensor.dtype, tensor.shape[0], tensor.shape[1]);
+}
+
+Result<VectorView> Qwen3Model::place_vector(const HostTensor& tensor) {
+  HostTensor as_matrix = tensor;
+  as_matrix.shape = {1, tensor.numel()};
+  PDS_ASSIGN_OR_RETURN(MatrixView placed, place_matrix(as_matrix));
+  return VectorView{placed.data, placed.dtype, placed.cols};
+}
+
+Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Backend& backend, Qwen3Weights weights) {
+  std::unique_ptr<Qwen3Model> model(new Qwen3Model(backend, std::move(weights)));
+  const Qwen3Weights& w = model->weights_;
+  PDS_ASSIGN_OR_RETURN(model->embed_tokens_, model->place_matrix(w.embed_tokens));
+  if (w.lm_head.data == w.embed_tokens.data) {
+    model->lm_head_ = model->embed_tokens_;  // tied: one copy on the device too
+  } else {
+    PDS_ASSIGN_OR_RETURN(model->lm_head_, model->place_matrix(w.lm_head));
+  }
+  PDS_ASSIGN_OR_RETURN(model->final_norm_, model->place_vector(w.final_norm));
+  for (const Qwen3LayerWeights& layer : w.layers) {
+    LayerViews views;
+    PDS_ASSIGN_OR_RETURN(views.input_norm, model->place_vector(layer.input_layernorm));
+    PDS_ASSIGN_OR_RETURN(views.post_attention_norm,
+                         model->place_vector(layer.post_attention_layernorm));
+    PDS_ASSIGN_OR_RETURN(views.q_norm, model->place_vector(layer.q_norm));
+    PDS_ASSIGN_OR_RETURN(views.k_norm, model->place_vector(layer.k_norm));
+    PDS_ASSIGN_OR_RETURN(views.q_proj, model->place_matrix(layer.q_proj));
+    PDS_ASSIGN_OR_RETURN(views.k_proj, model->place_matrix(layer.k_proj));
+    PDS_ASSIGN_OR_RETURN(views.v_proj, model->place_matrix(layer.v_proj));
+    PDS_ASSIGN_OR_RETURN(views.o_proj, model->place_matrix(layer.o_proj));
+    PDS_ASSIGN_OR_RETURN(views.gate_proj, model->place_matrix(layer.gate_proj));
+    PDS_ASSIGN_OR_RETURN(views.up_proj, model->place_matrix(layer.up_proj));
+    PDS_ASSIGN_OR_RETURN(views.down_proj, model->place_matrix(layer.down_proj));
+    model->layers_.push_back(views);
+  }
+  return model;
+}
+
+Status Qwen3Model::upload_batch(ForwardContext& context, AttentionBatch& batch) {
+  const HostBatch& host = context.host_batch_;
+  PDS_RETURN_IF_ERROR(upload(backend_, host.token_ids, context.token_ids_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.positions, context.positions_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.slot_mapping, context.slot_mapping_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.query_start, context.query_start_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.context_lens, context.context_lens_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.block_tables, context.block_tables_));
+  PDS_RETURN_IF_ERROR(upload(backend_, host.logits_rows, context.logits_rows_));
+  batch.num_seqs = host.num_seqs;
+  batch.num_tokens = host.num_tokens;
+  batch.max_blocks_per_seq = host.max_blocks_per_seq;
+  batch.max_query_len = host.max_query_len;
+  batch.max_context_len = host.max_context_len;
+  batch.query_start = context.query_start_.as<int32_t>();
+  batch.context_lens = context.context_lens_.as<int32_t>();
+  batch.block_tables = context.block_tables_.as<int32_t>();
+  batch.positions = context.positions_.as<int32_t>();
+  batch.slot_mapping = context.slot_mapping_.as<int32_t>();
+  return {};
+}
+
+Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache,
+                           ForwardContext& context, std::span<float> logits) {
+  const ModelConfig& config = weights_.config;
+  const KvCacheView kv = cache.view();
+  if (kv.num_layers != config.num_hidden_layers || kv.num_kv_heads != config.num_key_value_heads ||
+      kv.head_dim != config.head_dim || kv.block_size != context.block_size_) {
+    return invalid_argument("forward: the KV cache does not match the model or the context");
+  }
+  BatchLimits limits;
+  limits.max_num_tokens = context.limits_.max_num_tokens;
+  limits.max_num_seqs = context.limits_.max_num_seqs;
+  limits.max_blocks_per_seq = context.max_blocks_per_seq_;
+  limits.block_size = kv.block_size;
+  limits.num_blocks = kv.num_blocks;
+  limits.vocab_size = config.vocab_size;
+  limits.max_position_embeddings =
+      std::min(config.max_position_embeddings, context.limits_.max_model_len);
+  PDS_RETURN_IF_ERROR(build_host_batch(slices, limits, context.host_batch_));
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  if (logits.size() < slices.size() * vocab)
+    return invalid_argument("forward: logits buffer too small");
+
+  AttentionBatch batch;
+  PDS_RETURN_IF_ERROR(upload_batch(context, batch));
+  const int64_t tokens = batch.num_tokens;
+  const DType act = backend_.activation_dtype();
+  const int64_t hidden_size = config.hidden_size;
+  const int64_t q_width = static_cast<int64_t>(config.num_attention_heads) * config.head_dim;
+  const int64_t kv_width = static_cast<int64_t>(config.num_key_value_heads) * config.head_dim;
+  const int64_t inter = config.intermediate_size;
+
+  const MatrixView hidden = MatrixView::dense(context.hidden_.data(), act, tokens, hidden_size);
+  const MatrixView residual = MatrixView::dense(context.residual_.data(), act, tokens, hidden_size);
+  const MatrixView qkv =
+      MatrixView::dense(context.qkv_.data(), act, tokens, q_width + 2 * kv_width);
+  const MatrixView q = qkv.column_slice(0, q_width);
+  const MatrixView k = qkv.column_slice(q_width, kv_width);
+  const MatrixView v = qkv.column_slice(q_width + kv_width, kv_width);
+  const MatrixView attention_out =
+      MatrixView::dense(context.attention_out_.data(), act, tokens, q_width);
+  const MatrixView gate_up = MatrixView::dense(context.gate_up_.data(), act, tokens, 2 * inter);
+  const MatrixView gate = gate_up.column_slice(0, inter);
+  const MatrixView up = gate_up.column_slice(inter, inter);
+  const MatrixView mlp_act = MatrixView::dense(context.mlp_act_.data(), act, tokens, inter);
+
+  QkNormRopeParams rope;
+  rope.rms_norm_eps = config.rms_norm_eps;
+  rope.rope_theta = config.rope_theta;
+  rope.num_heads = config.num_attention_heads;
+  rope.num_kv_heads = config.num_key_value_heads;
+  rope.head_dim = config.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+
+  // The residual stream starts as the embeddings; each layer's first norm adds into it.
+  PDS_RETURN_IF_ERROR(
+      backend_.embedding(embed_tokens_, context.token_ids_.as<int32_t>(), residual));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerViews& layer = layers_[l];
+    if (l == 0) {
+      PDS_RETURN_IF_ERROR(
+          backend_.rms_norm(residual, layer.input_norm, config.rms_norm_eps, hidden));
+    } else {
+      PDS_RETURN_IF_ERROR(
+          backend_.add_rms_norm(hidden, residual, layer.input_norm, config.rms_norm_eps));
+    }
+    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.q_proj, q));
+    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.k_proj, k));
+    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.v_proj, v));
+    rope.q_norm_weight = layer.q_norm;
+    rope.k_norm_weight = layer.k_norm;
+    PDS_RETURN_IF_ERROR(
+        backend_.qk_norm_rope_kv_write(q, k, v, rope, batch, kv, static_cast<int>(l)));
+    PDS_RETURN_IF_ERROR(backend_.paged_attention(q, batch, kv, static_cast<int>(l),
+                                                 config.num_attention_heads, scale, attention_out));
+    PDS_RETURN_IF_ERROR(backend_.linear(attention_out, layer.o_proj, hidden));
+    PDS_RETURN_IF_ERROR(
+        backend_.add_rms_norm(hidden, residual, layer.post_attention_norm, config.rms_norm_eps));
+    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.gate_proj, gate));
+    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.up_proj, up));
+    PDS_RETURN_IF_ERROR(backend_.silu_mul(gate, up, mlp_act));
+    PDS_RETURN_IF_ERROR(backend_.linear(mlp_act, layer.down_proj, hidden));
+  }
+  PDS_RETURN_IF_ERROR(backend_.add_rms_norm(hidden, residual, final_norm_, config.rms_norm_eps));
+  const int64_t seqs = batch.num_seqs;
+  const MatrixView last = MatrixView::dense(context.last_hidden_.data(), act, seqs, hidden_size);
+  PDS_RETURN_IF_ERROR(backend_.gather_rows(hidden, context.logits_rows_.as<int32_t>(), last));
+  const MatrixView logits_device =
+      MatrixView::dense(context.logits_.data(), DType::kF32, seqs, config.vocab_size);
+  PDS_RETURN_IF_ERROR(backend_.linear(last, lm_head_, logits_device));
+  PDS_RETURN_IF_ERROR(backend_.copy_to_host(logits.data(), logits_device.data,
+                                            static_cast<size_t>(seqs) * vocab * sizeof(float)));
+  return backend_.synchronize();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,79 @@
+// The Qwen3 dense transformer on any Backend: one explicit forward context (workspace and
+// batch metadata in backend memory), weights placed on the backend once, and a forward step
+// over a packed batch that mixes prefill chunks and decode tokens.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/model/qwen3_weights.h"
+#include "kernels/backend.h"
+#include "kernels/model/forward_batch.h"
+#include "kernels/model/kv_cache.h"
+
+namespace pdserve {
+
+struct ForwardLimits {
+  int max_num_tokens = 2048;  // tokens in one step, all sequences together
+  int max_num_seqs = 64;
+  int max_model_len = 4096;  // positions per sequence
+};
+
+// Workspace for one forward step at the given limits. Allocated once; reused every step.
+class ForwardContext {
+ public:
+  static Result<ForwardContext> create(Backend& backend, const ModelConfig& config,
+                                       const ForwardLimits& limits, int block_size);
+  const ForwardLimits& limits() const { return limits_; }
+  int max_blocks_per_seq() const { return max_blocks_per_seq_; }
+
+ private:
+  friend class Qwen3Model;
+  ForwardContext() = default;
+
+  ForwardLimits limits_;
+  int block_size_ = 0;
+  int max_blocks_per_seq_ = 0;
+  HostBatch host_batch_;
+  DeviceBuffer hidden_, residual_, qkv_, attention_out_, gate_up_, mlp_act_, last_hidden_, logits_;
+  DeviceBuffer token_ids_, positions_, slot_mapping_, query_start_, context_lens_, block_tables_,
+      logits_rows_;
+};
+
+class Qwen3Model {
+ public:
+  // Places the weights on the backend: in place when the backend shares host memory,
+  // copied otherwise. The weights' keep-alive handles are held for the model's lifetime.
+  static Result<std::unique_ptr<Qwen3Model>> create(Backend& backend, Qwen3Weights weights);
+
+  const ModelConfig& config() const { return weights_.config; }
+  DType weight_dtype() const { return weights_.embed_tokens.dtype; }
+
+  // One step: computes the new tokens of every slice, writes their KV into `cache`, and
+  // stores float32 logits of each slice's last new token into `logits` (row-major
+  // [slices.size(), vocab_size], host memory).
+  Status forward(std::span<const SequenceSlice> slices, KvCache& cache, ForwardContext& context,
+                 std::span<float> logits);
+
+ private:
+  struct LayerViews {
+    VectorView input_norm, post_attention_norm, q_norm, k_norm;
+    MatrixView q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  };
+
+  Qwen3Model(Backend& backend, Qwen3Weights weights)
+      : backend_(backend), weights_(std::move(weights)) {}
+  Result<MatrixView> place_matrix(const HostTensor& tensor);
+  Result<VectorView> place_vector(const HostTensor& tensor);
+  Status upload_batch(ForwardContext& context, AttentionBatch& batch);
+
+  Backend& backend_;
+  Qwen3Weights weights_;
+  std::vector<DeviceBuffer> device_weights_;  // empty when the backend shares host memory
+  MatrixView embed_tokens_, lm_head_;
+  VectorView final_norm_;
+  std::vector<LayerViews> layers_;
+};
+
+}  // namespace pdserve

@@ -1,0 +1,86 @@
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/core/dtype.h"
+#include "kernels/cpu_kernels.h"
+
+namespace pdserve::cpu {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+
+void norm_and_rotate_head(float* head, const VectorView& norm_weight, float eps, int head_dim,
+                          const double* cos_table, const double* sin_table) {
+  double sum_squares = 0.0;
+  for (int j = 0; j < head_dim; ++j) sum_squares += static_cast<double>(head[j]) * head[j];
+  const float inv_rms =
+      static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(head_dim) + eps));
+  float normed[kMaxHeadDim];
+  for (int j = 0; j < head_dim; ++j) {
+    normed[j] = head[j] * inv_rms * load_as_float(norm_weight.data, norm_weight.dtype, j);
+  }
+  // HF rotate-half layout: element j pairs with j + head_dim/2.
+  const int half = head_dim / 2;
+  for (int j = 0; j < half; ++j) {
+    const double x1 = normed[j];
+    const double x2 = normed[j + half];
+    head[j] = static_cast<float>(x1 * cos_table[j] - x2 * sin_table[j]);
+    head[j + half] = static_cast<float>(x2 * cos_table[j] + x1 * sin_table[j]);
+  }
+}
+
+void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int64_t n) {
+  if (dtype == DType::kF32) {
+    std::memcpy(static_cast<float*>(dst_base) + offset, src, static_cast<size_t>(n) * 4);
+  } else {
+    convert_elements(src, DType::kF32, static_cast<std::byte*>(dst_base) + offset * 2, dtype,
+                     static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkNormRopeParams& p,
+                             const AttentionBatch& batch, const KvCacheView& cache, int layer,
+                             int num_threads) {
+  if (p.head_dim > kMaxHeadDim) return unimplemented("head_dim above 512");
+  const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
+  for (int t = 0; t < batch.num_tokens; ++t) {
+    if (batch.slot_mapping[t] < 0 || batch.slot_mapping[t] >= num_slots || batch.positions[t] < 0) {
+      return invalid_argument("kv write: slot " + std::to_string(batch.slot_mapping[t]) +
+                              " or position " + std::to_string(batch.positions[t]) +
+                              " out of range");
+    }
+  }
+  const int half = p.head_dim / 2;
+  double inv_freq[kMaxHeadDim / 2];
+  for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(p.rope_theta, -2.0 * j / p.head_dim);
+  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+#pragma omp parallel for schedule(static) num_threads(num_threads)
+  for (int t = 0; t < batch.num_tokens; ++t) {
+    double cos_table[kMaxHeadDim / 2];
+    double sin_table[kMaxHeadDim / 2];
+    for (int j = 0; j < half; ++j) {
+      const double angle = batch.positions[t] * inv_freq[j];
+      cos_table[j] = std::cos(angle);
+      sin_table[j] = std::sin(angle);
+    }
+    float* q_row = q.row<float>(t);
+    for (int h = 0; h < p.num_heads; ++h) {
+      norm_and_rotate_head(q_row + h * p.head_dim, p.q_norm_weight, p.rms_norm_eps, p.head_dim,
+                           cos_table, sin_table);
+    }
+    float* k_row = k.row<float>(t);
+    for (int h = 0; h < p.num_kv_heads; ++h) {
+      norm_and_rotate_head(k_row + h * p.head_dim, p.k_norm_weight, p.rms_norm_eps, p.head_dim,
+                           cos_table, sin_table);
+    }
+    const int64_t offset = layer_offset + batch.slot_mapping[t] * cache.token_elements();
+    store_kv(k_row, cache.k, cache.dtype, offset, cache.token_elements());
+    store_kv(v.row<float>(t), cache.v, cache.dtype, offset, cache.token_elements());
+  }
+  return {};
+}
+
+}  // namespace pdserve::cpu
