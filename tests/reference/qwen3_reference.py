@@ -130,6 +130,9 @@ def main() -> int:
     except CheckpointError as error:
         print(f"qwen3_reference: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"qwen3_reference: error: cannot write {args.out}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
