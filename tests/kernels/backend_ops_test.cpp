@@ -1,0 +1,411 @@
+// Every backend operation against a straightforward double-precision reference written here,
+// on random inputs of several shapes (the llama.cpp test-backend-ops idea). Outputs are
+// poisoned with NaN first so an element the kernel forgets to write fails the comparison.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/core/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/linear_cpu.h"
+#include "kernels/vector_math.h"
+
+namespace pdserve {
+namespace {
+
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_floats(size_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+// Weights stored in `dtype`, with the float values they represent exactly.
+struct TypedWeights {
+  std::vector<std::byte> bytes;
+  std::vector<float> values;
+};
+
+TypedWeights make_weights(size_t count, DType dtype, uint32_t seed) {
+  TypedWeights w;
+  std::vector<float> raw = random_floats(count, seed, 0.5f);
+  w.bytes.resize(count * dtype_size(dtype));
+  convert_elements(raw.data(), DType::kF32, w.bytes.data(), dtype, count);
+  w.values.resize(count);
+  convert_elements(w.bytes.data(), dtype, w.values.data(), DType::kF32, count);
+  return w;
+}
+
+void expect_close(const std::vector<float>& actual, const std::vector<double>& expected,
+                  double rel_tol, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size());
+  double scale = 0.0;
+  for (double e : expected) scale = std::max(scale, std::fabs(e));
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_FALSE(std::isnan(actual[i])) << what << ": element " << i << " not written";
+    ASSERT_NEAR(actual[i], expected[i], rel_tol * std::max(1.0, scale)) << what << " element " << i;
+  }
+}
+
+class BackendOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BackendOptions options;
+    options.device = DeviceKind::kCpu;
+    backend_ = std::move(create_backend(options)).value();
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(BackendOps, LinearMatchesDoubleReferenceForEveryWeightType) {
+  struct Shape { int64_t m, n, k; };
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (Shape s : {Shape{1, 1, 8}, Shape{1, 97, 64}, Shape{5, 50, 13}, Shape{7, 130, 1024},
+                    Shape{33, 49, 200}}) {
+      std::vector<float> x = random_floats(static_cast<size_t>(s.m * s.k), 11);
+      TypedWeights w = make_weights(static_cast<size_t>(s.n * s.k), dtype, 12);
+      std::vector<float> y(static_cast<size_t>(s.m * s.n), kPoison);
+      ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, s.m, s.k),
+                                   MatrixView::dense(w.bytes.data(), dtype, s.n, s.k),
+                                   MatrixView::dense(y.data(), DType::kF32, s.m, s.n)).ok());
+      std::vector<double> expected(y.size());
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          double sum = 0;
+          for (int64_t kk = 0; kk < s.k; ++kk) sum += double{x[i * s.k + kk]} * w.values[j * s.k + kk];
+          expected[static_cast<size_t>(i * s.n + j)] = sum;
+        }
+      }
+      expect_close(y, expected, 2e-5 * std::sqrt(static_cast<double>(s.k)),
+                   "linear " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST_F(BackendOps, LinearRowsAreBitwiseIndependentOfBatchAndThreads) {
+  const int64_t m = 9, n = 300, k = 1000;  // k % 8 != 0 exercises the tail
+  std::vector<float> x = random_floats(static_cast<size_t>(m * k), 21);
+  TypedWeights w = make_weights(static_cast<size_t>(n * k), DType::kBF16, 22);
+  std::vector<float> batched(static_cast<size_t>(m * n));
+  LinearProblem p{x.data(), k, w.bytes.data(), DType::kBF16, k, batched.data(), n, m, n, k};
+  ASSERT_TRUE(linear_cpu(p, 2).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<float> single(static_cast<size_t>(n));
+    LinearProblem one{x.data() + i * k, k, w.bytes.data(), DType::kBF16, k, single.data(), n, 1, n, k};
+    ASSERT_TRUE(linear_cpu(one, 1).ok());
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(single[j], batched[i * n + j]) << i << "," << j;
+  }
+  // The portable path is the specification of the vector path's order.
+  std::vector<float> portable(static_cast<size_t>(m * n));
+  LinearProblem q = p;
+  q.y = portable.data();
+  linear_cpu_columns_portable(q, 0, n);
+  EXPECT_EQ(portable, batched);
+}
+
+// The dispatched (AVX2 where the CPU has it) primitives follow the portable order exactly.
+TEST_F(BackendOps, VectorPrimitivesMatchPortableBitwise) {
+  std::vector<float> a = random_floats(131, 31);
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    TypedWeights b = make_weights(131, dtype, 32);
+    EXPECT_EQ(dot_f32(a.data(), b.bytes.data(), dtype, 131),
+              portable::dot_f32(a.data(), b.bytes.data(), dtype, 131));
+    std::vector<float> y1 = random_floats(131, 33), y2 = y1;
+    axpy_f32(0.37f, b.bytes.data(), dtype, y1.data(), 131);
+    portable::axpy_f32(0.37f, b.bytes.data(), dtype, y2.data(), 131);
+    EXPECT_EQ(y1, y2);
+  }
+}
+
+double reference_inv_rms(const float* x, int64_t n, double eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double{x[i]} * x[i];
+  return 1.0 / std::sqrt(sum / static_cast<double>(n) + eps);
+}
+
+TEST_F(BackendOps, RmsNormAndFusedResidualAdd) {
+  const int64_t rows = 6, cols = 72;
+  const float eps = 1e-6f;
+  std::vector<float> x = random_floats(static_cast<size_t>(rows * cols), 41);
+  std::vector<float> residual = random_floats(x.size(), 42);
+  TypedWeights w = make_weights(static_cast<size_t>(cols), DType::kBF16, 43);
+  VectorView weight{w.bytes.data(), DType::kBF16, cols};
+
+  std::vector<float> out(x.size(), kPoison);
+  ASSERT_TRUE(backend_->rms_norm(MatrixView::dense(x.data(), DType::kF32, rows, cols), weight, eps,
+                                 MatrixView::dense(out.data(), DType::kF32, rows, cols)).ok());
+  std::vector<double> expected(x.size());
+  for (int64_t i = 0; i < rows; ++i) {
+    double inv = reference_inv_rms(&x[i * cols], cols, eps);
+    for (int64_t j = 0; j < cols; ++j) expected[i * cols + j] = x[i * cols + j] * inv * w.values[j];
+  }
+  expect_close(out, expected, 1e-6, "rms_norm");
+
+  std::vector<float> sum(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + residual[i];
+  for (int64_t i = 0; i < rows; ++i) {
+    double inv = reference_inv_rms(&sum[i * cols], cols, eps);
+    for (int64_t j = 0; j < cols; ++j) expected[i * cols + j] = sum[i * cols + j] * inv * w.values[j];
+  }
+  ASSERT_TRUE(backend_->add_rms_norm(MatrixView::dense(x.data(), DType::kF32, rows, cols),
+                                     MatrixView::dense(residual.data(), DType::kF32, rows, cols),
+                                     weight, eps).ok());
+  EXPECT_EQ(residual, sum);
+  expect_close(x, expected, 1e-6, "add_rms_norm");
+}
+
+TEST_F(BackendOps, EmbeddingSiluMulGather) {
+  const int64_t vocab = 20, width = 12;
+  TypedWeights table = make_weights(static_cast<size_t>(vocab * width), DType::kF16, 51);
+  std::vector<int32_t> ids = {3, 19, 0, 3};
+  std::vector<float> out(ids.size() * width, kPoison);
+  ASSERT_TRUE(backend_->embedding(MatrixView::dense(table.bytes.data(), DType::kF16, vocab, width),
+                                  ids.data(), MatrixView::dense(out.data(), DType::kF32, 4, width)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t j = 0; j < width; ++j) EXPECT_EQ(out[i * width + j], table.values[ids[i] * width + j]);
+  }
+  std::vector<int32_t> bad_ids = {20};
+  EXPECT_EQ(backend_->embedding(MatrixView::dense(table.bytes.data(), DType::kF16, vocab, width),
+                                bad_ids.data(), MatrixView::dense(out.data(), DType::kF32, 1, width))
+                .code(),
+            StatusCode::kInvalidArgument);
+
+  // silu_mul over column slices of one fused buffer, as the model uses it.
+  std::vector<float> gate_up = random_floats(4 * 2 * width, 52, 3.0f);
+  MatrixView fused = MatrixView::dense(gate_up.data(), DType::kF32, 4, 2 * width);
+  std::vector<float> act(4 * width, kPoison);
+  ASSERT_TRUE(backend_->silu_mul(fused.column_slice(0, width), fused.column_slice(width, width),
+                                 MatrixView::dense(act.data(), DType::kF32, 4, width)).ok());
+  std::vector<double> expected(act.size());
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      double g = gate_up[i * 2 * width + j], u = gate_up[i * 2 * width + width + j];
+      expected[i * width + j] = g / (1.0 + std::exp(-g)) * u;
+    }
+  }
+  expect_close(act, expected, 1e-6, "silu_mul");
+
+  std::vector<int32_t> rows = {2, 0};
+  std::vector<float> gathered(2 * width, kPoison);
+  ASSERT_TRUE(backend_->gather_rows(MatrixView::dense(act.data(), DType::kF32, 4, width), rows.data(),
+                                    MatrixView::dense(gathered.data(), DType::kF32, 2, width)).ok());
+  EXPECT_TRUE(std::equal(gathered.begin(), gathered.begin() + width, act.begin() + 2 * width));
+  EXPECT_TRUE(std::equal(gathered.begin() + width, gathered.end(), act.begin()));
+}
+
+// A small paged pool with a scattered block table, sequences in prefill and in decode.
+struct AttentionFixture {
+  int num_heads = 4, num_kv_heads = 2, head_dim = 16, block_size = 4, num_blocks = 12;
+  DType kv_dtype = DType::kF32;
+  std::vector<int> cached = {0, 9, 5};  // tokens already in the cache per sequence
+  std::vector<int> fresh = {6, 1, 3};   // new tokens per sequence
+  std::vector<std::vector<int32_t>> tables = {{7, 2}, {0, 11, 5}, {3, 9}};
+
+  std::vector<float> k_pool, v_pool;  // float32 copies for the reference
+  std::vector<std::byte> k_bytes, v_bytes;
+  std::vector<int32_t> query_start, context_lens, block_tables, positions, slots;
+  int max_blocks = 3;
+  AttentionBatch batch;
+  KvCacheView cache;
+
+  int64_t token_elems() const { return int64_t{num_kv_heads} * head_dim; }
+  int total_new() const { return std::accumulate(fresh.begin(), fresh.end(), 0); }
+
+  void build() {
+    const size_t pool = static_cast<size_t>(num_blocks * block_size * token_elems());
+    k_bytes.assign(pool * dtype_size(kv_dtype), std::byte{0});
+    v_bytes.assign(pool * dtype_size(kv_dtype), std::byte{0});
+    query_start = {0};
+    for (size_t s = 0; s < fresh.size(); ++s) {
+      const int context = cached[s] + fresh[s];
+      query_start.push_back(query_start.back() + fresh[s]);
+      context_lens.push_back(context);
+      for (int b = 0; b < max_blocks; ++b) {
+        block_tables.push_back(b < static_cast<int>(tables[s].size()) ? tables[s][static_cast<size_t>(b)] : 0);
+      }
+      for (int t = cached[s]; t < context; ++t) {
+        positions.push_back(t);
+        slots.push_back(tables[s][static_cast<size_t>(t / block_size)] * block_size + t % block_size);
+      }
+    }
+    batch.num_seqs = static_cast<int>(fresh.size());
+    batch.num_tokens = total_new();
+    batch.max_blocks_per_seq = max_blocks;
+    batch.query_start = query_start.data();
+    batch.context_lens = context_lens.data();
+    batch.block_tables = block_tables.data();
+    batch.positions = positions.data();
+    batch.slot_mapping = slots.data();
+    cache = {k_bytes.data(), v_bytes.data(), kv_dtype, 1, num_blocks, block_size, num_kv_heads, head_dim};
+  }
+
+  // Fills the cached (not new) positions of every sequence with random K/V.
+  void fill_cached(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (size_t s = 0; s < fresh.size(); ++s) {
+      for (int t = 0; t < cached[s]; ++t) {
+        const int64_t slot = tables[s][static_cast<size_t>(t / block_size)] * block_size + t % block_size;
+        for (int64_t e = 0; e < token_elems(); ++e) {
+          const float kv[2] = {dist(rng), dist(rng)};
+          convert_elements(&kv[0], DType::kF32, k_bytes.data() + (slot * token_elems() + e) * dtype_size(kv_dtype), kv_dtype, 1);
+          convert_elements(&kv[1], DType::kF32, v_bytes.data() + (slot * token_elems() + e) * dtype_size(kv_dtype), kv_dtype, 1);
+        }
+      }
+    }
+  }
+
+  float k_at(int s, int t, int head, int d) const { return element(k_bytes, s, t, head, d); }
+  float v_at(int s, int t, int head, int d) const { return element(v_bytes, s, t, head, d); }
+  float element(const std::vector<std::byte>& pool, int s, int t, int head, int d) const {
+    const int64_t slot = tables[static_cast<size_t>(s)][static_cast<size_t>(t / block_size)] * block_size + t % block_size;
+    return load_as_float(pool.data(), kv_dtype, static_cast<size_t>(slot * token_elems() + head * head_dim + d));
+  }
+};
+
+TEST_F(BackendOps, PagedAttentionMatchesDenseSoftmaxReference) {
+  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
+    AttentionFixture f;
+    f.kv_dtype = kv_dtype;
+    f.build();
+    f.fill_cached(61);
+    // Write the new tokens' K/V too, through the cache-write op, with identity norms.
+    const int tokens = f.total_new();
+    const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
+    std::vector<float> q = random_floats(static_cast<size_t>(tokens * q_width), 62);
+    std::vector<float> k = random_floats(static_cast<size_t>(tokens * f.token_elems()), 63);
+    std::vector<float> v = random_floats(k.size(), 64);
+    std::vector<float> ones(static_cast<size_t>(f.head_dim), 1.0f);
+    QkNormRopeParams params{{ones.data(), DType::kF32, f.head_dim}, {ones.data(), DType::kF32, f.head_dim},
+                            1e-6f, 10000.0, f.num_heads, f.num_kv_heads, f.head_dim};
+    ASSERT_TRUE(backend_->qk_norm_rope_kv_write(MatrixView::dense(q.data(), DType::kF32, tokens, q_width),
+                                                MatrixView::dense(k.data(), DType::kF32, tokens, f.token_elems()),
+                                                MatrixView::dense(v.data(), DType::kF32, tokens, f.token_elems()),
+                                                params, f.batch, f.cache, 0).ok());
+    std::vector<float> out(q.size(), kPoison);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(f.head_dim));
+    ASSERT_TRUE(backend_->paged_attention(MatrixView::dense(q.data(), DType::kF32, tokens, q_width), f.batch,
+                                          f.cache, 0, f.num_heads, scale,
+                                          MatrixView::dense(out.data(), DType::kF32, tokens, q_width)).ok());
+    std::vector<double> expected(out.size());
+    const int group = f.num_heads / f.num_kv_heads;
+    for (int s = 0; s < f.batch.num_seqs; ++s) {
+      for (int t = f.query_start[s]; t < f.query_start[s + 1]; ++t) {
+        const int position = f.positions[static_cast<size_t>(t)];
+        for (int h = 0; h < f.num_heads; ++h) {
+          std::vector<double> scores;
+          for (int u = 0; u <= position; ++u) {
+            double dot = 0;
+            for (int d = 0; d < f.head_dim; ++d) dot += double{q[t * q_width + h * f.head_dim + d]} * f.k_at(s, u, h / group, d);
+            scores.push_back(dot * scale);
+          }
+          const double max_score = *std::max_element(scores.begin(), scores.end());
+          double total = 0;
+          for (double& sc : scores) total += (sc = std::exp(sc - max_score));
+          for (int d = 0; d < f.head_dim; ++d) {
+            double acc = 0;
+            for (int u = 0; u <= position; ++u) acc += scores[static_cast<size_t>(u)] * f.v_at(s, u, h / group, d);
+            expected[static_cast<size_t>(t * q_width + h * f.head_dim + d)] = acc / total;
+          }
+        }
+      }
+    }
+    expect_close(out, expected, 1e-5, "paged_attention " + std::string(dtype_name(kv_dtype)));
+  }
+}
+
+TEST_F(BackendOps, QkNormRopeWritesRotatedKeysAtTheirSlots) {
+  AttentionFixture f;
+  f.build();
+  const int tokens = f.total_new();
+  const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
+  std::vector<float> q = random_floats(static_cast<size_t>(tokens * q_width), 71);
+  std::vector<float> k = random_floats(static_cast<size_t>(tokens * f.token_elems()), 72);
+  std::vector<float> v = random_floats(k.size(), 73);
+  const std::vector<float> q_in = q, k_in = k;
+  TypedWeights q_norm = make_weights(static_cast<size_t>(f.head_dim), DType::kBF16, 74);
+  TypedWeights k_norm = make_weights(static_cast<size_t>(f.head_dim), DType::kBF16, 75);
+  const double theta = 1e6;
+  QkNormRopeParams params{{q_norm.bytes.data(), DType::kBF16, f.head_dim},
+                          {k_norm.bytes.data(), DType::kBF16, f.head_dim},
+                          1e-6f, theta, f.num_heads, f.num_kv_heads, f.head_dim};
+  ASSERT_TRUE(backend_->qk_norm_rope_kv_write(MatrixView::dense(q.data(), DType::kF32, tokens, q_width),
+                                              MatrixView::dense(k.data(), DType::kF32, tokens, f.token_elems()),
+                                              MatrixView::dense(v.data(), DType::kF32, tokens, f.token_elems()),
+                                              params, f.batch, f.cache, 0).ok());
+  // Reference: rotation by complex multiplication of (x[j], x[j + d/2]) with e^{i * angle}.
+  const auto reference = [&](const float* head, const std::vector<float>& norm, int position) {
+    const double inv = reference_inv_rms(head, f.head_dim, 1e-6);
+    std::vector<double> normed(static_cast<size_t>(f.head_dim)), rotated(normed.size());
+    for (int d = 0; d < f.head_dim; ++d) normed[static_cast<size_t>(d)] = head[d] * inv * norm[static_cast<size_t>(d)];
+    const int half = f.head_dim / 2;
+    for (int j = 0; j < half; ++j) {
+      const double angle = position / std::pow(theta, 2.0 * j / f.head_dim);
+      const std::complex<double> z(normed[static_cast<size_t>(j)], normed[static_cast<size_t>(j + half)]);
+      const std::complex<double> r = z * std::polar(1.0, angle);
+      rotated[static_cast<size_t>(j)] = r.real();
+      rotated[static_cast<size_t>(j + half)] = r.imag();
+    }
+    return rotated;
+  };
+  for (int t = 0; t < tokens; ++t) {
+    const int position = f.positions[static_cast<size_t>(t)];
+    for (int h = 0; h < f.num_heads; ++h) {
+      std::vector<double> expected = reference(&q_in[t * q_width + h * f.head_dim], q_norm.values, position);
+      for (int d = 0; d < f.head_dim; ++d) ASSERT_NEAR(q[t * q_width + h * f.head_dim + d], expected[d], 1e-5);
+    }
+    const int64_t slot = f.slots[static_cast<size_t>(t)];
+    const float* k_cached = reinterpret_cast<const float*>(f.k_bytes.data()) + slot * f.token_elems();
+    const float* v_cached = reinterpret_cast<const float*>(f.v_bytes.data()) + slot * f.token_elems();
+    for (int h = 0; h < f.num_kv_heads; ++h) {
+      std::vector<double> expected = reference(&k_in[t * f.token_elems() + h * f.head_dim], k_norm.values, position);
+      for (int d = 0; d < f.head_dim; ++d) {
+        ASSERT_NEAR(k_cached[h * f.head_dim + d], expected[d], 1e-5);
+        ASSERT_EQ(v_cached[h * f.head_dim + d], v[t * f.token_elems() + h * f.head_dim + d]);
+      }
+    }
+  }
+}
+
+TEST_F(BackendOps, MalformedCallsAreRejected) {
+  std::vector<float> a(16), b(16), c(16);
+  EXPECT_EQ(backend_->linear(MatrixView::dense(a.data(), DType::kF32, 2, 8),
+                             MatrixView::dense(b.data(), DType::kF32, 2, 4),
+                             MatrixView::dense(c.data(), DType::kF32, 2, 2)).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend_->linear(MatrixView::dense(a.data(), DType::kBF16, 2, 8),
+                             MatrixView::dense(b.data(), DType::kF32, 2, 8),
+                             MatrixView::dense(c.data(), DType::kF32, 2, 2)).code(),
+            StatusCode::kUnimplemented);
+  AttentionFixture f;
+  f.build();
+  f.block_tables[0] = f.num_blocks;  // a block outside the pool
+  std::vector<float> q(static_cast<size_t>(f.total_new() * f.num_heads * f.head_dim));
+  std::vector<float> out(q.size());
+  const int64_t width = int64_t{f.num_heads} * f.head_dim;
+  EXPECT_EQ(backend_->paged_attention(MatrixView::dense(q.data(), DType::kF32, f.total_new(), width), f.batch,
+                                      f.cache, 0, f.num_heads, 1.0f,
+                                      MatrixView::dense(out.data(), DType::kF32, f.total_new(), width)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(BackendFactory, CudaIsRefusedClearlyWithoutAGpu) {
+  BackendOptions options;
+  options.device = DeviceKind::kCuda;
+  Result<std::unique_ptr<Backend>> backend = create_backend(options);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_NE(backend.status().message().find("--device cuda"), std::string::npos);
+  EXPECT_FALSE(parse_device_kind("tpu").ok());
+}
+
+}  // namespace
+}  // namespace pdserve
