@@ -1,0 +1,56 @@
+// Per-request sampling parameters (the OpenAI / vLLM request fields), their validation, and
+// how unset values fall back to a model's generation_config.json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/core/status.h"
+
+namespace pdserve {
+
+struct SamplingParams {
+  // Below kGreedyTemperature the sampler takes the argmax (see sampler.h).
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;  // 0 or -1: disabled
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  int logprobs = 0;  // top-N alternatives; 0: only the sampled token's logprob when want_logprobs
+  bool want_logprobs = false;
+  int max_tokens = 16;
+  int min_tokens = 0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+
+  // InvalidArgument naming the first parameter out of range: a negative or non-finite
+  // temperature, top_p outside (0, 1], top_k < -1, min_p outside [0, 1], a repetition_penalty
+  // that is not a positive finite number, presence/frequency penalties outside [-2, 2],
+  // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], or a stop
+  // token id outside [0, vocab_size).
+  Status validate(int vocab_size) const;
+};
+
+inline constexpr int kMaxLogprobs = 20;
+
+// Sampling values that a request may leave unset (JSON null or absent) and that a model's
+// generation_config.json may provide.
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+};
+
+// vLLM's rule for each value in SamplingDefaults: the request's value when set, otherwise the
+// model's generation_config value when set, otherwise SamplingParams' built-in default. Every
+// other field is taken from `base`.
+SamplingParams resolve_sampling_defaults(SamplingParams base, const SamplingDefaults& request,
+                                         const SamplingDefaults& generation_config);
+
+}  // namespace pdserve
