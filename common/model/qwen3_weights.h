@@ -1,0 +1,58 @@
+// Qwen3 dense weights on the host, in one compute dtype, with every shape checked against the
+// config. This is the contract the model runner consumes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/core/dtype.h"
+#include "common/core/status.h"
+#include "common/model/checkpoint.h"
+#include "common/model/model_config.h"
+
+namespace pdserve {
+
+// A host tensor: a non-owning view of contiguous row-major data plus a keep-alive handle
+// (the mmap of its shard, or an owned buffer after dtype conversion).
+struct HostTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const std::byte* data = nullptr;
+  std::shared_ptr<const void> keep_alive;
+  int64_t numel() const;
+  size_t nbytes() const;
+  template <typename T>
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(data);
+  }
+};
+
+struct Qwen3LayerWeights {
+  HostTensor input_layernorm;           // [hidden]
+  HostTensor q_proj, k_proj, v_proj;    // [heads*head_dim, hidden], [kv_heads*head_dim, hidden] x2
+  HostTensor o_proj;                    // [hidden, heads*head_dim]
+  HostTensor q_norm, k_norm;            // [head_dim]
+  HostTensor post_attention_layernorm;  // [hidden]
+  HostTensor gate_proj, up_proj;        // [intermediate, hidden]
+  HostTensor down_proj;                 // [hidden, intermediate]
+};
+
+struct Qwen3Weights {
+  ModelConfig config;
+  HostTensor embed_tokens;  // [vocab, hidden]
+  std::vector<Qwen3LayerWeights> layers;
+  HostTensor final_norm;  // model.norm.weight [hidden]
+  HostTensor lm_head;     // [vocab, hidden]; shares embed_tokens' data when tied and absent
+};
+
+// Every tensor converted to `compute_dtype` (zero-copy view into the mmap when the file
+// already has that dtype and the data is aligned for it; otherwise converted, multithreaded),
+// every shape checked against the config (error names the tensor, expected and actual shape),
+// unexpected or missing tensors reported by name. Tied embeddings: lm_head.weight may be
+// present (shape-checked; lm_head then shares embed_tokens' data, as transformers ties them)
+// or absent; untied models must have it.
+Result<Qwen3Weights> load_qwen3_weights(const Checkpoint& checkpoint, DType compute_dtype);
+
+}  // namespace pdserve
