@@ -28,20 +28,6 @@ Status check_token_ids(std::span<const int32_t> ids, size_t vocab_size, const ch
   return {};
 }
 
-Status check_logits(std::span<const float> logits) {
-  // A branch-free pass first (it vectorises); the position is searched only on failure.
-  bool all_valid = true;
-  for (float logit : logits) all_valid &= logit < kPosInf;  // NaN fails this too
-  if (all_valid) return {};
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!(logits[i] < kPosInf)) {
-      return invalid_argument("logits[" + std::to_string(i) + "] is " +
-                              (std::isnan(logits[i]) ? "NaN" : "+inf"));
-    }
-  }
-  return {};
-}
-
 // The lowest index of the largest value, or -1 when every value is -inf.
 int32_t argmax(std::span<const float> values) {
   int32_t best = -1;
@@ -53,6 +39,26 @@ int32_t argmax(std::span<const float> values) {
     }
   }
   return best;
+}
+
+// Rejects NaN and +inf logits and returns argmax(logits), in one pass.
+Result<int32_t> scan_raw_logits(std::span<const float> logits) {
+  int32_t best = -1;
+  float best_value = kNegInf;
+  bool all_valid = true;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float logit = logits[i];
+    all_valid &= logit < kPosInf;  // NaN fails this too
+    if (logit > best_value) {
+      best_value = logit;
+      best = static_cast<int32_t>(i);
+    }
+  }
+  if (all_valid) return best;
+  size_t bad = 0;
+  while (logits[bad] < kPosInf) ++bad;
+  return invalid_argument("logits[" + std::to_string(bad) + "] is " +
+                          (std::isnan(logits[bad]) ? "NaN" : "+inf"));
 }
 
 double log_sum_exp(std::span<const float> logits, float max_logit) {
@@ -125,6 +131,10 @@ Status Sampler::apply_penalties(std::span<float> logits, const SamplingParams& p
                                 std::span<const int32_t> prompt_tokens,
                                 std::span<const int32_t> output_tokens) {
   const size_t vocab_size = logits.size();
+  if (vocab_size > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return invalid_argument("logits hold more than 2^31-1 entries");
+  }
+  PDS_RETURN_IF_ERROR(params.validate(static_cast<int>(vocab_size)));
   PDS_RETURN_IF_ERROR(check_token_ids(prompt_tokens, vocab_size, "prompt_tokens"));
   PDS_RETURN_IF_ERROR(check_token_ids(output_tokens, vocab_size, "output_tokens"));
   // Errors are reported after the loops so that seen_ and counts_ are always left all zero.
@@ -185,7 +195,7 @@ Result<Sampler::Processed> Sampler::process_logits(std::span<const float> logits
   PDS_RETURN_IF_ERROR(check_token_ids(prompt_tokens, vocab_size, "prompt_tokens"));
   PDS_RETURN_IF_ERROR(check_token_ids(output_tokens, vocab_size, "output_tokens"));
   PDS_RETURN_IF_ERROR(check_token_ids(banned_token_ids, vocab_size, "banned_token_ids"));
-  PDS_RETURN_IF_ERROR(check_logits(logits));
+  PDS_ASSIGN_OR_RETURN(const int32_t raw_best, scan_raw_logits(logits));
 
   std::span<const float> processed = logits;
   const bool has_history = !prompt_tokens.empty() || !output_tokens.empty();
@@ -200,9 +210,9 @@ Result<Sampler::Processed> Sampler::process_logits(std::span<const float> logits
     }
     processed = processed_;
   }
-  int32_t best = argmax(processed);
+  const int32_t best = processed.data() == logits.data() ? raw_best : argmax(processed);
   if (best < 0) return invalid_argument("every token is masked: all logits are -inf");
-  return Processed{processed, best};
+  return Processed{processed, best, raw_best};
 }
 
 void Sampler::select_candidates(const Processed& processed, const SamplingParams& params) {
@@ -294,9 +304,8 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, const Sampli
     result.token = draw(rng);
   }
   if (params.want_logprobs) {
-    // The raw logits have a finite maximum: a token that is -inf there is -inf after step 3.
-    const float max_raw = logits[argmax(logits)];
-    const double log_normalizer = log_sum_exp(logits, max_raw);
+    // raw_best >= 0: had every raw logit been -inf, so would every processed one.
+    const double log_normalizer = log_sum_exp(logits, logits[processed.raw_best]);
     result.logprob = static_cast<float>(static_cast<double>(logits[result.token]) - log_normalizer);
     result.top_logprobs =
         top_logprobs(logits, static_cast<size_t>(params.logprobs), log_normalizer);

@@ -82,7 +82,8 @@ class Sampler {
       std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
       std::span<const int32_t> banned_token_ids = {});
 
-  // Step 3 in place on `logits` (the token ids must lie in [0, logits.size())).
+  // Step 3 in place on `logits`; InvalidArgument for invalid params or a token id outside
+  // [0, logits.size()).
   Status apply_penalties(std::span<float> logits, const SamplingParams& params,
                          std::span<const int32_t> prompt_tokens,
                          std::span<const int32_t> output_tokens);
@@ -96,6 +97,7 @@ class Sampler {
   struct Processed {
     std::span<const float> logits;  // the input itself when steps 2 and 3 change nothing
     int32_t best;                   // step 4's argmax
+    int32_t raw_best;               // argmax of the raw logits, for the logprobs
   };
 
   // Steps 0, 2 and 3.

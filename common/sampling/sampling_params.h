@@ -38,7 +38,7 @@ struct SamplingParams {
 inline constexpr int kMaxLogprobs = 20;
 
 // Sampling values that a request may leave unset (JSON null or absent) and that a model's
-// generation_config.json may provide.
+// generation_config.json may provide (read by the model library's GenerationConfig).
 struct SamplingDefaults {
   std::optional<float> temperature;
   std::optional<float> top_p;

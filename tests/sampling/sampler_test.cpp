@@ -230,6 +230,18 @@ TEST(Sampler, PenaltiesSteerGreedySampling) {
   EXPECT_EQ(sampler.sample(logits, params, std::vector<int32_t>{0}, {}, rng)->token, 1);
 }
 
+TEST(Sampler, ApplyPenaltiesChecksItsInput) {
+  SamplingParams params;
+  params.presence_penalty = 0.5f;
+  std::vector<float> logits = {1.0f, 2.0f};
+  Sampler sampler;
+  Status status = sampler.apply_penalties(logits, params, {}, std::vector<int32_t>{1, 2});
+  EXPECT_EQ(status.message(), "output_tokens[1] = 2 is outside the vocabulary [0, 2)");
+  params.presence_penalty = 3.0f;
+  EXPECT_EQ(sampler.apply_penalties(logits, params, {}, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, 2.0f}));
+}
+
 TEST(Sampler, PenaltyOverflowIsAnError) {
   SamplingParams params;
   params.repetition_penalty = 1e-30f;

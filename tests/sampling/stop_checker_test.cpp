@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sampling/generation_config.h"
+#include "common/core/files.h"
 #include "common/sampling/sampler.h"
 
 namespace pdserve {
@@ -17,10 +17,12 @@ constexpr int kVocab = 151936;
 class StopCheckerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result<GenerationConfig> config = load_generation_config(std::string(PDSERVE_ASSETS_DIR) +
-                                                             "/qwen3-0.6b/generation_config.json");
+    // The real Qwen3 EOS ids: 151645 <|im_end|> and 151643 <|endoftext|>.
+    Result<nlohmann::json> config =
+        read_json_file(std::string(PDSERVE_ASSETS_DIR) + "/qwen3-0.6b/generation_config.json");
     ASSERT_TRUE(config.ok()) << config.status().to_string();
-    eos_ = config->eos_token_ids;  // 151645 <|im_end|>, 151643 <|endoftext|>
+    eos_ = (*config)["eos_token_id"].get<std::vector<int32_t>>();
+    ASSERT_EQ(eos_, (std::vector<int32_t>{151645, 151643}));
   }
 
   StopChecker make(const SamplingParams& params) const {
