@@ -119,6 +119,22 @@ TEST(Sampler, MinPDropsTokensBelowTheScaledMaximum) {
   }
 }
 
+TEST(Sampler, MinPIsAppliedBeforeTopPAsInVllmV1) {
+  // Probabilities 0.4, 0.3, 0.1, 0.1, 0.1. min_p 0.3 drops the 0.1s (below 0.12); top_p 0.5
+  // then sees 0.571, 0.429 and keeps only token 0. Applied the other way round, top_p 0.5 on
+  // the full distribution would keep tokens 0 and 1.
+  const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.1f), std::log(0.1f),
+                                     std::log(0.1f)};
+  SamplingParams params = random_params(1.0f);
+  params.min_p = 0.3f;
+  params.top_p = 0.5f;
+  Sampler sampler;
+  Result<std::vector<TokenProbability>> kept = sampler.distribution(logits, params, {}, {});
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].token, 0);
+}
+
 TEST(Sampler, GreedyBelowTheTemperatureThresholdWithTiesToTheLowestId) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
   Sampler sampler;
