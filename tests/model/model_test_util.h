@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -30,7 +31,7 @@ class TempDir {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = std::filesystem::temp_directory_path() /
             ("pdserve_model_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
+             std::to_string(::getpid()) + "_" + std::to_string(next_id()));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -44,6 +45,10 @@ class TempDir {
   std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
 
  private:
+  static int next_id() {
+    static std::atomic<int> counter{0};
+    return counter++;
+  }
   std::filesystem::path path_;
 };
 
