@@ -1,0 +1,220 @@
+// The CPU forward against the float64 PyTorch reference (tests/reference/): golden logits at
+// every prompt position and 16 teacher-forced decode steps, for several synthetic Qwen3
+// shapes; and the bitwise invariances the serving tests rely on (chunking, batching).
+//
+// Tolerances: the C++ forward computes in float32 from bf16 weights, the reference in float64
+// from the same weights, so differences come from float32 rounding only. Per logit we require
+// |ours - ref| <= kAbsTol + kRelTol * |ref| (logits of these random models are O(1)), the
+// log-sum-exp over the whole vocabulary within kAbsTol, and the same greedy token wherever
+// the reference's top-1 / top-2 margin exceeds 2 * kAbsTol.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/core/files.h"
+#include "common/model/checkpoint.h"
+#include "common/model/synthetic_checkpoint.h"
+#include "kernels/model/qwen3_model.h"
+
+namespace pdserve {
+namespace {
+
+constexpr double kAbsTol = 1e-5;
+constexpr double kRelTol = 1e-5;
+
+struct Golden {
+  std::string name;
+  nlohmann::json json;
+  std::vector<int32_t> prompt;
+};
+
+struct ModelUnderTest {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Qwen3Model> model;
+};
+
+ModelUnderTest build_model(const Golden& golden);
+
+// Writing and loading a checkpoint takes seconds for the larger shapes: once per shape.
+ModelUnderTest& model_for(const Golden& golden) {
+  static std::map<std::string, ModelUnderTest> built;
+  auto it = built.find(golden.name);
+  if (it == built.end()) it = built.emplace(golden.name, build_model(golden)).first;
+  return it->second;
+}
+
+Golden load_golden(const std::string& name) {
+  Golden golden;
+  golden.name = name;
+  golden.json = read_json_file(std::filesystem::path(PDSERVE_TEST_DATA_DIR) / "reference" / (name + ".json")).value();
+  golden.prompt = golden.json["prompt_ids"].get<std::vector<int32_t>>();
+  return golden;
+}
+
+ModelUnderTest build_model(const Golden& golden) {
+  const nlohmann::json& spec = golden.json["model"];
+  SyntheticCheckpointOptions options;
+  options.config_path = std::filesystem::path(PDSERVE_SOURCE_DIR) / spec["config"].get<std::string>();
+  options.out_dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" / golden.name;
+  options.seed = spec["seed"].get<uint64_t>();
+  options.num_layers = spec["layers"].get<int>();
+  options.dtype = parse_dtype(spec["dtype"].get<std::string>()).value();
+  options.tie_word_embeddings = spec["tie"] == "tie";
+  options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
+  ModelUnderTest under_test;
+  under_test.backend = std::move(create_backend(BackendOptions{})).value();
+  Result<Qwen3Weights> weights = load_qwen3_weights(checkpoint, *options.dtype);
+  EXPECT_TRUE(weights.ok()) << weights.status().to_string();
+  under_test.model = std::move(Qwen3Model::create(*under_test.backend, std::move(weights).value())).value();
+  return under_test;
+}
+
+// Compares one logits row against a golden entry; returns the largest absolute error seen.
+double compare_logits(const std::vector<float>& logits, const nlohmann::json& entry,
+                      const std::vector<int32_t>& probe_ids, const std::string& where) {
+  double max_error = 0;
+  const auto check = [&](int32_t id, double reference) {
+    const double error = std::fabs(logits[static_cast<size_t>(id)] - reference);
+    max_error = std::max(max_error, error);
+    EXPECT_LE(error, kAbsTol + kRelTol * std::fabs(reference)) << where << " token " << id;
+  };
+  const auto probe_logits = entry["probe_logits"].get<std::vector<double>>();
+  for (size_t i = 0; i < probe_ids.size(); ++i) check(probe_ids[i], probe_logits[i]);
+  const auto top_ids = entry["top_ids"].get<std::vector<int32_t>>();
+  const auto top_logits = entry["top_logits"].get<std::vector<double>>();
+  for (size_t i = 0; i < top_ids.size(); ++i) check(top_ids[i], top_logits[i]);
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  EXPECT_NEAR(max_logit + std::log(sum), entry["logsumexp"].get<double>(), kAbsTol) << where;
+  const double margin = top_logits[0] - top_logits[1];
+  if (margin > 2 * kAbsTol) {
+    const auto argmax = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    EXPECT_EQ(argmax, top_ids[0]) << where << " greedy token differs (margin " << margin << ")";
+  }
+  return max_error;
+}
+
+class Qwen3Golden : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr int kBlockSize = 16;
+
+  void SetUp() override {
+    golden_ = load_golden(GetParam());
+    under_test_ = &model_for(golden_);
+    probe_ids_ = golden_.json["probe_ids"].get<std::vector<int32_t>>();
+    const ModelConfig& config = under_test_->model->config();
+    ForwardLimits limits;
+    limits.max_num_tokens = 128;
+    limits.max_num_seqs = 4;
+    limits.max_model_len = 128;
+    context_ = std::make_unique<ForwardContext>(
+        ForwardContext::create(*under_test_->backend, config, limits, kBlockSize).value());
+    cache_ = std::make_unique<KvCache>(
+        KvCache::create(*under_test_->backend, kv_cache_shape_for(config, 32, kBlockSize, DType::kF32)).value());
+  }
+
+  // Runs one step; returns the logits rows of every slice.
+  std::vector<std::vector<float>> step(const std::vector<SequenceSlice>& slices) {
+    const size_t vocab = static_cast<size_t>(under_test_->model->config().vocab_size);
+    std::vector<float> flat(slices.size() * vocab);
+    Status status = under_test_->model->forward(slices, *cache_, *context_, flat);
+    EXPECT_TRUE(status.ok()) << status.to_string();
+    std::vector<std::vector<float>> rows;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      rows.emplace_back(flat.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                        flat.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+    }
+    return rows;
+  }
+
+  Golden golden_;
+  ModelUnderTest* under_test_ = nullptr;
+  std::vector<int32_t> probe_ids_;
+  std::unique_ptr<ForwardContext> context_;
+  std::unique_ptr<KvCache> cache_;
+};
+
+std::vector<int32_t> block_range(int first, int count) {
+  std::vector<int32_t> table(static_cast<size_t>(count));
+  std::iota(table.begin(), table.end(), first);
+  return table;
+}
+
+TEST_P(Qwen3Golden, PrefillThenDecodeStepsMatchTheReference) {
+  const std::vector<int32_t> table = block_range(0, 4);
+  const auto& prompt_positions = golden_.json["prompt_positions"];
+  std::vector<float> logits = step({{golden_.prompt, 0, table}})[0];
+  double max_error = compare_logits(logits, prompt_positions.back(), probe_ids_, "prefill");
+  int num_cached = static_cast<int>(golden_.prompt.size());
+  for (const auto& decode_step : golden_.json["decode_steps"]) {
+    const std::vector<int32_t> token = {decode_step["input_token"].get<int32_t>()};
+    ASSERT_EQ(decode_step["position"].get<int>(), num_cached);
+    logits = step({{token, num_cached, table}})[0];
+    max_error = std::max(max_error, compare_logits(logits, decode_step, probe_ids_,
+                                                   "decode position " + std::to_string(num_cached)));
+    ++num_cached;
+  }
+  RecordProperty("max_abs_logit_error", std::to_string(max_error));
+  std::printf("%s: max |logit - reference| = %.3g\n", golden_.name.c_str(), max_error);
+}
+
+TEST_P(Qwen3Golden, EveryPromptPositionMatchesWhenFedOneTokenAtATime) {
+  const std::vector<int32_t> table = block_range(4, 4);
+  const auto& prompt_positions = golden_.json["prompt_positions"];
+  for (size_t p = 0; p < golden_.prompt.size(); ++p) {
+    std::vector<float> logits = step({{std::span(golden_.prompt).subspan(p, 1), static_cast<int>(p), table}})[0];
+    compare_logits(logits, prompt_positions[p], probe_ids_, "prompt position " + std::to_string(p));
+  }
+}
+
+TEST_P(Qwen3Golden, ChunkedPrefillIsBitwiseEqualToWholePrefill) {
+  const std::span<const int32_t> prompt(golden_.prompt);
+  const std::vector<int32_t> whole_table = block_range(0, 4);
+  const std::vector<float> whole = step({{prompt, 0, whole_table}})[0];
+  // Three chunks with boundaries inside blocks (13 + 14 + rest).
+  const std::vector<int32_t> chunk_table = {9, 3, 17, 30};
+  const size_t cuts[] = {0, 13, 27, prompt.size()};
+  std::vector<float> chunked;
+  for (int c = 0; c < 3; ++c) {
+    chunked = step({{prompt.subspan(cuts[c], cuts[c + 1] - cuts[c]), static_cast<int>(cuts[c]), chunk_table}})[0];
+    compare_logits(chunked, golden_.json["prompt_positions"][cuts[c + 1] - 1], probe_ids_,
+                   "chunk " + std::to_string(c));
+  }
+  EXPECT_EQ(chunked, whole);
+}
+
+TEST_P(Qwen3Golden, MixedPrefillAndDecodeBatchIsBitwiseEqualToSoloRuns) {
+  const std::span<const int32_t> prompt(golden_.prompt);
+  const std::vector<int32_t> table_a = block_range(0, 4);
+  const std::vector<int32_t> table_b = block_range(8, 4);
+  // Solo: A prefills its whole prompt; B prefills 25 tokens, then decodes token 25.
+  const std::vector<float> solo_a = step({{prompt, 0, table_a}})[0];
+  step({{prompt.subspan(0, 25), 0, table_b}});
+  const std::vector<float> solo_b = step({{prompt.subspan(25, 1), 25, table_b}})[0];
+  // Batched: B's history is rebuilt in fresh blocks, then one step holds A's prefill (in new
+  // blocks) and B's decode token together.
+  const std::vector<int32_t> table_a2 = block_range(16, 4);
+  const std::vector<int32_t> table_b2 = block_range(24, 4);
+  step({{prompt.subspan(0, 25), 0, table_b2}});
+  const std::vector<std::vector<float>> mixed =
+      step({{prompt, 0, table_a2}, {prompt.subspan(25, 1), 25, table_b2}});
+  EXPECT_EQ(mixed[0], solo_a);
+  EXPECT_EQ(mixed[1], solo_b);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen3Golden,
+                         ::testing::Values("tiny", "hd64_gqa4", "untied", "qwen3_0_6b_2layers"),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace pdserve
