@@ -16,10 +16,6 @@ namespace {
 
 using Type = Value::Type;
 
-std::string type_of(const Value& v) {
-  return std::string(v.type_name());
-}
-
 Value make_method(std::string name, std::function<Value(Interpreter&, CallArgs&)> fn) {
   return Value::function(std::move(name),
                          [fn = std::move(fn)](Interpreter& interpreter, Scope&, CallArgs& args) {
@@ -57,7 +53,7 @@ int compare_values(const Value& a, const Value& b, bool case_sensitive) {
     double y = b.is(Type::kBool) ? (b.as_bool() ? 1 : 0) : b.as_number();
     return x < y ? -1 : x > y ? 1 : 0;
   }
-  if (a.type() != b.type()) fail("cannot compare a " + type_of(a) + " with a " + type_of(b));
+  if (a.type() != b.type()) fail("cannot compare " + type_of(a) + " with " + type_of(b));
   if (!a.is(Type::kString)) fail("cannot compare values of type " + type_of(a));
   std::string x = case_sensitive ? a.as_string() : to_lower(a.as_string());
   std::string y = case_sensitive ? b.as_string() : to_lower(b.as_string());
@@ -476,7 +472,7 @@ Value to_number_filter(const Value& operand, bool integer, const Value& fallback
     return integer ? Value::integer(operand.as_bool() ? 1 : 0)
                    : Value::floating(operand.as_bool() ? 1.0 : 0.0);
   }
-  fail("cannot apply filter '" + std::string(name) + "' to a " + type_of(operand));
+  fail("cannot apply filter '" + std::string(name) + "' to " + type_of(operand));
 }
 
 Value tojson_filter(const Value& operand, const CallArgs& args) {
@@ -504,7 +500,7 @@ Value tojson_filter(const Value& operand, const CallArgs& args) {
 }
 
 [[noreturn]] void unknown_filter(const std::string& name, const Value& operand) {
-  fail("unknown filter '" + name + "' for a " + type_of(operand));
+  fail("unknown filter '" + name + "' for " + type_of(operand));
 }
 
 Value bare_filter(Interpreter& interpreter, const std::string& name, const Value& operand) {
@@ -573,7 +569,7 @@ Value bare_filter(Interpreter& interpreter, const std::string& name, const Value
     if (name == "string") return Value::string(operand.as_bool() ? "true" : "false");
     unknown_filter(name, operand);
   }
-  fail("cannot apply filter '" + name + "' to a " + type_of(operand));
+  fail("cannot apply filter '" + name + "' to " + type_of(operand));
 }
 
 Value call_filter(Interpreter& interpreter, const Expr& filter, const Value& operand,
@@ -590,7 +586,7 @@ Value call_filter(Interpreter& interpreter, const Expr& filter, const Value& ope
     } else if (operand.is_array()) {
       parts = raw_strings(operand);
     } else {
-      fail("cannot apply filter 'join' to a " + type_of(operand));
+      fail("cannot apply filter 'join' to " + type_of(operand));
     }
     const Value* separator = args.arg(0, "separator");
     if (separator && !separator->is(Type::kString)) fail("join separator must be a string");
@@ -635,7 +631,7 @@ Value call_filter(Interpreter& interpreter, const Expr& filter, const Value& ope
     Scope unused;
     return interpreter.call(method, copy, unused);
   }
-  fail("cannot apply filter '" + name + "' to a " + type_of(operand));
+  fail("cannot apply filter '" + name + "' to " + type_of(operand));
 }
 
 // ---- globals --------------------------------------------------------------------------------
@@ -656,7 +652,7 @@ Value namespace_function(Interpreter& interpreter, Scope&, CallArgs& args) {
         entries.set(pair.as_array().items[0].as_string(), pair.as_array().items[1]);
       }
     } else {
-      fail("namespace() cannot be built from a " + type_of(source));
+      fail("namespace() cannot be built from " + type_of(source));
     }
   }
   for (auto& [key, value] : args.keyword) entries.set(key, value);
@@ -741,7 +737,7 @@ Value strftime_now_function(Interpreter&, Scope&, CallArgs& args) {
 Value get_attribute(const Value& object, const Value& property) {
   if (object.is_attribute_container()) {
     if (!property.is(Type::kString))
-      fail("cannot index a " + type_of(object) + " with a " + type_of(property));
+      fail("cannot index " + type_of(object) + " with " + type_of(property));
     if (const Value* found = object.as_object().find(property.as_string())) return *found;
     return object.is(Type::kObject) ? dict_method(object, property.as_string()) : Value();
   }
@@ -760,7 +756,7 @@ Value get_attribute(const Value& object, const Value& property) {
                  : Value();
     }
     if (!property.is(Type::kString))
-      fail("cannot index a " + type_of(object) + " with a " + type_of(property));
+      fail("cannot index " + type_of(object) + " with " + type_of(property));
     const std::string& name = property.as_string();
     if (object.is_array()) {
       return name == "length" ? Value::integer(static_cast<int64_t>(object.as_array().items.size()))
@@ -771,13 +767,13 @@ Value get_attribute(const Value& object, const Value& property) {
     return string_method(object.as_string(), name);
   }
   if (!property.is(Type::kString))
-    fail("cannot index a " + type_of(object) + " with a " + type_of(property));
+    fail("cannot index " + type_of(object) + " with " + type_of(property));
   return Value();
 }
 
 Value slice_value(const Value& object, const Value& start_value, const Value& stop_value,
                   const Value& step_value) {
-  if (!object.is_array() && !object.is(Type::kString)) fail("cannot slice a " + type_of(object));
+  if (!object.is_array() && !object.is(Type::kString)) fail("cannot slice " + type_of(object));
   for (const Value* bound : {&start_value, &stop_value, &step_value}) {
     if (!bound->is(Type::kInt) && !bound->is_undefined()) fail("slice bounds must be integers");
   }
@@ -852,7 +848,7 @@ bool apply_test(std::string_view name, const Value& operand, const CallArgs& arg
     return operand.is(Type::kString) && operand.as_string() == to_upper(operand.as_string());
   if (name == "odd" || name == "even") {
     if (!operand.is(Type::kInt))
-      fail("test '" + std::string(name) + "' needs an integer, got a " + type_of(operand));
+      fail("test '" + std::string(name) + "' needs an integer, got " + type_of(operand));
     return (operand.as_int() % 2 != 0) == (name == "odd");
   }
   if (name == "equalto" || name == "eq") {

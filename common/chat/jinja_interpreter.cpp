@@ -10,9 +10,9 @@
 
 namespace pdserve::jinja {
 
-Value Scope::lookup(std::string_view name) const {
+Value Scope::lookup(const std::string& name) const {
   for (const Scope* scope = this; scope != nullptr; scope = scope->parent_) {
-    auto it = scope->variables_.find(std::string(name));
+    auto it = scope->variables_.find(name);
     if (it != scope->variables_.end()) return it->second;
   }
   return Value();
@@ -120,20 +120,26 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope& scope, std::string&
 
 namespace {
 
-void bind_targets(const Stmt& stmt, const Value& item, Scope& scope) {
-  if (!stmt.tuple_target) {
-    scope.set(stmt.targets[0], item);
-    return;
-  }
+// The values a loop item unpacks into (one per target); fails like the reference on shapes
+// it cannot unpack.
+const std::vector<Value>& unpack_loop_item(const Stmt& stmt, const Value& item) {
   // The reference unpacks lists only (not tuples) in loops.
-  if (!item.is_array() || item.is_tuple()) {
-    fail("cannot unpack a " + std::string(item.type_name()) + " into loop variables");
-  }
+  if (!item.is_array() || item.is_tuple())
+    fail("cannot unpack " + type_of(item) + " into loop variables");
   const auto& values = item.as_array().items;
   if (values.size() != stmt.targets.size()) {
     fail(std::string("too ") + (values.size() < stmt.targets.size() ? "few" : "many") +
          " items to unpack into loop variables");
   }
+  return values;
+}
+
+void bind_targets(const Stmt& stmt, const Value& item, Scope& scope) {
+  if (!stmt.tuple_target) {
+    scope.set(stmt.targets[0], item);
+    return;
+  }
+  const auto& values = unpack_loop_item(stmt, item);
   for (size_t i = 0; i < values.size(); ++i) scope.set(stmt.targets[i], values[i]);
 }
 
@@ -149,15 +155,19 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& stmt, Scope& scope, std::str
     for (const auto& entry : iterable.as_object().entries())
       candidates.push_back(Value::string(entry.first));
   } else {
-    fail("cannot iterate over a " + std::string(iterable.type_name()));
+    fail("cannot iterate over " + type_of(iterable));
   }
 
   std::vector<Value> items;
   for (Value& candidate : candidates) {
     budget_.step();
-    Scope test_scope(&loop_scope);
-    bind_targets(stmt, candidate, test_scope);
-    if (stmt.condition && !eval(*stmt.condition, test_scope).truthy()) continue;
+    if (stmt.condition) {
+      Scope test_scope(&loop_scope);
+      bind_targets(stmt, candidate, test_scope);
+      if (!eval(*stmt.condition, test_scope).truthy()) continue;
+    } else if (stmt.tuple_target) {
+      unpack_loop_item(stmt, candidate);
+    }
     items.push_back(std::move(candidate));
   }
 
@@ -165,17 +175,18 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& stmt, Scope& scope, std::str
   const int64_t length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
     budget_.step();
-    Object loop;
-    loop.set("index", Value::integer(i + 1));
-    loop.set("index0", Value::integer(i));
-    loop.set("revindex", Value::integer(length - i));
-    loop.set("revindex0", Value::integer(length - i - 1));
-    loop.set("first", Value::boolean(i == 0));
-    loop.set("last", Value::boolean(i == length - 1));
-    loop.set("length", Value::integer(length));
-    loop.set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-    loop.set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value());
-    loop_scope.set("loop", Value::object(std::move(loop)));
+    std::vector<std::pair<std::string, Value>> loop;
+    loop.reserve(9);
+    loop.emplace_back("index", Value::integer(i + 1));
+    loop.emplace_back("index0", Value::integer(i));
+    loop.emplace_back("revindex", Value::integer(length - i));
+    loop.emplace_back("revindex0", Value::integer(length - i - 1));
+    loop.emplace_back("first", Value::boolean(i == 0));
+    loop.emplace_back("last", Value::boolean(i == length - 1));
+    loop.emplace_back("length", Value::integer(length));
+    loop.emplace_back("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
+    loop.emplace_back("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value());
+    loop_scope.set("loop", Value::object(Object(std::move(loop))));
     bind_targets(stmt, items[static_cast<size_t>(i)], loop_scope);
     // An iteration cut short by break/continue contributes nothing (as in the reference).
     std::string iteration;
@@ -194,8 +205,8 @@ void Interpreter::exec_set(const Stmt& stmt, Scope& scope) {
   if (stmt.target_object) {
     Value target = eval(*stmt.target_object, scope);
     if (!target.is(Value::Type::kNamespace)) {
-      fail("cannot assign attribute '" + stmt.target_attribute + "' on a " +
-           std::string(target.type_name()) + " (only namespace() objects are mutable)");
+      fail("cannot assign attribute '" + stmt.target_attribute + "' on " + type_of(target) +
+           " (only namespace() objects are mutable)");
     }
     target.as_namespace().set(stmt.target_attribute, std::move(value));
     return;
@@ -204,7 +215,7 @@ void Interpreter::exec_set(const Stmt& stmt, Scope& scope) {
     scope.set(stmt.targets[0], std::move(value));
     return;
   }
-  if (!value.is_array()) fail("cannot unpack a " + std::string(value.type_name()) + " in set");
+  if (!value.is_array()) fail("cannot unpack " + type_of(value) + " in set");
   const auto& values = value.as_array().items;
   if (values.size() != stmt.targets.size()) {
     fail(std::string("too ") + (values.size() < stmt.targets.size() ? "few" : "many") +
@@ -271,7 +282,7 @@ Value Interpreter::call_macro(const Stmt& macro, CallArgs& args, Scope& caller_s
 }
 
 Value Interpreter::call(const Value& callee, CallArgs& args, Scope& scope) {
-  if (!callee.is(Value::Type::kFunction)) fail("cannot call a " + std::string(callee.type_name()));
+  if (!callee.is(Value::Type::kFunction)) fail("cannot call " + type_of(callee));
   return callee.as_function().call(*this, scope, args);
 }
 
@@ -316,8 +327,7 @@ Value Interpreter::eval(const Expr& expr, Scope& scope) {
         Object object;
         for (size_t i = 0; i + 1 < expr.items.size(); i += 2) {
           Value key = eval(*expr.items[i], scope);
-          if (!key.is(Value::Type::kString))
-            fail("dict keys must be strings, got a " + std::string(key.type_name()));
+          if (!key.is(Value::Type::kString)) fail("dict keys must be strings, got " + type_of(key));
           object.set(key.as_string(), eval(*expr.items[i + 1], scope));
         }
         return Value::object(std::move(object));
@@ -334,8 +344,7 @@ Value Interpreter::eval(const Expr& expr, Scope& scope) {
           if (negate && v == std::numeric_limits<int64_t>::min()) fail("integer overflow");
           return Value::integer(negate ? -v : v);
         }
-        fail("unary '" + expr.name + "' cannot be applied to a " +
-             std::string(operand.type_name()));
+        fail("unary '" + expr.name + "' cannot be applied to " + type_of(operand));
       }
       case ExprKind::kBinary:
         return eval_binary(expr, scope);
@@ -514,8 +523,7 @@ Value Interpreter::eval_binary(const Expr& expr, Scope& scope) {
     bool found = right.as_object().find(left.as_string()) != nullptr;
     return Value::boolean(found == (op == "in"));
   }
-  fail("unsupported operator '" + op + "' between a " + std::string(left.type_name()) + " and a " +
-       std::string(right.type_name()));
+  fail("unsupported operator '" + op + "' between " + type_of(left) + " and " + type_of(right));
 }
 
 }  // namespace pdserve::jinja

@@ -18,7 +18,7 @@ namespace pdserve::jinja {
 class Scope {
  public:
   explicit Scope(Scope* parent = nullptr) : parent_(parent) {}
-  Value lookup(std::string_view name) const;  // undefined when absent
+  Value lookup(const std::string& name) const;  // undefined when absent
   void set(const std::string& name, Value value) { variables_[name] = std::move(value); }
   bool has_local(const std::string& name) const { return variables_.count(name) > 0; }
 

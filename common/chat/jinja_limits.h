@@ -11,7 +11,7 @@ namespace pdserve::jinja {
 
 struct RenderLimits {
   int max_depth = 384;                    // nested statements + expressions + macro calls
-  uint64_t max_steps = 20'000'000;        // evaluated nodes and loop iterations
+  uint64_t max_steps = 5'000'000;         // evaluated nodes and loop iterations
   size_t max_string_bytes = 64u << 20;    // any one string, the output included
   size_t max_list_items = 1u << 20;       // any one list
   uint64_t max_total_bytes = 1ull << 30;  // all strings built during the render

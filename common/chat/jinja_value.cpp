@@ -9,12 +9,39 @@
 
 namespace pdserve::jinja {
 
+Object::Object(std::vector<std::pair<std::string, Value>> distinct_entries)
+    : entries_(std::move(distinct_entries)) {
+  if (entries_.size() > kLinearScanLimit) {
+    for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+  }
+}
+
 const Value* Object::find(std::string_view key) const {
+  if (index_.empty()) {
+    for (const auto& entry : entries_) {
+      if (entry.first == key) return &entry.second;
+    }
+    return nullptr;
+  }
   auto it = index_.find(std::string(key));
   return it == index_.end() ? nullptr : &entries_[it->second].second;
 }
 
 void Object::set(std::string key, Value value) {
+  if (index_.empty()) {
+    for (auto& entry : entries_) {
+      if (entry.first == key) {
+        entry.second = std::move(value);
+        return;
+      }
+    }
+    entries_.emplace_back(std::move(key), std::move(value));
+    // Small objects (messages, loop) are scanned; larger ones get a hash index.
+    if (entries_.size() > kLinearScanLimit) {
+      for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+    }
+    return;
+  }
   auto [it, inserted] = index_.try_emplace(key, entries_.size());
   if (inserted) {
     entries_.emplace_back(std::move(key), std::move(value));
@@ -155,6 +182,14 @@ std::string_view Value::type_name() const {
       return "function";
   }
   return "?";
+}
+
+std::string type_of(const Value& value) {
+  std::string_view name = value.type_name();
+  if (value.is_undefined() || value.is_none()) return std::string(name);
+  bool vowel =
+      name[0] == 'a' || name[0] == 'e' || name[0] == 'i' || name[0] == 'o' || name[0] == 'u';
+  return (vowel ? "an " : "a ") + std::string(name);
 }
 
 std::string float_to_string(double value) {

@@ -32,6 +32,10 @@ struct Array {
 // An insertion-ordered string-keyed map (JS Map semantics).
 class Object {
  public:
+  Object() = default;
+  // From entries whose keys are known to be distinct (JSON objects, the loop variable).
+  explicit Object(std::vector<std::pair<std::string, Value>> distinct_entries);
+
   const Value* find(std::string_view key) const;
   // Inserts or overwrites in place (keeps the original position, as Map#set does).
   void set(std::string key, Value value);
@@ -41,8 +45,9 @@ class Object {
   int depth = 1;
 
  private:
+  static constexpr size_t kLinearScanLimit = 16;
   std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, size_t> index_;  // built once entries_ outgrows a scan
 };
 
 struct CallArgs {
@@ -131,6 +136,9 @@ class Value {
                NamespacePtr, FunctionPtr>
       data_;
 };
+
+// The type with an article for error messages: "a string", "an integer", "undefined".
+std::string type_of(const Value& value);
 
 // What {{ value }} prints (undefined and none print nothing; functions cannot be printed).
 std::string to_output(const Value& value);
