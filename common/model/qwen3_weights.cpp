@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "common/model/host_buffer.h"
 #include "common/model/parallel_for.h"
 #include "common/model/qwen3_layout.h"
 #include "common/model/tensor_shape.h"
@@ -169,7 +170,7 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
       continue;
     }
     size_t count = static_cast<size_t>(view.numel());
-    std::shared_ptr<std::byte[]> buffer(new std::byte[count * dtype_size(compute_dtype)]);
+    std::shared_ptr<std::byte[]> buffer = allocate_host_buffer(count * dtype_size(compute_dtype));
     conversions.push_back({view.data, view.dtype, buffer.get(), compute_dtype, count});
     tensor.data = buffer.get();
     tensor.keep_alive = std::move(buffer);
