@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End-to-end checks of the command-line tools on a tiny synthetic checkpoint:
+#   pdserve-generate reproduces the float64 reference's greedy tokens, honours seeds, prints
+#   the stats line, and rejects bad input with exit code 2; pdserve-tokenize round-trips.
+# Usage: cli_test.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1
+source=$2
+make_model=$build/tools/make_model/pdserve-make-model
+generate=$build/tools/generate/pdserve-generate
+tokenize=$build/tools/tokenize/pdserve-tokenize
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passes=0
+
+pass() { passes=$((passes + 1)); echo "ok: $1"; }
+fail() { failures=$((failures + 1)); echo "FAIL: $1"; }
+expect_eq() { if [[ "$2" == "$3" ]]; then pass "$1"; else fail "$1: expected [$3], got [$2]"; fi; }
+expect_exit() {  # name expected_code command...
+  local name=$1 expected=$2
+  shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local code=$?
+  if [[ $code -eq $expected ]] && { [[ $expected -eq 0 ]] || grep -q '^error: ' "$work/err"; }; then
+    pass "$name"
+  else
+    fail "$name: exit $code (expected $expected); stderr: $(head -c 300 "$work/err")"
+  fi
+}
+
+golden=$source/tests/data/reference/tiny.json
+model=$work/tiny
+"$make_model" --config "$source/tests/data/reference/configs/tiny.json" --out "$model" --seed 7 \
+  --layers 2 --dtype bfloat16 --tie >/dev/null || { echo "FAIL: make-model"; exit 1; }
+
+# Greedy generation equals the reference's teacher-forced greedy tokens.
+prompt_ids=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt_ids'])))" "$golden")
+expected=$(python3 -c "
+import json, sys
+g = json.load(open(sys.argv[1]))
+print(json.dumps([s['greedy_token'] for s in g['decode_steps']], separators=(',', ':')))" "$golden")
+got=$("$generate" --model "$model" --prompt-ids "$prompt_ids" --max-new-tokens 16 --temperature 0 \
+  --ignore-eos --print-ids | tr -d ' ')
+expect_eq "greedy ids match the float64 reference" "$got" "$expected"
+got_chunked=$("$generate" --model "$model" --prompt-ids "$prompt_ids" --max-new-tokens 16 --temperature 0 \
+  --ignore-eos --print-ids --max-prefill-tokens 7 --block-size 4 | tr -d ' ')
+expect_eq "chunked prefill and another block size give the same tokens" "$got_chunked" "$expected"
+
+# Stats line and prompt length of the README example.
+"$generate" --model "$model" --prompt "Explain KV cache in one sentence." --max-new-tokens 5 \
+  --temperature 0 --ignore-eos --show-stats >"$work/out" 2>"$work/err"
+if grep -Eq '^prompt_tokens=8 generated_tokens=5 ttft_ms=[0-9.]+ tpot_ms=[0-9.]+ tokens_per_second=[0-9.]+ device=cpu dtype=bfloat16 ' "$work/err"; then
+  pass "stats line"
+else
+  fail "stats line: $(cat "$work/err")"
+fi
+
+# Seeds: same seed, same sample; the sampled ids are valid.
+a=$("$generate" --model "$model" --prompt "Hello" --max-new-tokens 8 --temperature 1 --seed 5 --print-ids)
+b=$("$generate" --model "$model" --prompt "Hello" --max-new-tokens 8 --temperature 1 --seed 5 --print-ids)
+expect_eq "same seed, same output" "$a" "$b"
+
+# Bad input: one clear message, exit code 2.
+expect_exit "missing model" 2 "$generate" --model "$work/absent" --prompt hi
+expect_exit "no prompt" 2 "$generate" --model "$model"
+expect_exit "empty prompt" 2 "$generate" --model "$model" --prompt ""
+expect_exit "negative temperature" 2 "$generate" --model "$model" --prompt hi --temperature -1
+expect_exit "top_p zero" 2 "$generate" --model "$model" --prompt hi --top-p 0
+expect_exit "top_p above one" 2 "$generate" --model "$model" --prompt hi --top-p 1.5
+expect_exit "id outside vocabulary" 2 "$generate" --model "$model" --prompt-ids 1,2,999999
+expect_exit "malformed ids" 2 "$generate" --model "$model" --prompt-ids 1,x
+expect_exit "beyond max_position_embeddings" 2 "$generate" --model "$model" --prompt hi --max-new-tokens 40960
+expect_exit "KV pool too small" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib 0.000001
+expect_exit "unknown dtype" 2 "$generate" --model "$model" --prompt hi --dtype int8
+expect_exit "cuda unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda
+expect_exit "unknown flag" 2 "$generate" --model "$model" --prompt hi --no-such-flag
+expect_exit "help" 0 "$generate" --help
+
+# pdserve-tokenize.
+expect_eq "tokenize" "$(echo '"Explain KV cache in one sentence."' | "$tokenize" --model "$model")" \
+  "[840,20772,84648,6500,304,825,11652,13]"
+expect_eq "decode" "$(echo '[9707,1879]' | "$tokenize" --model "$model" --decode)" '"Hello world"'
+expect_eq "chat render" \
+  "$(echo '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true,"enable_thinking":false}' | "$tokenize" --model "$model" --chat --render)" \
+  '"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"'
+expect_eq "chat ids" \
+  "$(echo '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true}' | "$tokenize" --model "$model" --chat)" \
+  "[151644,872,198,13048,151645,198,151644,77091,198]"
+expect_exit "tokenize bad JSON" 2 bash -c "echo '{bad' | '$tokenize' --model '$model'"
+expect_exit "decode bad id" 2 bash -c "echo '[-1]' | '$tokenize' --model '$model' --decode"
+
+echo "cli: $passes passed, $failures failed"
+[[ $failures -eq 0 ]]
