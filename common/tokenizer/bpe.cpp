@@ -10,7 +10,46 @@ bool comes_later(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b)
   return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
 }
 
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+// Words up to this many bytes are merged by rescanning the pair ranks (cheap for a handful of
+// symbols); longer ones use a heap so that hostile inputs stay O(n log n).
+constexpr size_t kShortWordBytes = 128;
+
 }  // namespace
+
+void BpeModel::MergeTable::reserve(size_t count) {
+  size_t capacity = 16;
+  shift_ = 60;
+  while (capacity < count * 2) {
+    capacity *= 2;
+    --shift_;
+  }
+  slots_.assign(capacity, Slot{});
+}
+
+void BpeModel::MergeTable::insert(int32_t left, int32_t right, Merge merge) {
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = slot_of(key);; i = (i + 1) & mask) {
+    if (slots_[i].key == key) return;
+    if (slots_[i].key == kEmpty) {
+      slots_[i] = {key, merge};
+      return;
+    }
+  }
+}
+
+const BpeModel::Merge* BpeModel::MergeTable::find(int32_t left, int32_t right) const {
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = slot_of(key);; i = (i + 1) & mask) {
+    if (slots_[i].key == key) return &slots_[i].merge;
+    if (slots_[i].key == kEmpty) return nullptr;
+  }
+}
 
 Result<BpeModel> BpeModel::build(const TokenizerSpec& spec, const ByteLevelAlphabet& alphabet) {
   BpeModel model;
@@ -38,8 +77,7 @@ Result<BpeModel> BpeModel::build(const TokenizerSpec& spec, const ByteLevelAlpha
     PDS_ASSIGN_OR_RETURN(const int32_t right_id, id_of(right));
     PDS_ASSIGN_OR_RETURN(const int32_t merged_id, id_of(left + right));
     // A pair listed twice keeps its first (lowest) rank.
-    model.merges_.try_emplace(pair_key(left_id, right_id),
-                              Merge{static_cast<uint32_t>(rank), merged_id});
+    model.merges_.insert(left_id, right_id, Merge{static_cast<uint32_t>(rank), merged_id});
   }
   if (spec.ignore_merges) {
     for (const auto& [token, id] : spec.vocab) {
@@ -50,11 +88,6 @@ Result<BpeModel> BpeModel::build(const TokenizerSpec& spec, const ByteLevelAlpha
   return model;
 }
 
-const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
-  auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
-}
-
 void BpeModel::encode_word(std::string_view word, BpeScratch& scratch,
                            std::vector<int32_t>& ids) const {
   if (!whole_words_.empty()) {
@@ -63,6 +96,47 @@ void BpeModel::encode_word(std::string_view word, BpeScratch& scratch,
       return;
     }
   }
+  if (word.size() > kShortWordBytes) {
+    merge_long_word(word, scratch, ids);
+    return;
+  }
+  std::vector<int32_t>& symbols = scratch.short_word;
+  symbols.clear();
+  for (char byte : word) symbols.push_back(byte_to_id_[static_cast<uint8_t>(byte)]);
+  merge_short_word(symbols);
+  ids.insert(ids.end(), symbols.begin(), symbols.end());
+}
+
+void BpeModel::merge_short_word(std::vector<int32_t>& symbols) const {
+  // ranks[i]: rank of the merge of symbols[i] and symbols[i + 1], or kNone.
+  constexpr uint32_t kNone = ~uint32_t{0};
+  uint32_t ranks[kShortWordBytes];
+  int32_t merged[kShortWordBytes];
+  const auto rank_pair = [&](size_t i) {
+    const Merge* merge = merges_.find(symbols[i], symbols[i + 1]);
+    ranks[i] = merge != nullptr ? merge->rank : kNone;
+    merged[i] = merge != nullptr ? merge->merged_id : -1;
+  };
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) rank_pair(i);
+  while (symbols.size() > 1) {
+    size_t best = 0;  // the leftmost pair of lowest rank
+    for (size_t i = 1; i + 1 < symbols.size(); ++i) {
+      if (ranks[i] < ranks[best]) best = i;
+    }
+    if (ranks[best] == kNone) break;
+    symbols[best] = merged[best];
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    for (size_t i = best + 1; i + 1 < symbols.size(); ++i) {  // pairs right of the merge shift left
+      ranks[i] = ranks[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    if (best > 0) rank_pair(best - 1);
+    if (best + 1 < symbols.size()) rank_pair(best);
+  }
+}
+
+void BpeModel::merge_long_word(std::string_view word, BpeScratch& scratch,
+                               std::vector<int32_t>& ids) const {
   auto& symbols = scratch.symbols;
   auto& heap = scratch.heap;
   symbols.clear();
@@ -75,7 +149,7 @@ void BpeModel::encode_word(std::string_view word, BpeScratch& scratch,
   const auto push_candidate = [&](int32_t left) {
     const int32_t right = symbols[left].next;
     if (right < 0) return;
-    if (const Merge* merge = find_merge(symbols[left].id, symbols[right].id)) {
+    if (const Merge* merge = merges_.find(symbols[left].id, symbols[right].id)) {
       heap.push_back({merge->rank, left, symbols[left].id, symbols[right].id, merge->merged_id});
       std::push_heap(heap.begin(), heap.end(), comes_later);
     }

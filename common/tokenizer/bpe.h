@@ -31,6 +31,7 @@ struct BpeScratch {
   };
   std::vector<Symbol> symbols;
   std::vector<Candidate> heap;
+  std::vector<int32_t> short_word;
 };
 
 class BpeModel {
@@ -46,14 +47,31 @@ class BpeModel {
     uint32_t rank;
     int32_t merged_id;
   };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-           static_cast<uint32_t>(right);
-  }
-  const Merge* find_merge(int32_t left, int32_t right) const;
+  // Open-addressing map from a (left id, right id) pair to its merge: one probe of a flat array
+  // in the common case, which matters because encoding is mostly merge lookups.
+  class MergeTable {
+   public:
+    void reserve(size_t count);
+    // Keeps the first merge stored for a pair (the lowest rank).
+    void insert(int32_t left, int32_t right, Merge merge);
+    const Merge* find(int32_t left, int32_t right) const;
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    struct Slot {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    size_t slot_of(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
+    std::vector<Slot> slots_;
+    int shift_ = 64;
+  };
+
+  void merge_short_word(std::vector<int32_t>& symbols) const;
+  void merge_long_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>& ids) const;
 
   std::vector<int32_t> byte_to_id_ = std::vector<int32_t>(256, -1);
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
   // With ignore_merges, words that are whole tokens skip merging (keyed by raw bytes).
   std::unordered_map<std::string, int32_t> whole_words_;
 };

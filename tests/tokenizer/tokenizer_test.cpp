@@ -99,6 +99,25 @@ TEST(Tokenizer, EmptyInputs) {
   EXPECT_EQ(tokenizer.decode(Ids{}).value(), "");
 }
 
+TEST(Tokenizer, HugeRunsRoundTrip) {
+  // One pre-token of a megabyte (the BPE heap path), long whitespace runs (the regex look-ahead)
+  // and long digit runs: ASCII is NFC-invariant, so decode must give the input back exactly.
+  const Tokenizer& tokenizer = qwen3_tokenizer();
+  const std::string word(1 << 20, 'a');
+  const std::string spaces =
+      std::string(1 << 20, ' ') + "x" + std::string(100000, '\n') + "\t \r\n";
+  std::string digits;
+  for (int i = 0; i < 200000; ++i) digits += static_cast<char>('0' + i * 7 % 10);
+  for (const std::string* text :
+       std::initializer_list<const std::string*>{&word, &spaces, &digits}) {
+    Result<Ids> ids = tokenizer.encode(*text);
+    ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+    EXPECT_LE(ids->size(), text->size());
+    EXPECT_EQ(tokenizer.decode(*ids).value(), *text);
+  }
+  EXPECT_EQ(tokenizer.encode(digits).value().size(), digits.size());  // \p{N} splits every digit
+}
+
 TEST(Tokenizer, ConcurrentEncodesAgreeWithSequentialOnes) {
   const Tokenizer& tokenizer = qwen3_tokenizer();
   std::vector<std::string> texts;
@@ -112,7 +131,7 @@ TEST(Tokenizer, ConcurrentEncodesAgreeWithSequentialOnes) {
   const Tokenizer shared_copy = tokenizer;  // copies share the tables
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (size_t i = t; i < texts.size() * 2; i += 1) {  // every thread covers every text
+      for (size_t i = 0; i < texts.size() * 2; ++i) {  // each thread sees every text twice
         const size_t k = (i * 7 + static_cast<size_t>(t)) % texts.size();
         Result<Ids> ids = shared_copy.encode(texts[k]);
         if (!ids.ok() || *ids != expected[k]) ++mismatches[t];
