@@ -6,9 +6,12 @@ namespace pdserve::tokenizer_detail {
 namespace {
 
 // Min-heap order on (rank, position): the lowest rank first, then the leftmost pair.
-bool comes_later(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) {
-  return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
-}
+// (A function object rather than a function so that the heap operations inline it.)
+struct ComesLater {
+  bool operator()(const BpeScratch::Candidate& a, const BpeScratch::Candidate& b) const {
+    return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;
+  }
+};
 
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -151,13 +154,13 @@ void BpeModel::merge_long_word(std::string_view word, BpeScratch& scratch,
     if (right < 0) return;
     if (const Merge* merge = merges_.find(symbols[left].id, symbols[right].id)) {
       heap.push_back({merge->rank, left, symbols[left].id, symbols[right].id, merge->merged_id});
-      std::push_heap(heap.begin(), heap.end(), comes_later);
+      std::push_heap(heap.begin(), heap.end(), ComesLater{});
     }
   };
   for (int32_t i = 0; i + 1 < count; ++i) push_candidate(i);
 
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), comes_later);
+    std::pop_heap(heap.begin(), heap.end(), ComesLater{});
     const BpeScratch::Candidate candidate = heap.back();
     heap.pop_back();
     // Skip candidates made stale by an earlier merge of one of their symbols.
