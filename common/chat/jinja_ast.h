@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/chat/jinja_value.h"
@@ -32,6 +33,32 @@ enum class ExprKind {
   kSelect,   // left if condition (undefined otherwise)
 };
 
+// Operators of kUnary and kBinary nodes, resolved once by the parser.
+enum class Op {
+  kNone,
+  kAnd,
+  kOr,
+  kNot,
+  kEq,
+  kNe,
+  kLt,
+  kGt,
+  kLe,
+  kGe,
+  kIn,
+  kNotIn,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kFloorDiv,
+  kMod,
+  kPow,
+  kConcat
+};
+
+Op operator_from_name(std::string_view name);
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -46,6 +73,7 @@ struct Expr {
   int depth = 1;
   Value literal;
   std::string name;
+  Op op = Op::kNone;
   std::vector<ExprPtr> items;
   std::vector<CallArg> args;
   ExprPtr left, right, condition;

@@ -334,8 +334,8 @@ Value Interpreter::eval(const Expr& expr, Scope& scope) {
       }
       case ExprKind::kUnary: {
         Value operand = eval(*expr.left, scope);
-        if (expr.name == "not") return Value::boolean(!operand.truthy());
-        bool negate = expr.name == "-";
+        if (expr.op == Op::kNot) return Value::boolean(!operand.truthy());
+        bool negate = expr.op == Op::kSub;
         if (operand.is(Value::Type::kFloat))
           return Value::floating(negate ? -operand.as_float() : operand.as_float());
         if (operand.is(Value::Type::kInt) || operand.is(Value::Type::kBool)) {
@@ -412,73 +412,74 @@ Value integer_power(int64_t base, int64_t exponent) {
   return Value::integer(result);
 }
 
-Value arithmetic(const std::string& op, const Value& left, const Value& right) {
+Value arithmetic(Op op, const Value& left, const Value& right) {
   bool both_int = left.is(Value::Type::kInt) && right.is(Value::Type::kInt);
-  if (op == "+" || op == "-" || op == "*") {
+  if (op == Op::kAdd || op == Op::kSub || op == Op::kMul) {
     if (both_int) {
       int64_t a = left.as_int();
       int64_t b = right.as_int();
       int64_t r = 0;
-      bool overflow = op == "+"   ? __builtin_add_overflow(a, b, &r)
-                      : op == "-" ? __builtin_sub_overflow(a, b, &r)
-                                  : __builtin_mul_overflow(a, b, &r);
+      bool overflow = op == Op::kAdd   ? __builtin_add_overflow(a, b, &r)
+                      : op == Op::kSub ? __builtin_sub_overflow(a, b, &r)
+                                       : __builtin_mul_overflow(a, b, &r);
       return Value::integer(checked_int(overflow, r));
     }
     double a = left.as_number();
     double b = right.as_number();
-    return Value::floating(op == "+" ? a + b : op == "-" ? a - b : a * b);
+    return Value::floating(op == Op::kAdd ? a + b : op == Op::kSub ? a - b : a * b);
   }
-  if (op == "/" || op == "//" || op == "%") {
+  if (op == Op::kDiv || op == Op::kFloorDiv || op == Op::kMod) {
     if (right.as_number() == 0) fail("division by zero");
-    if (op == "/") return Value::floating(left.as_number() / right.as_number());
+    if (op == Op::kDiv) return Value::floating(left.as_number() / right.as_number());
     if (both_int) {
       int64_t a = left.as_int();
       int64_t b = right.as_int();
       if (b == -1)
-        return op == "%"
+        return op == Op::kMod
                    ? Value::integer(0)
                    : Value::integer(checked_int(a == std::numeric_limits<int64_t>::min(), -a));
-      if (op == "%") return Value::integer(a % b);  // sign of the dividend, like JS
+      if (op == Op::kMod) return Value::integer(a % b);  // sign of the dividend, like JS
       int64_t q = a / b;
       if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
       return Value::integer(q);
     }
-    if (op == "%") return Value::floating(std::fmod(left.as_number(), right.as_number()));
+    if (op == Op::kMod) return Value::floating(std::fmod(left.as_number(), right.as_number()));
     return Value::floating(std::floor(left.as_number() / right.as_number()));
   }
   double a = left.as_number();
   double b = right.as_number();
-  if (op == "<") return Value::boolean(a < b);
-  if (op == ">") return Value::boolean(a > b);
-  if (op == "<=") return Value::boolean(a <= b);
-  if (op == ">=") return Value::boolean(a >= b);
+  if (op == Op::kLt) return Value::boolean(a < b);
+  if (op == Op::kGt) return Value::boolean(a > b);
+  if (op == Op::kLe) return Value::boolean(a <= b);
+  if (op == Op::kGe) return Value::boolean(a >= b);
   return Value();  // not an arithmetic operator: the caller reports it
 }
 
 }  // namespace
 
 Value Interpreter::eval_binary(const Expr& expr, Scope& scope) {
-  const std::string& op = expr.name;
+  const Op op = expr.op;
+  const std::string& name = expr.name;
   Value left = eval(*expr.left, scope);
-  if (op == "and") return left.truthy() ? eval(*expr.right, scope) : left;
-  if (op == "or") return left.truthy() ? left : eval(*expr.right, scope);
+  if (op == Op::kAnd) return left.truthy() ? eval(*expr.right, scope) : left;
+  if (op == Op::kOr) return left.truthy() ? left : eval(*expr.right, scope);
   Value right = eval(*expr.right, scope);
-  if (op == "==") return Value::boolean(loose_equals(left, right));
-  if (op == "!=") return Value::boolean(!loose_equals(left, right));
-  bool membership = op == "in" || op == "not in";
+  if (op == Op::kEq) return Value::boolean(loose_equals(left, right));
+  if (op == Op::kNe) return Value::boolean(!loose_equals(left, right));
+  bool membership = op == Op::kIn || op == Op::kNotIn;
 
   if (left.is_undefined() || right.is_undefined()) {
     // `x in undefined` is false rather than an error.
-    if (right.is_undefined() && membership) return Value::boolean(op == "not in");
-    fail("cannot apply '" + op + "' to an undefined value");
+    if (right.is_undefined() && membership) return Value::boolean(op == Op::kNotIn);
+    fail("cannot apply '" + name + "' to an undefined value");
   }
-  if (left.is_none() || right.is_none()) fail("cannot apply '" + op + "' to none");
-  if (op == "~") {
+  if (left.is_none() || right.is_none()) fail("cannot apply '" + name + "' to none");
+  if (op == Op::kConcat) {
     std::string text = to_raw_string(left) + to_raw_string(right);
     budget_.check_string(text.size());
     return Value::string(std::move(text));
   }
-  if (op == "**" && numeric_like(left) && numeric_like(right)) {
+  if (op == Op::kPow && numeric_like(left) && numeric_like(right)) {
     double a = numeric_value(left);
     double b = numeric_value(right);
     if (a == 0 && b < 0) fail("0 cannot be raised to a negative power");
@@ -492,7 +493,7 @@ Value Interpreter::eval_binary(const Expr& expr, Scope& scope) {
     Value result = arithmetic(op, left, right);
     if (!result.is_undefined()) return result;
   } else if (left.is_array() && right.is_array()) {
-    if (op == "+") {
+    if (op == Op::kAdd) {
       std::vector<Value> items = left.as_array().items;
       budget_.check_list(items.size() + right.as_array().items.size());
       items.insert(items.end(), right.as_array().items.begin(), right.as_array().items.end());
@@ -506,24 +507,24 @@ Value Interpreter::eval_binary(const Expr& expr, Scope& scope) {
         break;
       }
     }
-    return Value::boolean(found == (op == "in"));
+    return Value::boolean(found == (op == Op::kIn));
   }
   bool left_string = left.is(Value::Type::kString);
   bool right_string = right.is(Value::Type::kString);
-  if ((left_string || right_string) && op == "+") {
+  if ((left_string || right_string) && op == Op::kAdd) {
     std::string text = to_raw_string(left) + to_raw_string(right);
     budget_.check_string(text.size());
     return Value::string(std::move(text));
   }
   if (left_string && right_string && membership) {
     bool found = right.as_string().find(left.as_string()) != std::string::npos;
-    return Value::boolean(found == (op == "in"));
+    return Value::boolean(found == (op == Op::kIn));
   }
   if (left_string && right.is(Value::Type::kObject) && membership) {
     bool found = right.as_object().find(left.as_string()) != nullptr;
-    return Value::boolean(found == (op == "in"));
+    return Value::boolean(found == (op == Op::kIn));
   }
-  fail("unsupported operator '" + op + "' between " + type_of(left) + " and " + type_of(right));
+  fail("unsupported operator '" + name + "' between " + type_of(left) + " and " + type_of(right));
 }
 
 }  // namespace pdserve::jinja

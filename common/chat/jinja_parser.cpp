@@ -11,6 +11,20 @@
 #include "common/chat/jinja_lexer.h"
 
 namespace pdserve::jinja {
+
+Op operator_from_name(std::string_view name) {
+  static constexpr std::pair<std::string_view, Op> kOps[] = {
+      {"and", Op::kAnd}, {"or", Op::kOr},  {"not", Op::kNot},      {"==", Op::kEq},
+      {"!=", Op::kNe},   {"<", Op::kLt},   {">", Op::kGt},         {"<=", Op::kLe},
+      {">=", Op::kGe},   {"in", Op::kIn},  {"not in", Op::kNotIn}, {"+", Op::kAdd},
+      {"-", Op::kSub},   {"*", Op::kMul},  {"/", Op::kDiv},        {"//", Op::kFloorDiv},
+      {"%", Op::kMod},   {"**", Op::kPow}, {"~", Op::kConcat}};
+  for (const auto& [text, op] : kOps) {
+    if (text == name) return op;
+  }
+  return Op::kNone;
+}
+
 namespace {
 
 class Parser {
@@ -324,6 +338,7 @@ class Parser {
 
   ExprPtr binary(std::string op, ExprPtr left, ExprPtr right, size_t at) {
     auto expr = make_expr(ExprKind::kBinary, at);
+    expr->op = operator_from_name(op);
     expr->name = std::move(op);
     expr->left = std::move(left);
     expr->right = std::move(right);
@@ -395,6 +410,7 @@ class Parser {
     auto expr = make_expr(ExprKind::kUnary, offset());
     ++pos_;
     expr->name = "not";
+    expr->op = Op::kNot;
     expr->left = parse_not();
     return checked(std::move(expr));
   }
@@ -498,6 +514,7 @@ class Parser {
       DepthGuard guard(*this, expression_depth_, kMaxExpressionDepth, "nested expressions");
       auto expr = make_expr(ExprKind::kUnary, offset());
       expr->name = peek().value;
+      expr->op = operator_from_name(expr->name);
       ++pos_;
       expr->left = parse_unary_sign();
       return checked(std::move(expr));
