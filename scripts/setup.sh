@@ -7,11 +7,13 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
-  python3 python3-torch python3-numpy
-  nodejs npm curl
+  python3 python3-torch python3-numpy curl
 )
 
 missing=()
+# Node.js runs the oracle scripts in tools/oracle; a machine may already have it from another
+# source (e.g. NodeSource, whose nodejs bundles npm and conflicts with Debian's npm).
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
