@@ -12,22 +12,32 @@ namespace {
 constexpr int kMaxHeadDim = 512;
 constexpr int kMaxBlockSize = 256;
 
-// Online softmax over the KV blocks in position order. The block boundaries are those of the
-// paged pool (multiples of block_size), so the arithmetic for a query position is the same
-// however the prompt was chunked or batched.
-void attend_one_head(const float* q, const AttentionBatch& batch, const KvCacheView& cache,
-                     int64_t layer_offset, int seq, int position, int kv_head, float scale,
-                     float* out) {
+constexpr int kMaxGroupHeads = 16;
+
+// Query heads [first_head, first_head + num_heads) of one token, all reading kv_head: each key
+// and value vector is loaded once for the whole group. Per head: online softmax over the KV
+// blocks in position order. The block boundaries are those of the paged pool (multiples of
+// block_size), so the arithmetic for a query position is the same however the prompt was
+// chunked or batched, and however many heads are processed together.
+void attend_heads(const float* q_row, int first_head, int num_heads, const AttentionBatch& batch,
+                  const KvCacheView& cache, int64_t layer_offset, int seq, int position,
+                  int kv_head, float scale, float* out_row) {
   const int head_dim = cache.head_dim;
   const int block_size = cache.block_size;
   const DType dtype = cache.dtype;
-  const size_t element_bytes = dtype == DType::kF32 ? 4 : 2;
+  const int64_t element_bytes = dtype == DType::kF32 ? 4 : 2;
   const int32_t* block_table =
       batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
-  float acc[kMaxHeadDim] = {};
-  float running_max = -std::numeric_limits<float>::infinity();
-  float running_sum = 0.0f;
-  float scores[kMaxBlockSize];
+  float acc[kMaxGroupHeads][kMaxHeadDim];
+  float running_max[kMaxGroupHeads];
+  float running_sum[kMaxGroupHeads];
+  float block_max[kMaxGroupHeads];
+  float scores[kMaxGroupHeads][kMaxBlockSize];
+  for (int g = 0; g < num_heads; ++g) {
+    std::fill_n(acc[g], head_dim, 0.0f);
+    running_max[g] = -std::numeric_limits<float>::infinity();
+    running_sum[g] = 0.0f;
+  }
   const int num_keys = position + 1;
   for (int block_start = 0; block_start < num_keys; block_start += block_size) {
     const int block_id = block_table[block_start / block_size];
@@ -35,27 +45,37 @@ void attend_one_head(const float* q, const AttentionBatch& batch, const KvCacheV
     const int64_t base = layer_offset +
                          static_cast<int64_t>(block_id) * block_size * cache.token_elements() +
                          static_cast<int64_t>(kv_head) * head_dim;
-    float block_max = running_max;
+    for (int g = 0; g < num_heads; ++g) block_max[g] = running_max[g];
     for (int j = 0; j < count; ++j) {
       const auto* key = static_cast<const std::byte*>(cache.k) +
-                        (base + j * cache.token_elements()) * static_cast<int64_t>(element_bytes);
-      scores[j] = dot_f32(q, key, dtype, head_dim) * scale;
-      block_max = std::max(block_max, scores[j]);
+                        (base + j * cache.token_elements()) * element_bytes;
+      for (int g = 0; g < num_heads; ++g) {
+        const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
+        scores[g][j] = dot_f32(q, key, dtype, head_dim) * scale;
+        block_max[g] = std::max(block_max[g], scores[g][j]);
+      }
     }
-    const float correction = std::exp(running_max - block_max);
-    running_sum *= correction;
-    for (int d = 0; d < head_dim; ++d) acc[d] *= correction;
+    for (int g = 0; g < num_heads; ++g) {
+      const float correction = std::exp(running_max[g] - block_max[g]);
+      running_sum[g] *= correction;
+      for (int d = 0; d < head_dim; ++d) acc[g][d] *= correction;
+    }
     for (int j = 0; j < count; ++j) {
-      const float weight = std::exp(scores[j] - block_max);
-      running_sum += weight;
       const auto* value = static_cast<const std::byte*>(cache.v) +
-                          (base + j * cache.token_elements()) * static_cast<int64_t>(element_bytes);
-      axpy_f32(weight, value, dtype, acc, head_dim);
+                          (base + j * cache.token_elements()) * element_bytes;
+      for (int g = 0; g < num_heads; ++g) {
+        const float weight = std::exp(scores[g][j] - block_max[g]);
+        running_sum[g] += weight;
+        axpy_f32(weight, value, dtype, acc[g], head_dim);
+      }
     }
-    running_max = block_max;
+    for (int g = 0; g < num_heads; ++g) running_max[g] = block_max[g];
   }
-  const float inv_sum = 1.0f / running_sum;
-  for (int d = 0; d < head_dim; ++d) out[d] = acc[d] * inv_sum;
+  for (int g = 0; g < num_heads; ++g) {
+    const float inv_sum = 1.0f / running_sum[g];
+    float* out = out_row + static_cast<int64_t>(first_head + g) * head_dim;
+    for (int d = 0; d < head_dim; ++d) out[d] = acc[g][d] * inv_sum;
+  }
 }
 
 Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
@@ -96,20 +116,24 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
 Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                        int layer, int num_heads, float scale, MatrixView out, int num_threads) {
   PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
-  const int head_dim = cache.head_dim;
   const int group = num_heads / cache.num_kv_heads;
+  const int chunks_per_kv_head = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
-  const int64_t work_items = static_cast<int64_t>(batch.num_tokens) * num_heads;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(num_threads)
+  const int64_t work_items =
+      static_cast<int64_t>(batch.num_tokens) * cache.num_kv_heads * chunks_per_kv_head;
+#pragma omp parallel for schedule(dynamic, 2) num_threads(num_threads)
   for (int64_t item = 0; item < work_items; ++item) {
-    const int token = static_cast<int>(item / num_heads);
-    const int head = static_cast<int>(item % num_heads);
+    const int per_token = cache.num_kv_heads * chunks_per_kv_head;
+    const int token = static_cast<int>(item / per_token);
+    const int kv_head = static_cast<int>(item % per_token) / chunks_per_kv_head;
+    const int chunk = static_cast<int>(item % per_token) % chunks_per_kv_head;
+    const int first_head = kv_head * group + chunk * kMaxGroupHeads;
+    const int heads = std::min(kMaxGroupHeads, group - chunk * kMaxGroupHeads);
     const int seq = static_cast<int>(
         std::upper_bound(batch.query_start + 1, batch.query_start + batch.num_seqs + 1, token) -
         (batch.query_start + 1));
-    attend_one_head(q.row<float>(token) + static_cast<int64_t>(head) * head_dim, batch, cache,
-                    layer_offset, seq, batch.positions[token], head / group, scale,
-                    out.row<float>(token) + static_cast<int64_t>(head) * head_dim);
+    attend_heads(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
+                 batch.positions[token], kv_head, scale, out.row<float>(token));
   }
   return {};
 }
