@@ -89,20 +89,46 @@ float f16_to_float(uint16_t value) {
 
 namespace {
 
-void store_from_float(void* dst, DType to, size_t i, float value) {
+template <DType From>
+inline float load_typed(const void* src, size_t i) {
+  if constexpr (From == DType::kF32) {
+    float v;
+    std::memcpy(&v, static_cast<const std::byte*>(src) + 4 * i, 4);
+    return v;
+  } else {
+    uint16_t v;
+    std::memcpy(&v, static_cast<const std::byte*>(src) + 2 * i, 2);
+    return From == DType::kBF16 ? bf16_to_float(v) : f16_to_float(v);
+  }
+}
+
+template <DType To>
+inline void store_typed(void* dst, size_t i, float value) {
+  if constexpr (To == DType::kF32) {
+    std::memcpy(static_cast<std::byte*>(dst) + 4 * i, &value, 4);
+  } else {
+    const uint16_t v = To == DType::kBF16 ? float_to_bf16(value) : float_to_f16(value);
+    std::memcpy(static_cast<std::byte*>(dst) + 2 * i, &v, 2);
+  }
+}
+
+// One loop per (from, to) pair so the element type is not re-examined per element.
+template <DType From, DType To>
+void convert_loop(const void* src, void* dst, size_t count) {
+  for (size_t i = 0; i < count; ++i) store_typed<To>(dst, i, load_typed<From>(src, i));
+}
+
+template <DType From>
+void convert_from(const void* src, void* dst, DType to, size_t count) {
   switch (to) {
-    case DType::kBF16: {
-      uint16_t v = float_to_bf16(value);
-      std::memcpy(static_cast<std::byte*>(dst) + 2 * i, &v, 2);
+    case DType::kBF16:
+      convert_loop<From, DType::kBF16>(src, dst, count);
       return;
-    }
-    case DType::kF16: {
-      uint16_t v = float_to_f16(value);
-      std::memcpy(static_cast<std::byte*>(dst) + 2 * i, &v, 2);
+    case DType::kF16:
+      convert_loop<From, DType::kF16>(src, dst, count);
       return;
-    }
     case DType::kF32:
-      std::memcpy(static_cast<std::byte*>(dst) + 4 * i, &value, 4);
+      convert_loop<From, DType::kF32>(src, dst, count);
       return;
   }
 }
@@ -114,7 +140,17 @@ void convert_elements(const void* src, DType from, void* dst, DType to, size_t c
     std::memcpy(dst, src, count * dtype_size(from));
     return;
   }
-  for (size_t i = 0; i < count; ++i) store_from_float(dst, to, i, load_as_float(src, from, i));
+  switch (from) {
+    case DType::kBF16:
+      convert_from<DType::kBF16>(src, dst, to, count);
+      return;
+    case DType::kF16:
+      convert_from<DType::kF16>(src, dst, to, count);
+      return;
+    case DType::kF32:
+      convert_from<DType::kF32>(src, dst, to, count);
+      return;
+  }
 }
 
 }  // namespace pdserve

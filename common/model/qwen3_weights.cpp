@@ -35,28 +35,9 @@ struct Conversion {
   size_t count;
 };
 
-// Tight loops for the common pairs; everything else goes through the generic converter.
 void convert_range(const Conversion& job, size_t begin, size_t end) {
-  const std::byte* src = job.src + begin * dtype_size(job.from);
-  std::byte* dst = job.dst + begin * dtype_size(job.to);
-  size_t count = end - begin;
-  if (job.from == DType::kBF16 && job.to == DType::kF32) {
-    for (size_t i = 0; i < count; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, src + 2 * i, 2);
-      uint32_t wide = uint32_t{bits} << 16;
-      std::memcpy(dst + 4 * i, &wide, 4);
-    }
-  } else if (job.from == DType::kF32 && job.to == DType::kBF16) {
-    for (size_t i = 0; i < count; ++i) {
-      float value;
-      std::memcpy(&value, src + 4 * i, 4);
-      uint16_t bits = float_to_bf16(value);
-      std::memcpy(dst + 2 * i, &bits, 2);
-    }
-  } else {
-    convert_elements(src, job.from, dst, job.to, count);
-  }
+  convert_elements(job.src + begin * dtype_size(job.from), job.from,
+                   job.dst + begin * dtype_size(job.to), job.to, end - begin);
 }
 
 void run_conversions(const std::vector<Conversion>& jobs) {
