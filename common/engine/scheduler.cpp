@@ -1,0 +1,240 @@
+#include "common/engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+namespace pdserve {
+namespace {
+
+std::string seq_name(SeqId seq_id) {
+  return "sequence " + std::to_string(seq_id);
+}
+
+Status require_positive(int value, const char* field) {
+  if (value >= 1) return Status::ok_status();
+  return invalid_argument(std::string("scheduler config: ") + field + " must be >= 1, got " +
+                          std::to_string(value));
+}
+
+}  // namespace
+
+Status SchedulerConfig::validate() const {
+  PDS_RETURN_IF_ERROR(require_positive(num_blocks, "num_blocks"));
+  PDS_RETURN_IF_ERROR(require_positive(block_size, "block_size"));
+  PDS_RETURN_IF_ERROR(require_positive(max_num_batched_tokens, "max_num_batched_tokens"));
+  PDS_RETURN_IF_ERROR(require_positive(max_num_seqs, "max_num_seqs"));
+  PDS_RETURN_IF_ERROR(require_positive(max_num_waiting, "max_num_waiting"));
+  PDS_RETURN_IF_ERROR(require_positive(vocab_size, "vocab_size"));
+  if (max_model_len < 0) {
+    return invalid_argument("scheduler config: max_model_len must be >= 0, got " +
+                            std::to_string(max_model_len));
+  }
+  return Status::ok_status();
+}
+
+Result<Scheduler> Scheduler::create(SchedulerConfig config, BlockHashFn hash) {
+  PDS_RETURN_IF_ERROR(config.validate());
+  PDS_ASSIGN_OR_RETURN(BlockManager block_manager,
+                       BlockManager::create(config.num_blocks, config.block_size, hash));
+  // Fail here rather than on every request.
+  PDS_RETURN_IF_ERROR(
+      StopChecker::create(SamplingParams{}, config.eos_token_ids, config.vocab_size).status());
+  return Scheduler(std::move(config), std::move(block_manager));
+}
+
+Scheduler::Scheduler(SchedulerConfig config, BlockManager block_manager)
+    : config_(std::move(config)), block_manager_(std::move(block_manager)) {}
+
+Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
+  if (prompt_tokens.empty()) return invalid_argument("the prompt is empty");
+  for (size_t i = 0; i < prompt_tokens.size(); ++i) {
+    if (prompt_tokens[i] < 0 || prompt_tokens[i] >= config_.vocab_size) {
+      return invalid_argument("prompt token " + std::to_string(i) + " is " +
+                              std::to_string(prompt_tokens[i]) + ", outside [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  PDS_ASSIGN_OR_RETURN(StopChecker stop_checker,
+                       StopChecker::create(params, config_.eos_token_ids, config_.vocab_size));
+  const int64_t num_prompt = static_cast<int64_t>(prompt_tokens.size());
+  const int64_t total = num_prompt + params.max_tokens;
+  if (config_.max_model_len > 0 && total > config_.max_model_len) {
+    return out_of_range("prompt (" + std::to_string(num_prompt) + " tokens) + max_tokens (" +
+                        std::to_string(params.max_tokens) + ") exceeds the context length " +
+                        std::to_string(config_.max_model_len));
+  }
+  // The last sampled token never needs KV.
+  const int64_t needed_blocks = (total - 1 + config_.block_size - 1) / config_.block_size;
+  if (needed_blocks > config_.num_blocks) {
+    return out_of_range("prompt (" + std::to_string(num_prompt) + " tokens) + max_tokens (" +
+                        std::to_string(params.max_tokens) + ") needs " +
+                        std::to_string(needed_blocks) + " KV blocks; the pool has " +
+                        std::to_string(config_.num_blocks));
+  }
+  if (static_cast<int>(waiting_.size()) >= config_.max_num_waiting) {
+    return resource_exhausted("the waiting queue is full (" +
+                              std::to_string(config_.max_num_waiting) + " requests)");
+  }
+  const SeqId seq_id = next_seq_id_++;
+  auto seq = std::make_unique<Sequence>(seq_id, std::move(prompt_tokens), std::move(params),
+                                        std::move(stop_checker), static_cast<uint64_t>(seq_id),
+                                        std::chrono::steady_clock::now());
+  waiting_.push_back(seq.get());
+  sequences_.emplace(seq_id, std::move(seq));
+  return seq_id;
+}
+
+ScheduledBatch Scheduler::schedule() {
+  PDS_CHECK(!step_in_flight_, "schedule() called before postprocess() of the previous step");
+  ScheduledBatch batch;
+  batch.step = next_step_++;
+  int budget = config_.max_num_batched_tokens;
+  schedule_decodes(batch, budget);
+  schedule_prefills(batch, budget);
+  // Tables only change above, so the spans taken now stay valid until postprocess().
+  for (ScheduledSequence& entry : batch.entries) {
+    entry.block_table = block_manager_.block_table(entry.sequence->id());
+  }
+  step_in_flight_ = true;
+  return batch;
+}
+
+void Scheduler::schedule_decodes(ScheduledBatch& batch, int& budget) {
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& seq = *running_[i];
+    if (seq.is_prefilling()) continue;
+    bool preempted_itself = false;
+    while (!block_manager_.can_append_slot(seq)) {
+      // Victims come from the back, so they were not scheduled yet (or are `seq` itself).
+      preempted_itself = running_.back() == &seq;
+      preempt_latest(batch);
+      if (preempted_itself) break;
+    }
+    if (preempted_itself) break;
+    const Status status = block_manager_.append_slot(seq);
+    PDS_CHECK(status.ok(), status.to_string());
+    add_chunk(batch, seq, budget);
+    ++batch.num_decodes;
+  }
+}
+
+void Scheduler::schedule_prefills(ScheduledBatch& batch, int& budget) {
+  for (Sequence* seq : running_) {
+    if (budget == 0) return;
+    if (seq->is_prefilling()) add_chunk(batch, *seq, budget);
+  }
+  // Admitting now could hand the blocks just taken back to the sequences that lost them.
+  if (!batch.preempted.empty()) return;
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    if (!block_manager_.can_allocate(seq)) return;
+    const Status status = block_manager_.allocate(seq);
+    PDS_CHECK(status.ok(), status.to_string());
+    waiting_.pop_front();
+    seq.set_status(SequenceStatus::kRunning);
+    auto position = std::ranges::upper_bound(running_, seq.arrival_order(), {},
+                                             [](const Sequence* s) { return s->arrival_order(); });
+    running_.insert(position, &seq);
+    add_chunk(batch, seq, budget);
+  }
+}
+
+void Scheduler::add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget) {
+  ScheduledSequence entry;
+  entry.sequence = &seq;
+  entry.num_cached_before = seq.num_computed_tokens();
+  entry.num_new_tokens = std::min(seq.num_uncomputed_tokens(), budget);
+  entry.samples = entry.num_cached_before + entry.num_new_tokens == seq.num_tokens();
+  budget -= entry.num_new_tokens;
+  batch.num_batched_tokens += entry.num_new_tokens;
+  if (entry.samples) ++batch.num_samples;
+  batch.entries.push_back(entry);
+}
+
+void Scheduler::preempt_latest(ScheduledBatch& batch) {
+  Sequence& victim = *running_.back();
+  running_.pop_back();
+  block_manager_.free(victim.id());
+  victim.set_num_computed_tokens(0);
+  victim.set_status(SequenceStatus::kPreempted);
+  // Victims leave latest first, so the front of the queue stays in arrival order.
+  waiting_.push_front(&victim);
+  batch.preempted.push_back(victim.id());
+}
+
+Result<std::vector<SequenceUpdate>> Scheduler::postprocess(
+    const ScheduledBatch& batch, std::span<const int32_t> sampled_tokens) {
+  if (!step_in_flight_ || batch.step + 1 != next_step_) {
+    return failed_precondition("postprocess() of step " + std::to_string(batch.step) +
+                               ", which is not the pending step");
+  }
+  if (sampled_tokens.size() != static_cast<size_t>(batch.num_samples)) {
+    return invalid_argument("step " + std::to_string(batch.step) + " samples " +
+                            std::to_string(batch.num_samples) + " tokens, got " +
+                            std::to_string(sampled_tokens.size()));
+  }
+  for (size_t i = 0; i < sampled_tokens.size(); ++i) {
+    if (sampled_tokens[i] < 0 || sampled_tokens[i] >= config_.vocab_size) {
+      return invalid_argument("sampled token " + std::to_string(i) + " is " +
+                              std::to_string(sampled_tokens[i]) + ", outside [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  step_in_flight_ = false;
+
+  std::vector<SequenceUpdate> updates;
+  updates.reserve(sampled_tokens.size());
+  size_t next_sample = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    Sequence& seq = *entry.sequence;
+    const int32_t token = entry.samples ? sampled_tokens[next_sample++] : 0;
+    if (seq.status() == SequenceStatus::kAborted) continue;
+    seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
+    block_manager_.cache_computed_blocks(seq);
+    if (!entry.samples) continue;
+    const FinishReason reason = seq.append_output_token(token);
+    updates.push_back({seq.id(), token, reason});
+    if (reason != FinishReason::kNone) {
+      running_.erase(std::ranges::find(running_, &seq));
+      retire(seq.id());
+    }
+  }
+  for (SeqId seq_id : aborted_in_flight_) retire(seq_id);
+  aborted_in_flight_.clear();
+  return updates;
+}
+
+Status Scheduler::abort(SeqId seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() == SequenceStatus::kAborted) {
+    return not_found(seq_name(seq_id) + " is not queued or running");
+  }
+  Sequence* seq = it->second.get();
+  if (auto waiting = std::ranges::find(waiting_, seq); waiting != waiting_.end()) {
+    waiting_.erase(waiting);
+  } else {
+    running_.erase(std::ranges::find(running_, seq));
+  }
+  seq->set_status(SequenceStatus::kAborted);
+  if (step_in_flight_) {
+    aborted_in_flight_.push_back(seq_id);
+  } else {
+    retire(seq_id);
+  }
+  return Status::ok_status();
+}
+
+void Scheduler::retire(SeqId seq_id) {
+  block_manager_.free(seq_id);
+  sequences_.erase(seq_id);
+}
+
+const Sequence* Scheduler::find(SeqId seq_id) const {
+  auto it = sequences_.find(seq_id);
+  return it == sequences_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,130 @@
+// Continuous batching over a BlockManager, nano-vllm / vLLM-v1 style. Each step:
+//  1. running sequences in the decode phase, oldest first, one token each; when one cannot get
+//     a KV block, the most recently arrived running sequence (possibly itself) is preempted by
+//     recompute: its blocks are freed and it goes back to the front of the waiting queue;
+//  2. chunks of sequences still prefilling (oldest first), then waiting sequences admitted in
+//     FCFS order (the queue head blocks those behind it) while the token budget, the sequence
+//     cap and the KV pool allow; no admission in a step that preempted.
+// A long prompt is prefilled over several steps; it keeps its blocks in between.
+//
+// The runner turns each ScheduledSequence into a SequenceSlice {new_tokens(),
+// num_cached_before, block_table}, runs the model, samples one token for each entry with
+// `samples` set (in entry order) and hands them to postprocess().
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/engine/block_manager.h"
+#include "common/engine/sequence.h"
+
+namespace pdserve {
+
+struct SchedulerConfig {
+  int num_blocks = 0;
+  int block_size = 16;
+  int max_num_batched_tokens = 2048;  // tokens computed per step
+  int max_num_seqs = 256;             // sequences holding blocks (and so per step)
+  int max_num_waiting = 1024;         // add_request answers "queue full" beyond this
+  int max_model_len = 0;              // prompt + max_tokens limit; 0: only the pool limits it
+  int vocab_size = 0;
+  std::vector<int32_t> eos_token_ids;
+
+  // InvalidArgument naming the first field out of range.
+  Status validate() const;
+};
+
+struct ScheduledSequence {
+  Sequence* sequence = nullptr;
+  int num_new_tokens = 0;
+  int num_cached_before = 0;  // tokens already in the KV cache, before the new ones
+  bool samples = false;       // this step completes the sequence's context: sample a token
+  std::span<const int32_t> block_table;
+
+  std::span<const int32_t> new_tokens() const {
+    return sequence->tokens().subspan(static_cast<size_t>(num_cached_before),
+                                      static_cast<size_t>(num_new_tokens));
+  }
+};
+
+// Valid until the postprocess() of the same step.
+struct ScheduledBatch {
+  uint64_t step = 0;
+  std::vector<ScheduledSequence> entries;  // the num_decodes decodes first, then prefills
+  int num_decodes = 0;
+  int num_batched_tokens = 0;
+  int num_samples = 0;
+  std::vector<SeqId> preempted;  // this step, in preemption order
+
+  bool empty() const { return entries.empty(); }
+};
+
+// One sampled token of one sequence; finish_reason is kNone while it continues.
+struct SequenceUpdate {
+  SeqId seq_id = 0;
+  int32_t token = 0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+class Scheduler {
+ public:
+  // InvalidArgument for a bad config; `hash` is passed to the BlockManager.
+  static Result<Scheduler> create(SchedulerConfig config, BlockHashFn hash = &hash_block_tokens);
+
+  // Queues a request and returns its id (ids increase with arrival). InvalidArgument for an
+  // empty prompt, a token outside the vocabulary or bad sampling parameters; OutOfRange when
+  // prompt + max_tokens exceeds max_model_len or could never fit the KV pool;
+  // ResourceExhausted when the waiting queue is full (retry later).
+  Result<SeqId> add_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
+
+  // Plans the next step. Must be followed by postprocess() before the next schedule().
+  ScheduledBatch schedule();
+
+  // Applies a step's results: advances computed tokens, registers newly computed full blocks
+  // in the prefix cache, appends the sampled tokens (one per entry with `samples`, in entry
+  // order), stops finished sequences and frees their blocks (deferred while pinned).
+  // FailedPrecondition for a batch that is not the pending step; InvalidArgument when the
+  // number of tokens differs from batch.num_samples or a token is outside the vocabulary
+  // (nothing is applied then).
+  Result<std::vector<SequenceUpdate>> postprocess(const ScheduledBatch& batch,
+                                                  std::span<const int32_t> sampled_tokens);
+
+  // Cancels a request wherever it is and frees its blocks; during a step (between schedule()
+  // and postprocess()) the blocks are freed by postprocess(), after the runner is done with
+  // them. NotFound for an unknown or already finished id.
+  Status abort(SeqId seq_id);
+
+  const Sequence* find(SeqId seq_id) const;
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  const SchedulerConfig& config() const { return config_; }
+  const BlockManager& block_manager() const { return block_manager_; }
+  BlockManager& block_manager() { return block_manager_; }
+
+ private:
+  Scheduler(SchedulerConfig config, BlockManager block_manager);
+
+  void schedule_decodes(ScheduledBatch& batch, int& budget);
+  void schedule_prefills(ScheduledBatch& batch, int& budget);
+  void preempt_latest(ScheduledBatch& batch);
+  void add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget);
+  void retire(SeqId seq_id);
+
+  SchedulerConfig config_;
+  BlockManager block_manager_;
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // by arrival order; preemption victims from the back
+  std::vector<SeqId> aborted_in_flight_;
+  SeqId next_seq_id_ = 0;
+  uint64_t next_step_ = 1;
+  bool step_in_flight_ = false;
+};
+
+}  // namespace pdserve
