@@ -1,0 +1,638 @@
+#include "common/protocol/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <new>
+#include <set>
+#include <utility>
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Thrown deep inside the parser and caught at the public entry points (the module's
+// exception policy, carrying an ApiError so that the offending field is named).
+struct RequestError {
+  ApiError error;
+};
+
+[[noreturn]] void fail(std::string message, const std::string& param) {
+  std::optional<std::string> named;
+  if (!param.empty()) named = param;
+  throw RequestError{invalid_request(std::move(message), std::move(named))};
+}
+
+std::string type_name(const Json& value) {
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void fail_type(const std::string& param, const char* expected, const Json& got) {
+  fail("Invalid type for '" + param + "': expected " + expected + ", but got " + type_name(got) +
+           " instead.",
+       param);
+}
+
+std::string number_text(double value) {
+  Json number = value;
+  return number.dump();
+}
+
+// Reads the fields of one JSON object, remembering which were read so that the rest can be
+// reported as unrecognized.
+class ObjectReader {
+ public:
+  ObjectReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  std::string param(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+
+  // The value of `key`, or nullptr when it is absent or null.
+  const Json* get(std::string_view key) {
+    read_.insert(std::string(key));
+    auto it = object_.find(std::string(key));
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  const Json& require(std::string_view key) {
+    const Json* value = get(key);
+    if (value == nullptr) fail("Missing required parameter: '" + param(key) + "'.", param(key));
+    return *value;
+  }
+
+  std::optional<bool> boolean(std::string_view key) {
+    const Json* value = get(key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_boolean()) fail_type(param(key), "a boolean", *value);
+    return value->get<bool>();
+  }
+
+  std::optional<std::string> string(std::string_view key) {
+    const Json* value = get(key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_string()) fail_type(param(key), "a string", *value);
+    return value->get<std::string>();
+  }
+
+  // A finite number in [min, max]; `allowed` describes the range for the message.
+  std::optional<double> number(std::string_view key, double min, double max, const char* allowed) {
+    const Json* value = get(key);
+    if (value == nullptr) return std::nullopt;
+    if (!value->is_number()) fail_type(param(key), "a number", *value);
+    double number = value->get<double>();
+    if (!(std::isfinite(number) && number >= min && number <= max)) {
+      fail("Invalid value for '" + param(key) + "': " + number_text(number) +
+               " is out of range (allowed: " + allowed + ").",
+           param(key));
+    }
+    return number;
+  }
+
+  std::optional<int64_t> integer(std::string_view key, int64_t min, int64_t max,
+                                 const char* allowed) {
+    const Json* value = get(key);
+    if (value == nullptr) return std::nullopt;
+    return checked_integer(*value, param(key), min, max, allowed);
+  }
+
+  // Fields that were not read.
+  void reject_unread() const {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!read_.contains(it.key())) {
+        fail("Unrecognized request argument supplied: " + param(it.key()), param(it.key()));
+      }
+    }
+  }
+
+  static int64_t checked_integer(const Json& value, const std::string& param, int64_t min,
+                                 int64_t max, const char* allowed) {
+    if (!value.is_number_integer()) fail_type(param, "an integer", value);
+    bool in_range;
+    int64_t number = 0;
+    if (value.is_number_unsigned()) {
+      uint64_t unsigned_number = value.get<uint64_t>();
+      in_range = unsigned_number <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      number = in_range ? static_cast<int64_t>(unsigned_number) : 0;
+      if (!in_range) {
+        fail("Invalid value for '" + param + "': " + value.dump() +
+                 " is out of range (allowed: " + allowed + ").",
+             param);
+      }
+    } else {
+      number = value.get<int64_t>();
+    }
+    if (number < min || number > max) {
+      fail("Invalid value for '" + param + "': " + std::to_string(number) +
+               " is out of range (allowed: " + allowed + ").",
+           param);
+    }
+    return number;
+  }
+
+ private:
+  const Json& object_;
+  std::string path_;
+  std::set<std::string, std::less<>> read_;
+};
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+int32_t token_id(const Json& value, const std::string& param, int vocab_size) {
+  if (!value.is_number_integer()) fail_type(param, "an integer token id", value);
+  // Ids are checked against the vocabulary with a message naming it.
+  if (value.is_number_unsigned()
+          ? value.get<uint64_t>() >= static_cast<uint64_t>(vocab_size)
+          : value.get<int64_t>() < 0 || value.get<int64_t>() >= static_cast<int64_t>(vocab_size)) {
+    fail("Invalid value for '" + param + "': token id " + value.dump() +
+             " is outside the vocabulary [0, " + std::to_string(vocab_size) + ").",
+         param);
+  }
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
+std::vector<int32_t> token_ids(const Json& array, const std::string& param, int vocab_size) {
+  if (array.empty()) fail("Invalid value for '" + param + "': the prompt is empty.", param);
+  std::vector<int32_t> ids;
+  ids.reserve(array.size());
+  for (size_t i = 0; i < array.size(); ++i) {
+    ids.push_back(token_id(array[i], param + "[" + std::to_string(i) + "]", vocab_size));
+  }
+  return ids;
+}
+
+std::vector<Prompt> read_prompts(const Json& prompt, int vocab_size) {
+  constexpr const char* kShapes =
+      "a string, an array of strings, an array of token ids, or an array of token-id arrays";
+  auto text_prompt = [](const Json& value, const std::string& param) {
+    if (value.get_ref<const std::string&>().empty()) {
+      fail("Invalid value for '" + param + "': the prompt is empty.", param);
+    }
+    return Prompt{value.get<std::string>(), {}, false};
+  };
+  if (prompt.is_string()) return {text_prompt(prompt, "prompt")};
+  if (!prompt.is_array()) fail_type("prompt", kShapes, prompt);
+  if (prompt.empty()) fail("Invalid value for 'prompt': the list of prompts is empty.", "prompt");
+  const Json& first = prompt[0];
+  if (first.is_number_integer()) return {Prompt{{}, token_ids(prompt, "prompt", vocab_size), true}};
+  if (!first.is_string() && !first.is_array()) fail_type("prompt", kShapes, prompt);
+  std::vector<Prompt> prompts;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    std::string param = "prompt[" + std::to_string(i) + "]";
+    const Json& item = prompt[i];
+    bool same_kind = first.is_string() ? item.is_string() : item.is_array();
+    if (!same_kind)
+      fail_type(param, first.is_string() ? "a string" : "an array of token ids", item);
+    if (item.is_string()) {
+      prompts.push_back(text_prompt(item, param));
+    } else {
+      prompts.push_back(Prompt{{}, token_ids(item, param, vocab_size), true});
+    }
+  }
+  return prompts;
+}
+
+std::vector<std::string> read_stop(ObjectReader& reader) {
+  const Json* stop = reader.get("stop");
+  if (stop == nullptr) return {};
+  auto check = [](const Json& value, const std::string& param) {
+    if (!value.is_string()) fail_type(param, "a string", value);
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text.empty())
+      fail("Invalid value for '" + param + "': stop strings must not be empty.", param);
+    if (text.size() > kMaxStopStringBytes) {
+      fail("Invalid value for '" + param + "': a stop string may be at most " +
+               std::to_string(kMaxStopStringBytes) + " bytes long.",
+           param);
+    }
+    return text;
+  };
+  if (stop->is_string()) return {check(*stop, "stop")};
+  if (!stop->is_array()) fail_type("stop", "a string or an array of strings", *stop);
+  if (stop->size() > static_cast<size_t>(kMaxStopStrings)) {
+    fail("Invalid value for 'stop': at most " + std::to_string(kMaxStopStrings) +
+             " stop strings are allowed, got " + std::to_string(stop->size()) + ".",
+         "stop");
+  }
+  std::vector<std::string> stops;
+  for (size_t i = 0; i < stop->size(); ++i) {
+    stops.push_back(check((*stop)[i], "stop[" + std::to_string(i) + "]"));
+  }
+  return stops;
+}
+
+// The fields shared by both endpoints: sampling, stop conditions, n, streaming, user, model.
+void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vocab_size) {
+  if (auto model = reader.string("model")) request.model = *model;
+  SamplingParams& sampling = request.sampling;
+  SamplingDefaults& requested = request.requested_defaults;
+  constexpr double kHuge = std::numeric_limits<double>::max();
+  if (auto v = reader.number("temperature", 0.0, kHuge, "a finite number >= 0")) {
+    requested.temperature = static_cast<float>(*v);
+  }
+  if (auto v = reader.number("top_p", 0.0, 1.0, "(0, 1]")) {
+    if (*v == 0.0) fail("Invalid value for 'top_p': 0 is out of range (allowed: (0, 1]).", "top_p");
+    requested.top_p = static_cast<float>(*v);
+  }
+  if (auto v = reader.integer("top_k", -1, kIntMax, "-1, 0 (disabled) or a positive integer")) {
+    requested.top_k = static_cast<int>(*v);
+  }
+  if (auto v = reader.number("min_p", 0.0, 1.0, "[0, 1]")) requested.min_p = static_cast<float>(*v);
+  if (auto v = reader.number("repetition_penalty", 0.0, kHuge, "a finite number > 0")) {
+    if (*v == 0.0) {
+      fail(
+          "Invalid value for 'repetition_penalty': 0 is out of range (allowed: a finite number "
+          "> 0).",
+          "repetition_penalty");
+    }
+    requested.repetition_penalty = static_cast<float>(*v);
+  }
+  if (auto v = reader.number("presence_penalty", -2.0, 2.0, "[-2, 2]")) {
+    sampling.presence_penalty = static_cast<float>(*v);
+  }
+  if (auto v = reader.number("frequency_penalty", -2.0, 2.0, "[-2, 2]")) {
+    sampling.frequency_penalty = static_cast<float>(*v);
+  }
+  if (const Json* seed = reader.get("seed")) {
+    // Any 64-bit integer; negative seeds are taken modulo 2^64.
+    if (!seed->is_number_integer()) fail_type("seed", "an integer", *seed);
+    sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                               : static_cast<uint64_t>(seed->get<int64_t>());
+  }
+  if (auto v = reader.integer("min_tokens", 0, kIntMax, ">= 0")) {
+    sampling.min_tokens = static_cast<int>(*v);
+  }
+  if (auto v = reader.boolean("ignore_eos")) sampling.ignore_eos = *v;
+  if (const Json* ids = reader.get("stop_token_ids")) {
+    if (!ids->is_array()) fail_type("stop_token_ids", "an array of token ids", *ids);
+    for (size_t i = 0; i < ids->size(); ++i) {
+      sampling.stop_token_ids.push_back(
+          token_id((*ids)[i], "stop_token_ids[" + std::to_string(i) + "]", vocab_size));
+    }
+  }
+  request.stop = read_stop(reader);
+  if (auto v = reader.boolean("include_stop_str_in_output"))
+    request.include_stop_str_in_output = *v;
+  if (auto v = reader.boolean("skip_special_tokens")) request.skip_special_tokens = *v;
+  if (auto v = reader.integer("n", 1, kMaxChoices, "1 to 128")) request.n = static_cast<int>(*v);
+  if (auto v = reader.boolean("stream")) request.stream = *v;
+  if (const Json* options = reader.get("stream_options")) {
+    if (!options->is_object()) fail_type("stream_options", "an object", *options);
+    if (!request.stream) {
+      fail("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+           "stream_options");
+    }
+    ObjectReader option_reader(*options, "stream_options");
+    if (auto v = option_reader.boolean("include_usage")) request.include_usage = *v;
+    option_reader.reject_unread();
+  }
+  if (auto v = reader.string("user")) request.user = *v;
+  if (const Json* bias = reader.get("logit_bias")) {
+    if (!bias->is_object()) fail_type("logit_bias", "an object", *bias);
+    if (!bias->empty()) fail("'logit_bias' is not supported by this server.", "logit_bias");
+  }
+}
+
+void read_max_tokens(ObjectReader& reader, std::string_view key, GenerationRequest& request) {
+  if (auto v = reader.integer(key, 1, kIntMax, ">= 1")) request.max_tokens = static_cast<int>(*v);
+}
+
+// Content as the chat template expects it: a string, with text parts joined by "\n".
+std::string message_content(const Json& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) fail_type(param, "a string or an array of content parts", content);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    std::string part_param = param + "[" + std::to_string(i) + "]";
+    const Json& part = content[i];
+    if (!part.is_object()) fail_type(part_param, "an object", part);
+    ObjectReader reader(part, part_param);
+    std::string type = reader.string("type").value_or("");
+    if (type != "text") {
+      fail("Invalid value for '" + part_param +
+               ".type': only \"text\" content parts are "
+               "supported, got \"" +
+               type + "\".",
+           part_param + ".type");
+    }
+    const Json& part_text = reader.require("text");
+    if (!part_text.is_string()) fail_type(part_param + ".text", "a string", part_text);
+    reader.reject_unread();
+    if (i > 0) text += '\n';
+    text += part_text.get<std::string>();
+  }
+  return text;
+}
+
+Json read_tool_calls(const Json& calls, const std::string& param) {
+  if (!calls.is_array()) fail_type(param, "an array", calls);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::string call_param = param + "[" + std::to_string(i) + "]";
+    if (!calls[i].is_object()) fail_type(call_param, "an object", calls[i]);
+    ObjectReader reader(calls[i], call_param);
+    reader.string("id");
+    std::string type = reader.string("type").value_or("function");
+    if (type != "function") {
+      fail("Invalid value for '" + call_param + ".type': expected \"function\".",
+           call_param + ".type");
+    }
+    const Json& function = reader.require("function");
+    if (!function.is_object()) fail_type(call_param + ".function", "an object", function);
+    ObjectReader function_reader(function, call_param + ".function");
+    const Json& name = function_reader.require("name");
+    if (!name.is_string()) fail_type(call_param + ".function.name", "a string", name);
+    const Json& arguments = function_reader.require("arguments");
+    if (!arguments.is_string())
+      fail_type(call_param + ".function.arguments", "a string", arguments);
+    function_reader.reject_unread();
+    reader.reject_unread();
+  }
+  return calls;
+}
+
+Json read_message(const Json& message, const std::string& param) {
+  if (!message.is_object()) fail_type(param, "an object", message);
+  ObjectReader reader(message, param);
+  const Json& role_value = reader.require("role");
+  if (!role_value.is_string()) fail_type(param + ".role", "a string", role_value);
+  std::string role = role_value.get<std::string>();
+  if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+    fail("Invalid value for '" + param + ".role': \"" + role +
+             "\" (allowed: system, user, assistant, tool).",
+         param + ".role");
+  }
+  Json normalized = Json::object();
+  normalized["role"] = role;
+  const Json* content = reader.get("content");
+  if (content == nullptr && role != "assistant") {
+    fail("Missing required parameter: '" + param + ".content'.", param + ".content");
+  }
+  normalized["content"] = content == nullptr ? "" : message_content(*content, param + ".content");
+  if (auto name = reader.string("name")) normalized["name"] = *name;
+  if (role == "assistant") {
+    if (const Json* calls = reader.get("tool_calls")) {
+      normalized["tool_calls"] = read_tool_calls(*calls, param + ".tool_calls");
+    }
+    if (auto reasoning = reader.string("reasoning_content")) {
+      normalized["reasoning_content"] = *reasoning;
+    }
+  }
+  if (role == "tool") {
+    if (auto id = reader.string("tool_call_id")) normalized["tool_call_id"] = *id;
+  }
+  reader.reject_unread();
+  return normalized;
+}
+
+Json read_tools(const Json& tools) {
+  if (!tools.is_array()) fail_type("tools", "an array", tools);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    std::string param = "tools[" + std::to_string(i) + "]";
+    if (!tools[i].is_object()) fail_type(param, "an object", tools[i]);
+    ObjectReader reader(tools[i], param);
+    const Json& type = reader.require("type");
+    if (type != "function") {
+      fail("Invalid value for '" + param + ".type': expected \"function\".", param + ".type");
+    }
+    const Json& function = reader.require("function");
+    if (!function.is_object()) fail_type(param + ".function", "an object", function);
+    ObjectReader function_reader(function, param + ".function");
+    const Json& name = function_reader.require("name");
+    if (!name.is_string()) fail_type(param + ".function.name", "a string", name);
+    if (name.get_ref<const std::string&>().empty()) {
+      fail("Invalid value for '" + param + ".function.name': it must not be empty.",
+           param + ".function.name");
+    }
+    function_reader.string("description");
+    function_reader.boolean("strict");
+    if (const Json* parameters = function_reader.get("parameters")) {
+      if (!parameters->is_object())
+        fail_type(param + ".function.parameters", "an object", *parameters);
+    }
+    function_reader.reject_unread();
+    reader.reject_unread();
+  }
+  return tools;
+}
+
+std::string read_tool_choice(ObjectReader& reader) {
+  const Json* choice = reader.get("tool_choice");
+  if (choice == nullptr) return "auto";
+  if (choice->is_string() && (*choice == "none" || *choice == "auto")) {
+    return choice->get<std::string>();
+  }
+  if (!choice->is_string() && !choice->is_object()) fail_type("tool_choice", "a string", *choice);
+  fail(
+      "Invalid value for 'tool_choice': only \"none\" and \"auto\" are supported (this server "
+      "cannot force a tool call).",
+      "tool_choice");
+}
+
+void read_chat_template_kwargs(ObjectReader& reader, GenerationRequest& request) {
+  const Json* kwargs = reader.get("chat_template_kwargs");
+  if (kwargs == nullptr) return;
+  if (!kwargs->is_object()) fail_type("chat_template_kwargs", "an object", *kwargs);
+  for (const char* reserved : {"messages", "tools"}) {
+    if (kwargs->contains(reserved)) {
+      fail(std::string("Invalid value for 'chat_template_kwargs': '") + reserved +
+               "' is set by the request itself.",
+           std::string("chat_template_kwargs.") + reserved);
+    }
+  }
+  if (auto it = kwargs->find("enable_thinking"); it != kwargs->end() && !it->is_null()) {
+    if (!it->is_boolean()) fail_type("chat_template_kwargs.enable_thinking", "a boolean", *it);
+    request.enable_thinking = it->get<bool>();
+  }
+  request.chat_template_kwargs = *kwargs;
+}
+
+void reject_unless_neutral(ObjectReader& reader) {
+  if (const Json* format = reader.get("response_format")) {
+    if (!format->is_object() || format->value("type", Json()) != "text" || format->size() != 1) {
+      fail("Invalid value for 'response_format': only {\"type\": \"text\"} is supported.",
+           "response_format");
+    }
+  }
+}
+
+// Runs a parser body, turning its RequestError (or an allocation failure) into an ApiError.
+template <typename T, typename Fn>
+ApiResult<T> capture_api_error(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const RequestError& e) {
+    return e.error;
+  } catch (const std::bad_alloc&) {
+    return internal_server_error("out of memory while parsing the request");
+  } catch (const std::exception& e) {
+    return internal_server_error(std::string("while parsing the request: ") + e.what());
+  }
+}
+
+void require_object(const Json& body) {
+  if (!body.is_object()) {
+    fail("The request body must be a JSON object, got " + type_name(body) + ".", "");
+  }
+}
+
+}  // namespace
+
+ApiResult<nlohmann::ordered_json> parse_json_body(std::string_view body) {
+  // nlohmann's parser is iterative but destroying and dumping values recurse: bound the depth.
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return invalid_request("The request body nests deeper than " +
+                               std::to_string(kMaxJsonDepth) + " levels (at byte " +
+                               std::to_string(i) + ").");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  Json parsed;
+  try {
+    parsed = Json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_request(
+        "We could not parse the JSON body of your request: invalid JSON at byte " +
+        std::to_string(e.byte) + ".");
+  } catch (const nlohmann::json::exception& e) {
+    // e.g. a number too large for a double ("1e400").
+    return invalid_request(std::string("We could not parse the JSON body of your request: ") +
+                           e.what());
+  }
+  if (!parsed.is_object()) {
+    return invalid_request("The request body must be a JSON object, got " + type_name(parsed) +
+                           ".");
+  }
+  return parsed;
+}
+
+ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_json& body,
+                                                      int vocab_size) {
+  return capture_api_error<GenerationRequest>([&]() -> GenerationRequest {
+    require_object(body);
+    GenerationRequest request;
+    request.endpoint = ApiEndpoint::kCompletions;
+    ObjectReader reader(body, "");
+    request.prompts = read_prompts(reader.require("prompt"), vocab_size);
+    read_common_fields(reader, request, vocab_size);
+    read_max_tokens(reader, "max_tokens", request);
+    if (auto v = reader.integer("logprobs", 0, kMaxLogprobs, "0 to 20")) {
+      request.sampling.want_logprobs = true;
+      request.sampling.logprobs = static_cast<int>(*v);
+    }
+    if (auto v = reader.boolean("echo")) request.echo = *v;
+    reader.integer("best_of", 1, 1, "1 (best_of is not supported)");
+    if (reader.get("suffix") != nullptr)
+      fail("'suffix' is not supported by this server.", "suffix");
+    reader.reject_unread();
+    return request;
+  });
+}
+
+ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::ordered_json& body,
+                                                           int vocab_size) {
+  return capture_api_error<GenerationRequest>([&]() -> GenerationRequest {
+    require_object(body);
+    GenerationRequest request;
+    request.endpoint = ApiEndpoint::kChatCompletions;
+    ObjectReader reader(body, "");
+    const Json& messages = reader.require("messages");
+    if (!messages.is_array()) fail_type("messages", "an array", messages);
+    if (messages.empty()) fail("Invalid value for 'messages': the list is empty.", "messages");
+    for (size_t i = 0; i < messages.size(); ++i) {
+      request.messages.push_back(read_message(messages[i], "messages[" + std::to_string(i) + "]"));
+    }
+    read_common_fields(reader, request, vocab_size);
+    read_max_tokens(reader, "max_tokens", request);
+    read_max_tokens(reader, "max_completion_tokens", request);  // wins over max_tokens
+    bool logprobs = reader.boolean("logprobs").value_or(false);
+    auto top_logprobs = reader.integer("top_logprobs", 0, kMaxLogprobs, "0 to 20");
+    if (top_logprobs && !logprobs) {
+      fail("Invalid value for 'top_logprobs': 'logprobs' must be true when 'top_logprobs' is set.",
+           "top_logprobs");
+    }
+    request.sampling.want_logprobs = logprobs;
+    request.sampling.logprobs = static_cast<int>(top_logprobs.value_or(0));
+    if (const Json* tools = reader.get("tools")) request.tools = read_tools(*tools);
+    request.tool_choice = read_tool_choice(reader);
+    reader.boolean("parallel_tool_calls");
+    read_chat_template_kwargs(reader, request);
+    reject_unless_neutral(reader);
+    reader.reject_unread();
+    return request;
+  });
+}
+
+ApiResult<SamplingParams> GenerationRequest::resolved_sampling(
+    const SamplingDefaults& generation_config, int resolved_max_tokens, int vocab_size) const {
+  SamplingParams params =
+      resolve_sampling_defaults(sampling, requested_defaults, generation_config);
+  params.max_tokens = resolved_max_tokens;
+  Status valid = params.validate(vocab_size);
+  if (!valid.ok()) return invalid_request(valid.message());
+  return params;
+}
+
+ApiResult<int> resolve_max_tokens(const GenerationRequest& request, int prompt_tokens,
+                                  int max_model_len) {
+  bool chat = request.endpoint == ApiEndpoint::kChatCompletions;
+  std::string prompt_param = chat ? "messages" : "prompt";
+  std::string limit =
+      "This model's maximum context length is " + std::to_string(max_model_len) + " tokens";
+  if (prompt_tokens >= max_model_len) {
+    ApiError error =
+        invalid_request(limit + ". However, your request has " + std::to_string(prompt_tokens) +
+                            " input tokens. Please reduce the length of the input.",
+                        prompt_param);
+    error.code = "context_length_exceeded";
+    return error;
+  }
+  int room = max_model_len - prompt_tokens;
+  int max_tokens = 0;
+  if (request.max_tokens) {
+    max_tokens = *request.max_tokens;
+    if (max_tokens > room) {
+      std::string param = chat ? "max_completion_tokens" : "max_tokens";
+      ApiError error = invalid_request(
+          "'" + param + "' is too large: " + std::to_string(max_tokens) + ". " + limit +
+              " and your request has " + std::to_string(prompt_tokens) + " input tokens (" +
+              std::to_string(max_tokens) + " > " + std::to_string(max_model_len) + " - " +
+              std::to_string(prompt_tokens) + ").",
+          param);
+      error.code = "context_length_exceeded";
+      return error;
+    }
+  } else {
+    max_tokens = chat ? room : std::min(kDefaultCompletionMaxTokens, room);
+  }
+  if (request.sampling.min_tokens > max_tokens) {
+    return invalid_request(
+        "Invalid value for 'min_tokens': " + std::to_string(request.sampling.min_tokens) +
+            " is larger than max_tokens (" + std::to_string(max_tokens) + ").",
+        "min_tokens");
+  }
+  return max_tokens;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,113 @@
+// Parsing and validation of OpenAI requests (POST /v1/completions, POST /v1/chat/completions)
+// into an engine-facing GenerationRequest. Pure functions: no sockets, no engine.
+//
+// Policy (documented choices where OpenAI and vLLM differ):
+//  * Unknown top-level fields and unknown message / tool fields are rejected with 400
+//    "Unrecognized request argument supplied: <name>" as OpenAI does. vLLM only logs a warning,
+//    but silently ignoring a misspelled field ("temprature") makes the request misbehave.
+//    The vLLM extensions listed below are known fields. A few OpenAI fields that pdserve does
+//    not implement are accepted only with their neutral value (best_of: 1, suffix: null,
+//    logit_bias: {}, response_format: {"type": "text"}, tool_choice: "none" / "auto") and
+//    rejected otherwise, so no request is answered as if a feature were applied.
+//  * JSON null means "not set" for every optional field.
+//  * Integer fields must be JSON integers (5, not 5.0 or "5"); numbers may be integers.
+//  * stop: a string or a list of at most kMaxStopStrings non-empty strings (OpenAI allows 4,
+//    vLLM any number; 16 keeps per-token matching cheap and accepts what vLLM clients send),
+//    each at most kMaxStopStringBytes bytes.
+//  * n: 1..kMaxChoices (128, OpenAI's limit). logprobs (completions) and top_logprobs (chat):
+//    0..20 (vLLM's default max_logprobs). max_tokens >= 1 (no echo-only requests).
+//  * model may be absent (vLLM: the served model); the server checks the name.
+//  * The body may nest at most kMaxJsonDepth levels (checked before parsing).
+// vLLM extensions accepted: min_tokens, top_k, min_p, repetition_penalty, stop_token_ids,
+// ignore_eos, include_stop_str_in_output, skip_special_tokens, chat_template_kwargs, and
+// reasoning_content in assistant messages.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/protocol/openai_error.h"
+#include "common/sampling/sampling_params.h"
+
+namespace pdserve {
+
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr int kMaxChoices = 128;
+inline constexpr int kMaxJsonDepth = 64;
+// OpenAI's (and vLLM's) default max_tokens for /v1/completions.
+inline constexpr int kDefaultCompletionMaxTokens = 16;
+
+enum class ApiEndpoint { kCompletions, kChatCompletions };
+
+// One completion prompt: text, or token ids given by the client.
+struct Prompt {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  bool is_token_ids = false;
+};
+
+struct GenerationRequest {
+  ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+  std::string model;  // "" when the client left it out
+
+  // /v1/completions: one or more prompts; each yields n choices.
+  std::vector<Prompt> prompts;
+
+  // /v1/chat/completions, normalized for the chat template: content is always a string (text
+  // parts joined with "\n"); tools is null or the client's list in the client's key order.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;
+  std::string tool_choice = "auto";
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool enable_thinking = true;  // chat_template_kwargs.enable_thinking (Qwen3's default: on)
+
+  // Sampling values the request gave. The five fields of `requested_defaults` (temperature,
+  // top_p, top_k, min_p, repetition_penalty) are left at their built-in values in `sampling`
+  // and resolved against the model's generation_config by resolved_sampling().
+  // sampling.want_logprobs / sampling.logprobs carry logprobs (completions) or
+  // logprobs + top_logprobs (chat).
+  SamplingParams sampling;
+  SamplingDefaults requested_defaults;
+  std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; see resolve_max_tokens
+
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions only
+  std::string user;
+
+  // The final SamplingParams: requested values, then generation_config defaults (vLLM's rule),
+  // with the given max_tokens (from resolve_max_tokens). 400 when the result is invalid.
+  ApiResult<SamplingParams> resolved_sampling(const SamplingDefaults& generation_config,
+                                              int resolved_max_tokens, int vocab_size) const;
+};
+
+// Parses a request body. Malformed JSON, a body nested deeper than kMaxJsonDepth, or a body
+// that is not a JSON object -> 400 naming the byte position where possible.
+ApiResult<nlohmann::ordered_json> parse_json_body(std::string_view body);
+
+// Validates a parsed body. vocab_size bounds prompt token ids and stop_token_ids.
+ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_json& body,
+                                                      int vocab_size);
+ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::ordered_json& body,
+                                                           int vocab_size);
+
+// The max_tokens to generate for one prompt of prompt_tokens tokens in a model of
+// max_model_len tokens (vLLM's rules and messages):
+//  * prompt_tokens >= max_model_len -> 400 (code "context_length_exceeded");
+//  * an explicit max_tokens with prompt_tokens + max_tokens > max_model_len -> 400;
+//  * unset: chat -> max_model_len - prompt_tokens; completions -> 16, capped to what is left;
+//  * min_tokens above the result -> 400.
+ApiResult<int> resolve_max_tokens(const GenerationRequest& request, int prompt_tokens,
+                                  int max_model_len);
+
+}  // namespace pdserve

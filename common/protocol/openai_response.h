@@ -1,0 +1,117 @@
+// OpenAI response bodies for /v1/completions and /v1/chat/completions, whole and as SSE chunks.
+//
+// Logprob values: JSON has no -inf, so a logprob below kMinSerializedLogprob (including -inf
+// and NaN) is written as -9999.0, as vLLM does. Token strings may be partial UTF-8 (a byte-level
+// token in the middle of a character): the completions "tokens" / top_logprobs keys and the
+// chat "token" fields then use OpenAI's "bytes:\xe4\xbd" spelling, and chat "bytes" carries the
+// exact bytes. Every dump replaces invalid UTF-8 instead of throwing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/sampling/stop_checker.h"
+
+namespace pdserve {
+
+inline constexpr double kMinSerializedLogprob = -9999.0;
+
+// The shared envelope fields: id ("cmpl-..." / "chatcmpl-..."), created (Unix seconds), model.
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct TopLogprob {
+  std::string token;  // the token's raw bytes
+  float logprob = 0.0f;
+};
+
+// One position: the chosen token, its logprob (nullopt for the first echoed prompt token, which
+// has no logprob), and the alternatives.
+struct TokenLogprob {
+  std::string token;
+  std::optional<float> logprob;
+  std::vector<TopLogprob> top;
+};
+
+// Completion logprobs {tokens, token_logprobs, top_logprobs, text_offset}; text_offset counts
+// Unicode code points (as vLLM's Python len does) from text_offset_start, the length of the text
+// before the first of these tokens (the echoed prompt or earlier stream chunks).
+nlohmann::ordered_json completion_logprobs_json(const std::vector<TokenLogprob>& tokens,
+                                                int64_t text_offset_start);
+// Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+nlohmann::ordered_json chat_logprobs_json(const std::vector<TokenLogprob>& tokens);
+
+struct CompletionChoice {
+  int index = 0;  // prompt_index * n + sample_index
+  std::string text;
+  std::optional<std::vector<TokenLogprob>> logprobs;
+  int64_t text_offset_start = 0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+struct ChatChoice {
+  int index = 0;
+  std::string content;
+  std::optional<std::string> reasoning_content;
+  std::optional<std::vector<TokenLogprob>> logprobs;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+// {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,
+// finish_reason}], "usage": {prompt_tokens, completion_tokens, total_tokens}}.
+nlohmann::ordered_json completion_response(const ResponseMeta& meta,
+                                           const std::vector<CompletionChoice>& choices,
+                                           const Usage& usage);
+// {"id", "object": "chat.completion", "created", "model", "choices": [{index, message: {role,
+// content, reasoning_content (only when present)}, logprobs, finish_reason}], "usage"}.
+nlohmann::ordered_json chat_completion_response(const ResponseMeta& meta,
+                                                const std::vector<ChatChoice>& choices,
+                                                const Usage& usage);
+
+// Streaming. Each chunk carries "usage": null when the client asked for include_usage (as
+// OpenAI does); the usage itself comes in a last chunk with "choices": [].
+struct StreamOptions {
+  bool include_usage = false;
+};
+
+// A text_completion chunk for one choice: text, optional logprobs, finish_reason or null.
+nlohmann::ordered_json completion_chunk(const ResponseMeta& meta, const StreamOptions& options,
+                                        const CompletionChoice& choice);
+// chat.completion.chunk with delta {"role": "assistant", "content": ""}: the first chunk of
+// every choice.
+nlohmann::ordered_json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options,
+                                       int index);
+// chat.completion.chunk with delta {reasoning_content?, content?} (fields only when not empty)
+// and optional logprobs; finish_reason null.
+nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options,
+                                        int index, std::string_view reasoning,
+                                        std::string_view content,
+                                        const std::vector<TokenLogprob>* logprobs);
+// The last chunk of a choice: empty delta and its finish_reason.
+nlohmann::ordered_json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options,
+                                         int index, FinishReason reason);
+// The usage chunk: "choices": [] and "usage": {...}; `chat` picks the object name.
+nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, bool chat, const Usage& usage);
+
+// "data: <compact json>\n\n".
+std::string sse_event(const nlohmann::ordered_json& payload);
+// "data: [DONE]\n\n".
+std::string sse_done();
+
+// Compact JSON with invalid UTF-8 replaced by U+FFFD (never throws).
+std::string to_json_text(const nlohmann::ordered_json& value);
+
+}  // namespace pdserve
