@@ -1,5 +1,6 @@
 #include "common/protocol/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -42,6 +43,16 @@ std::string type_name(const Json& value) {
 std::string number_text(double value) {
   Json number = value;
   return number.dump();
+}
+
+// Stores a JSON integer in `out`; false for values above INT64_MAX (kept as unsigned).
+bool fits_int64(const Json& integer, int64_t& out) {
+  if (integer.is_number_unsigned() &&
+      integer.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return false;
+  }
+  out = integer.get<int64_t>();
+  return true;
 }
 
 // Reads the fields of one JSON object, remembering which were read so that the rest can be
@@ -115,22 +126,10 @@ class ObjectReader {
   static int64_t checked_integer(const Json& value, const std::string& param, int64_t min,
                                  int64_t max, const char* allowed) {
     if (!value.is_number_integer()) fail_type(param, "an integer", value);
-    bool in_range;
     int64_t number = 0;
-    if (value.is_number_unsigned()) {
-      uint64_t unsigned_number = value.get<uint64_t>();
-      in_range = unsigned_number <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-      number = in_range ? static_cast<int64_t>(unsigned_number) : 0;
-      if (!in_range) {
-        fail("Invalid value for '" + param + "': " + value.dump() +
-                 " is out of range (allowed: " + allowed + ").",
-             param);
-      }
-    } else {
-      number = value.get<int64_t>();
-    }
-    if (number < min || number > max) {
-      fail("Invalid value for '" + param + "': " + std::to_string(number) +
+    bool in_range = fits_int64(value, number) && number >= min && number <= max;
+    if (!in_range) {
+      fail("Invalid value for '" + param + "': " + value.dump() +
                " is out of range (allowed: " + allowed + ").",
            param);
     }
@@ -147,15 +146,13 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 int32_t token_id(const Json& value, const std::string& param, int vocab_size) {
   if (!value.is_number_integer()) fail_type(param, "an integer token id", value);
-  // Ids are checked against the vocabulary with a message naming it.
-  if (value.is_number_unsigned()
-          ? value.get<uint64_t>() >= static_cast<uint64_t>(vocab_size)
-          : value.get<int64_t>() < 0 || value.get<int64_t>() >= static_cast<int64_t>(vocab_size)) {
+  int64_t id = 0;
+  if (!fits_int64(value, id) || id < 0 || id >= vocab_size) {
     fail("Invalid value for '" + param + "': token id " + value.dump() +
              " is outside the vocabulary [0, " + std::to_string(vocab_size) + ").",
          param);
   }
-  return static_cast<int32_t>(value.get<int64_t>());
+  return static_cast<int32_t>(id);
 }
 
 std::vector<int32_t> token_ids(const Json& array, const std::string& param, int vocab_size) {
