@@ -6,6 +6,9 @@
 //     FCFS order (the queue head blocks those behind it) while the token budget, the sequence
 //     cap and the KV pool allow; no admission in a step that preempted.
 // A long prompt is prefilled over several steps; it keeps its blocks in between.
+// Pins (BlockManager::pin) are for sequences that will not be preempted (e.g. a finished
+// prefill whose KV is being sent): a preempted sequence cannot be readmitted while its old
+// table is still pinned.
 //
 // The runner turns each ScheduledSequence into a SequenceSlice {new_tokens(),
 // num_cached_before, block_table}, runs the model, samples one token for each entry with
