@@ -8,6 +8,7 @@
 // log-sum-exp over the whole vocabulary within kAbsTol, and the same greedy token wherever
 // the reference's top-1 / top-2 margin exceeds 2 * kAbsTol.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -35,8 +36,16 @@ struct Golden {
 };
 
 struct ModelUnderTest {
+  std::filesystem::path checkpoint_dir;  // private to this process: CTest runs tests in parallel
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Qwen3Model> model;
+
+  ModelUnderTest() = default;
+  ModelUnderTest(ModelUnderTest&&) = default;
+  ~ModelUnderTest() {
+    std::error_code ignored;
+    if (!checkpoint_dir.empty()) std::filesystem::remove_all(checkpoint_dir, ignored);
+  }
 };
 
 ModelUnderTest build_model(const Golden& golden);
@@ -61,7 +70,8 @@ ModelUnderTest build_model(const Golden& golden) {
   const nlohmann::json& spec = golden.json["model"];
   SyntheticCheckpointOptions options;
   options.config_path = std::filesystem::path(PDSERVE_SOURCE_DIR) / spec["config"].get<std::string>();
-  options.out_dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" / golden.name;
+  options.out_dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" /
+                    (golden.name + "-" + std::to_string(::getpid()));
   options.seed = spec["seed"].get<uint64_t>();
   options.num_layers = spec["layers"].get<int>();
   options.dtype = parse_dtype(spec["dtype"].get<std::string>()).value();
@@ -71,6 +81,7 @@ ModelUnderTest build_model(const Golden& golden) {
   EXPECT_TRUE(written.ok()) << written.status().to_string();
   Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
   ModelUnderTest under_test;
+  under_test.checkpoint_dir = options.out_dir;
   under_test.backend = std::move(create_backend(BackendOptions{})).value();
   Result<Qwen3Weights> weights = load_qwen3_weights(checkpoint, *options.dtype);
   EXPECT_TRUE(weights.ok()) << weights.status().to_string();
