@@ -77,6 +77,7 @@ inline Status unavailable(std::string msg) {
 inline Status deadline_exceeded(std::string msg) {
   return {StatusCode::kDeadlineExceeded, std::move(msg)};
 }
+inline Status cancelled(std::string msg) { return {StatusCode::kCancelled, std::move(msg)}; }
 inline Status data_loss(std::string msg) {
   return {StatusCode::kDataLoss, std::move(msg)};
 }

@@ -1,0 +1,107 @@
+// The contract between a serving front end (the OpenAI HTTP server, later the prefill/decode
+// services) and an engine that runs requests. A request is one sequence (one choice of one
+// prompt): the front end fans `n` and prompt lists out into several requests, which share the
+// prompt's KV blocks through the prefix cache.
+//
+// Threading: submit/abort/stats may be called from any thread. Deltas are delivered by
+// calling the request's sink on the engine's thread; a sink must return quickly and never
+// block (post the delta to the connection's executor). Every accepted request receives
+// exactly one final delta (finished or error), whatever happens: abort, shutdown, failure.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/sampling/sampler.h"
+#include "common/sampling/sampling_params.h"
+#include "common/sampling/stop_checker.h"
+
+namespace pdserve {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+struct InferenceRequest {
+  std::string id;                      // unique among requests in flight
+  std::vector<int32_t> prompt_tokens;  // non-empty
+  SamplingParams sampling;             // resolved: max_tokens is final
+  std::vector<std::string> stop;       // stop strings (matched on detokenized text)
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;     // for the detokenized text
+  SteadyTime arrival = std::chrono::steady_clock::now();
+};
+
+struct SampledTokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // best first; empty unless requested
+};
+
+// Per-request timestamps (steady clock) for latency accounting.
+struct RequestTimings {
+  SteadyTime arrival{};
+  std::optional<SteadyTime> first_scheduled;  // left the waiting queue
+  std::optional<SteadyTime> first_token;
+  std::optional<SteadyTime> finished;
+};
+
+struct SequenceDelta {
+  std::string request_id;
+  std::vector<int32_t> token_ids;            // tokens new since the previous delta
+  std::string text;                          // their text: complete UTF-8, stop strings applied
+  std::vector<SampledTokenLogprobs> logprobs;  // one per new token when logprobs were requested
+  bool finished = false;                     // the final delta
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string matched_stop;                  // the stop string that ended it, if any
+  Status error;                              // non-OK on a final delta: the request failed
+  int prompt_tokens = 0;
+  int completion_tokens = 0;                 // so far
+  int cached_prompt_tokens = 0;              // prompt tokens served from the prefix cache
+  RequestTimings timings;
+};
+
+using DeltaSink = std::function<void(SequenceDelta)>;
+
+// Gauges and counters for /metrics.
+struct ServiceStats {
+  int num_waiting = 0;
+  int num_running = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  int kv_blocks_cached = 0;
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t preemptions_total = 0;
+};
+
+struct ModelInfo {
+  std::string name;               // the served model name (/v1/models)
+  int max_model_len = 0;
+  int vocab_size = 0;
+  std::vector<int32_t> eos_token_ids;
+  SamplingDefaults generation_defaults;
+};
+
+class InferenceService {
+ public:
+  virtual ~InferenceService() = default;
+
+  // Queues a request. ResourceExhausted when the waiting queue is full (the server answers
+  // 429/503 with Retry-After), InvalidArgument/OutOfRange when it can never run, Unavailable
+  // after shutdown. On error the sink is never called.
+  virtual Status submit(InferenceRequest request, DeltaSink sink) = 0;
+  // Aborts a request (e.g. the client disconnected); its blocks are released at the next step
+  // and its final delta carries FinishReason kNone and a kCancelled error. Unknown or finished
+  // ids are ignored.
+  virtual void abort(const std::string& request_id) = 0;
+  virtual ServiceStats stats() const = 0;
+  virtual const ModelInfo& model_info() const = 0;
+};
+
+}  // namespace pdserve
