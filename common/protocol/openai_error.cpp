@@ -86,6 +86,7 @@ ApiError api_error_from_status(const Status& status) {
     case StatusCode::kOutOfRange:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kUnimplemented:
+    case StatusCode::kCancelled:
       return invalid_request(status.message());
     case StatusCode::kNotFound:
       return {404, status.message(), kInvalidRequest, std::nullopt, "not_found", std::nullopt};
