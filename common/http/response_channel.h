@@ -1,0 +1,36 @@
+// How a handler answers one request: a whole response, or a chunked stream (SSE). Every method
+// is thread-safe and non-blocking, so the engine's thread may call them: they post the work to
+// the connection's strand.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/http/http_message.h"
+
+namespace pdserve::http {
+
+class ResponseChannel {
+ public:
+  virtual ~ResponseChannel() = default;
+
+  // A whole response; ends the exchange. Calls after the exchange ended are ignored.
+  virtual void send(HttpResponse response) = 0;
+
+  // Starts a chunked response (e.g. content_type "text/event-stream").
+  virtual void start_stream(int status, std::string content_type, HeaderList headers) = 0;
+  // Queues one chunk of the stream. False when the exchange is over (client gone, server
+  // stopping) or when the client reads so slowly that the connection's bounded queue is full:
+  // the connection is then closed and the cancel callback runs.
+  virtual bool write(std::string data) = 0;
+  // Ends the stream with the last chunk.
+  virtual void end_stream() = 0;
+
+  // `fn` runs once, on an I/O thread, when the client goes away (read EOF or error, write
+  // failure, queue overflow) or the server stops before the exchange has ended; at once (on
+  // the caller's thread) when that already happened. It must not block.
+  virtual void on_cancel(std::function<void()> fn) = 0;
+  virtual bool cancelled() const = 0;
+};
+
+}  // namespace pdserve::http
