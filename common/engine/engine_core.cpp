@@ -1,0 +1,305 @@
+#include "common/engine/engine_core.h"
+
+#include <chrono>
+#include <exception>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "common/core/log.h"
+
+namespace pdserve {
+namespace {
+
+SteadyTime now() {
+  return std::chrono::steady_clock::now();
+}
+
+}  // namespace
+
+EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq,
+                                       SamplerRng request_rng, const Tokenizer& tokenizer,
+                                       const InferenceRequest& request)
+    : id(std::move(request_id)),
+      sink(std::move(delta_sink)),
+      seq_id(seq),
+      include_stop_str_in_output(request.include_stop_str_in_output),
+      rng(request_rng),
+      detokenizer(tokenizer, request.skip_special_tokens),
+      stop_matcher(request.stop, request.include_stop_str_in_output),
+      prompt_tokens(static_cast<int>(request.prompt_tokens.size())) {
+  timings.arrival = request.arrival;
+}
+
+Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
+                                                       ModelExecutor& executor,
+                                                       Tokenizer tokenizer) {
+  if (executor.vocab_size() != config.vocab_size) {
+    return invalid_argument(
+        "engine: the model's vocabulary has " + std::to_string(executor.vocab_size()) +
+        " tokens but the scheduler config says " + std::to_string(config.vocab_size));
+  }
+  PDS_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::create(std::move(config)));
+  return std::unique_ptr<EngineCore>(
+      new EngineCore(std::move(scheduler), executor, std::move(tokenizer)));
+}
+
+EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer)
+    : scheduler_(std::move(scheduler)),
+      executor_(executor),
+      tokenizer_(std::move(tokenizer)),
+      seed_source_(std::random_device{}()) {}
+
+Status EngineCore::validate(const InferenceRequest& request) const {
+  const SchedulerConfig& config = scheduler_.config();
+  const std::string where = "request '" + request.id + "'";
+  if (request.id.empty()) return invalid_argument("the request id is empty");
+  if (request.prompt_tokens.empty()) return invalid_argument(where + ": the prompt is empty");
+  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
+    const int32_t token = request.prompt_tokens[i];
+    if (token < 0 || token >= config.vocab_size) {
+      return invalid_argument(where + ": prompt token " + std::to_string(i) + " is " +
+                              std::to_string(token) + ", outside [0, " +
+                              std::to_string(config.vocab_size) + ")");
+    }
+  }
+  PDS_RETURN_IF_ERROR(StopChecker::create(request.sampling, config.eos_token_ids, config.vocab_size)
+                          .status()
+                          .with_context(where));
+  for (size_t i = 0; i < request.stop.size(); ++i) {
+    if (request.stop[i].empty()) {
+      return invalid_argument(where + ": stop string " + std::to_string(i) + " is empty");
+    }
+  }
+  const int64_t total =
+      static_cast<int64_t>(request.prompt_tokens.size()) + request.sampling.max_tokens;
+  if (config.max_model_len > 0 && total > config.max_model_len) {
+    return out_of_range(where + ": prompt (" + std::to_string(request.prompt_tokens.size()) +
+                        " tokens) + max_tokens (" + std::to_string(request.sampling.max_tokens) +
+                        ") exceeds the context length " + std::to_string(config.max_model_len));
+  }
+  // The last sampled token never needs KV.
+  const int64_t blocks = (total - 1 + config.block_size - 1) / config.block_size;
+  if (blocks > config.num_blocks) {
+    return out_of_range(where + ": prompt + max_tokens need " + std::to_string(blocks) +
+                        " KV blocks; the pool has " + std::to_string(config.num_blocks));
+  }
+  return Status::ok_status();
+}
+
+Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
+  PDS_RETURN_IF_ERROR(validate(request));
+  if (ids_.contains(request.id)) {
+    return invalid_argument("request '" + request.id + "' is already in flight");
+  }
+  const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
+  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
+                       scheduler_.add_request(request.prompt_tokens, request.sampling));
+  requests_.emplace(seq_id,
+                    RequestState(request.id, std::move(sink), seq_id, rng, tokenizer_, request));
+  ids_.emplace(std::move(request.id), seq_id);
+  return Status::ok_status();
+}
+
+void EngineCore::abort(const std::string& request_id, const Status& reason) {
+  auto it = ids_.find(request_id);
+  if (it == ids_.end()) return;
+  const SeqId seq_id = it->second;
+  const Status status = scheduler_.abort(seq_id);
+  PDS_CHECK(status.ok(), status.to_string());
+  end_with_error(seq_id, reason);
+}
+
+void EngineCore::abort_all(const Status& reason) {
+  std::vector<std::string> ids;
+  ids.reserve(ids_.size());
+  for (const auto& [id, seq_id] : ids_) ids.push_back(id);
+  for (const std::string& id : ids) abort(id, reason);
+}
+
+bool EngineCore::step() {
+  if (!scheduler_.has_unfinished()) return false;
+  ScheduledBatch batch = scheduler_.schedule();
+  preemptions_total_ += static_cast<int64_t>(batch.preempted.size());
+  if (batch.empty()) {
+    const auto updates = scheduler_.postprocess(batch, {});
+    PDS_CHECK(updates.ok(), updates.status().to_string());
+    return false;
+  }
+  note_scheduled(batch);
+
+  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
+  logits_.resize(static_cast<size_t>(batch.num_samples) * vocab);
+  const Status executed = capture_status([&] { return executor_.execute(batch, logits_); });
+  if (!executed.ok()) {
+    fail_batch(batch, executed);
+    return true;
+  }
+
+  std::vector<std::pair<SeqId, Status>> failures;
+  const std::vector<int32_t> tokens = sample_batch(batch, failures);
+  // Sampled tokens lie in the vocabulary and the batch is the pending one.
+  Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
+  PDS_CHECK(updates.ok(), updates.status().to_string());
+  for (const auto& [seq_id, status] : failures) end_with_error(seq_id, status);
+  for (const SequenceUpdate& update : *updates) emit(requests_.at(update.seq_id), update);
+  return true;
+}
+
+void EngineCore::note_scheduled(const ScheduledBatch& batch) {
+  const SteadyTime time = now();
+  for (const ScheduledSequence& entry : batch.entries) {
+    RequestState& state = requests_.at(entry.sequence->id());
+    if (state.timings.first_scheduled) continue;
+    state.timings.first_scheduled = time;
+    state.cached_prompt_tokens = entry.num_cached_before;
+    prompt_tokens_total_ += state.prompt_tokens;
+  }
+}
+
+std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
+                                              std::vector<std::pair<SeqId, Status>>& failures) {
+  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
+  std::vector<int32_t> tokens(static_cast<size_t>(batch.num_samples), 0);
+  size_t row = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    if (!entry.samples) continue;
+    const Sequence& seq = *entry.sequence;
+    RequestState& state = requests_.at(seq.id());
+    const std::span<const float> logits(logits_.data() + row * vocab, vocab);
+    Result<SampleResult> sampled = sampler_.sample(
+        logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(), state.rng,
+        seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens())));
+    if (sampled.ok()) {
+      tokens[row] = sampled->token;
+      if (seq.sampling_params().want_logprobs) {
+        state.step_logprobs = SampledTokenLogprobs{sampled->token, sampled->logprob,
+                                                   std::move(sampled->top_logprobs)};
+      }
+    } else {
+      failures.emplace_back(seq.id(),
+                            sampled.status().with_context("sampling request '" + state.id + "'"));
+      const Status aborted = scheduler_.abort(seq.id());
+      PDS_CHECK(aborted.ok(), aborted.to_string());
+    }
+    ++row;
+  }
+  return tokens;
+}
+
+void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {
+  std::vector<SeqId> failed;
+  for (const ScheduledSequence& entry : batch.entries) {
+    failed.push_back(entry.sequence->id());
+    const Status aborted = scheduler_.abort(entry.sequence->id());
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
+  // Every entry is aborted, so the tokens are ignored; postprocess frees the blocks.
+  const std::vector<int32_t> ignored(static_cast<size_t>(batch.num_samples), 0);
+  const auto updates = scheduler_.postprocess(batch, ignored);
+  PDS_CHECK(updates.ok(), updates.status().to_string());
+  const Status context = status.with_context("model step " + std::to_string(batch.step));
+  for (SeqId seq_id : failed) end_with_error(seq_id, context);
+}
+
+void EngineCore::emit(RequestState& state, const SequenceUpdate& update) {
+  ++state.completion_tokens;
+  ++generation_tokens_total_;
+  if (!state.timings.first_token) state.timings.first_token = now();
+  SequenceDelta delta = make_delta(state);
+  delta.token_ids.push_back(update.token);
+  if (state.step_logprobs) {
+    delta.logprobs.push_back(std::move(*state.step_logprobs));
+    state.step_logprobs.reset();
+  }
+
+  // An EOS or stop token ends the text without showing up in it (vLLM's rule).
+  const bool ended_by_stop_token = update.finish_reason == FinishReason::kStop;
+  const bool has_text = (!ended_by_stop_token || state.include_stop_str_in_output) &&
+                        tokenizer_.token_bytes(update.token).has_value();
+  std::string text;
+  if (has_text) {
+    // Only unknown ids fail, and those were filtered out above.
+    Result<std::string> piece = state.detokenizer.push(update.token);
+    PDS_CHECK(piece.ok(), piece.status().to_string());
+    text = state.stop_matcher.push(*piece);
+  }
+  FinishReason reason = update.finish_reason;
+  if (!state.stop_matcher.match() && reason != FinishReason::kNone) {
+    text += state.stop_matcher.push(state.detokenizer.flush());
+  }
+  if (const std::optional<StopMatch>& match = state.stop_matcher.match()) {
+    if (update.finish_reason == FinishReason::kNone) {
+      const Status aborted = scheduler_.abort(state.seq_id);
+      PDS_CHECK(aborted.ok(), aborted.to_string());
+    }
+    reason = FinishReason::kStop;
+    delta.matched_stop = match->stop;
+  } else if (reason != FinishReason::kNone) {
+    text += state.stop_matcher.finish();
+  }
+  delta.text = std::move(text);
+  if (reason == FinishReason::kNone) {
+    deliver_delta(state.sink, std::move(delta));
+    return;
+  }
+  delta.finished = true;
+  delta.finish_reason = reason;
+  finish(state.seq_id, std::move(delta));
+}
+
+void EngineCore::end_with_error(SeqId seq_id, const Status& status) {
+  SequenceDelta delta = make_delta(requests_.at(seq_id));
+  delta.finished = true;
+  delta.error = status;
+  finish(seq_id, std::move(delta));
+}
+
+void EngineCore::finish(SeqId seq_id, SequenceDelta delta) {
+  auto it = requests_.find(seq_id);
+  PDS_CHECK(it != requests_.end(), "finish() of an unknown sequence");
+  delta.timings.finished = now();
+  const DeltaSink sink = std::move(it->second.sink);
+  ids_.erase(it->second.id);
+  requests_.erase(it);
+  deliver_delta(sink, std::move(delta));
+}
+
+SequenceDelta EngineCore::make_delta(const RequestState& state) {
+  SequenceDelta delta;
+  delta.request_id = state.id;
+  delta.prompt_tokens = state.prompt_tokens;
+  delta.completion_tokens = state.completion_tokens;
+  delta.cached_prompt_tokens = state.cached_prompt_tokens;
+  delta.timings = state.timings;
+  return delta;
+}
+
+void deliver_delta(const DeltaSink& sink, SequenceDelta delta) {
+  // A throwing sink is the front end's bug; it must not take the engine down with it.
+  try {
+    sink(std::move(delta));
+  } catch (const std::exception& e) {
+    PDS_LOG_ERROR(std::string("engine: a delta sink threw: ") + e.what());
+  } catch (...) {
+    PDS_LOG_ERROR("engine: a delta sink threw a non-standard exception");
+  }
+}
+
+ServiceStats EngineCore::stats() const {
+  const BlockManager& blocks = scheduler_.block_manager();
+  ServiceStats stats;
+  stats.num_waiting = scheduler_.num_waiting();
+  stats.num_running = scheduler_.num_running();
+  stats.kv_blocks_total = blocks.num_blocks();
+  stats.kv_blocks_used = blocks.num_used_blocks();
+  stats.kv_blocks_cached = blocks.num_cached_blocks();
+  stats.prefix_cache_queried_tokens = blocks.prefix_cache_stats().queried_tokens;
+  stats.prefix_cache_hit_tokens = blocks.prefix_cache_stats().hit_tokens;
+  stats.prompt_tokens_total = prompt_tokens_total_;
+  stats.generation_tokens_total = generation_tokens_total_;
+  stats.preemptions_total = preemptions_total_;
+  return stats;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,110 @@
+// The single-threaded heart of the serving engine. Each step() schedules a batch, runs the
+// model, samples one token for every sequence whose context is complete, applies the tokens
+// to the scheduler and streams the result to each request's sink as a SequenceDelta:
+//  * text comes from an IncrementalDetokenizer (complete UTF-8 only) passed through a
+//    StopStringMatcher, so no partial stop string is ever streamed; a stop-string match ends
+//    the sequence at once (FinishReason kStop, matched_stop set);
+//  * the text of a token that ends the sequence as EOS or a stop token id is left out unless
+//    include_stop_str_in_output (vLLM's rule); ids the tokenizer does not know (a model's
+//    padded vocabulary rows) produce no text;
+//  * until min_tokens, the stop tokens are banned from sampling; logprobs come from the raw
+//    logits when requested.
+// Every request added receives exactly one final delta: finished, aborted (kCancelled or the
+// given reason), or failed (the model or the sampler failed on it). Sinks are called on the
+// caller's thread; see inference_service.h for what a sink may do.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/engine/inference_service.h"
+#include "common/engine/model_executor.h"
+#include "common/engine/scheduler.h"
+#include "common/protocol/stop_strings.h"
+#include "common/sampling/sampler.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace pdserve {
+
+// Calls `sink`; an exception from it (a front-end bug) is logged, never propagated.
+void deliver_delta(const DeltaSink& sink, SequenceDelta delta);
+
+class EngineCore {
+ public:
+  // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
+  // config.vocab_size. `executor` must outlive the core.
+  static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
+                                                    Tokenizer tokenizer);
+
+  // The checks add() makes that do not depend on the engine's state (prompt, sampling
+  // parameters, stop strings, context and KV pool limits). Thread-safe.
+  Status validate(const InferenceRequest& request) const;
+
+  // Queues a request. On error (validate(), a duplicate id, a full waiting queue) the sink is
+  // never called.
+  Status add(InferenceRequest request, DeltaSink sink);
+  // Ends a request now with a final delta carrying `reason` (kCancelled for a client abort)
+  // and frees its blocks. Unknown or finished ids are ignored.
+  void abort(const std::string& request_id, const Status& reason);
+  // abort() of every unfinished request, e.g. at shutdown.
+  void abort_all(const Status& reason);
+
+  // Runs one step; false when there was nothing to run.
+  bool step();
+
+  bool has_unfinished() const { return !requests_.empty(); }
+  ServiceStats stats() const;
+  const Scheduler& scheduler() const { return scheduler_; }
+
+ private:
+  struct RequestState {
+    RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq, SamplerRng request_rng,
+                 const Tokenizer& tokenizer, const InferenceRequest& request);
+
+    std::string id;
+    DeltaSink sink;
+    SeqId seq_id;
+    bool include_stop_str_in_output;
+    SamplerRng rng;
+    IncrementalDetokenizer detokenizer;
+    StopStringMatcher stop_matcher;
+    RequestTimings timings;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+    int cached_prompt_tokens = 0;
+    std::optional<SampledTokenLogprobs> step_logprobs;  // of the token sampled this step
+  };
+  EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer);
+
+  void note_scheduled(const ScheduledBatch& batch);
+  // Samples every sampling entry; a request whose sampling fails is aborted in the scheduler
+  // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
+  std::vector<int32_t> sample_batch(const ScheduledBatch& batch,
+                                    std::vector<std::pair<SeqId, Status>>& failures);
+  void fail_batch(const ScheduledBatch& batch, const Status& status);
+  void emit(RequestState& state, const SequenceUpdate& update);
+  // Delivers the final delta of a request that ends without a normal finish, and forgets it.
+  void end_with_error(SeqId seq_id, const Status& status);
+  void finish(SeqId seq_id, SequenceDelta delta);
+  static SequenceDelta make_delta(const RequestState& state);
+
+  Scheduler scheduler_;
+  ModelExecutor& executor_;
+  Tokenizer tokenizer_;
+  Sampler sampler_;
+  std::unordered_map<SeqId, RequestState> requests_;
+  std::unordered_map<std::string, SeqId> ids_;
+  std::vector<float> logits_;
+  SamplerRng seed_source_;  // seeds the requests that set no seed
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  int64_t preemptions_total_ = 0;
+};
+
+}  // namespace pdserve

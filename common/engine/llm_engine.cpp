@@ -1,0 +1,175 @@
+#include "common/engine/llm_engine.h"
+
+#include <utility>
+
+namespace pdserve {
+namespace {
+
+void deliver_error(const DeltaSink& sink, const InferenceRequest& request, const Status& status) {
+  SequenceDelta delta;
+  delta.request_id = request.id;
+  delta.finished = true;
+  delta.error = status;
+  delta.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
+  delta.timings.arrival = request.arrival;
+  delta.timings.finished = std::chrono::steady_clock::now();
+  deliver_delta(sink, std::move(delta));
+}
+
+Status shutting_down() {
+  return unavailable("the engine is shutting down");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
+                                                     Tokenizer tokenizer, LlmEngineConfig config) {
+  if (executor == nullptr) return invalid_argument("engine: no model executor");
+  if (config.idle_wait.count() <= 0) return invalid_argument("engine: idle_wait must be > 0");
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
+                       EngineCore::create(config.scheduler, *executor, std::move(tokenizer)));
+  return std::unique_ptr<LlmEngine>(
+      new LlmEngine(std::move(executor), std::move(core), std::move(config)));
+}
+
+LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<EngineCore> core,
+                     LlmEngineConfig config)
+    : config_(std::move(config)), executor_(std::move(executor)), core_(std::move(core)) {
+  model_info_.name = config_.model_name;
+  model_info_.max_model_len = config_.scheduler.max_model_len;
+  model_info_.vocab_size = config_.scheduler.vocab_size;
+  model_info_.eos_token_ids = config_.scheduler.eos_token_ids;
+  model_info_.generation_defaults = config_.generation_defaults;
+  published_stats_ = core_->stats();
+}
+
+LlmEngine::~LlmEngine() {
+  stop();
+}
+
+Status LlmEngine::start() {
+  std::lock_guard lock(mutex_);
+  if (started_ || stopping_) return failed_precondition("the engine was already started");
+  return capture_status([&] {
+    thread_ = std::thread(&LlmEngine::run, this);
+    started_ = true;
+    return Status::ok_status();
+  });
+}
+
+void LlmEngine::stop() {
+  std::lock_guard stop_lock(stop_mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  } else {
+    shut_down_core();
+  }
+}
+
+Status LlmEngine::submit(InferenceRequest request, DeltaSink sink) {
+  if (!sink) return invalid_argument("request '" + request.id + "': no delta sink");
+  // Reads only the core's immutable configuration, so it is safe off the engine thread.
+  PDS_RETURN_IF_ERROR(core_->validate(request));
+  std::string id = request.id;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return shutting_down();
+    if (in_flight_ids_.contains(id)) {
+      return invalid_argument("request '" + id + "' is already in flight");
+    }
+    const size_t limit = static_cast<size_t>(config_.scheduler.max_num_waiting);
+    if (intake_.size() + static_cast<size_t>(published_stats_.num_waiting) >= limit) {
+      return resource_exhausted("the waiting queue is full (" + std::to_string(limit) +
+                                " requests); retry later");
+    }
+    in_flight_ids_.insert(id);
+    intake_.push_back({std::move(request), release_id_when_finished(id, std::move(sink))});
+  }
+  wake_.notify_one();
+  return Status::ok_status();
+}
+
+void LlmEngine::abort(const std::string& request_id) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!in_flight_ids_.contains(request_id)) return;
+    aborts_.push_back(request_id);
+  }
+  wake_.notify_one();
+}
+
+ServiceStats LlmEngine::stats() const {
+  std::lock_guard lock(mutex_);
+  ServiceStats stats = published_stats_;
+  stats.num_waiting += static_cast<int>(intake_.size());
+  return stats;
+}
+
+DeltaSink LlmEngine::release_id_when_finished(const std::string& request_id, DeltaSink sink) {
+  return [this, request_id, sink = std::move(sink)](SequenceDelta delta) {
+    if (delta.finished) {
+      std::lock_guard lock(mutex_);
+      in_flight_ids_.erase(request_id);
+    }
+    sink(std::move(delta));
+  };
+}
+
+void LlmEngine::run() {
+  while (drain_requests()) {
+    core_->step();
+    publish_stats();
+  }
+  shut_down_core();
+}
+
+bool LlmEngine::drain_requests() {
+  std::deque<Submission> submissions;
+  std::vector<std::string> aborts;
+  {
+    std::unique_lock lock(mutex_);
+    if (!stopping_ && intake_.empty() && aborts_.empty() && !core_->has_unfinished()) {
+      wake_.wait_for(lock, config_.idle_wait);
+    }
+    if (stopping_) return false;
+    submissions.swap(intake_);
+    aborts.swap(aborts_);
+  }
+  for (Submission& submission : submissions) {
+    // The core keeps the sink only on success; on failure the request still gets its one
+    // final delta.
+    Status added = core_->add(submission.request, submission.sink);
+    if (!added.ok()) deliver_error(submission.sink, submission.request, added);
+  }
+  for (const std::string& id : aborts) {
+    core_->abort(id, cancelled("request '" + id + "' was aborted"));
+  }
+  return true;
+}
+
+void LlmEngine::publish_stats() {
+  const ServiceStats stats = core_->stats();
+  std::lock_guard lock(mutex_);
+  published_stats_ = stats;
+}
+
+void LlmEngine::shut_down_core() {
+  std::deque<Submission> submissions;
+  {
+    std::lock_guard lock(mutex_);
+    submissions.swap(intake_);
+    aborts_.clear();
+  }
+  for (Submission& submission : submissions) {
+    deliver_error(submission.sink, submission.request, shutting_down());
+  }
+  core_->abort_all(shutting_down());
+  publish_stats();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,90 @@
+// The InferenceService of one node: an EngineCore driven by its own thread. Front ends call
+// submit/abort/stats from any thread; they only touch a mutex-protected intake queue and
+// abort list, which the engine thread drains at the start of each step, so a slow client or
+// a busy I/O thread never blocks the model and the model never blocks I/O. When idle the
+// engine thread sleeps on a condition variable, with a deadline on every wait.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/engine/engine_core.h"
+#include "common/engine/inference_service.h"
+#include "common/engine/model_executor.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace pdserve {
+
+struct LlmEngineConfig {
+  SchedulerConfig scheduler;  // max_num_waiting also bounds the intake queue
+  std::string model_name;     // the served name; ModelInfo's other fields come from `scheduler`
+  SamplingDefaults generation_defaults;
+  std::chrono::milliseconds idle_wait{20};  // longest sleep between checks when idle
+};
+
+class LlmEngine : public InferenceService {
+ public:
+  // InvalidArgument for a bad config or an executor that does not match it.
+  static Result<std::unique_ptr<LlmEngine>> create(std::unique_ptr<ModelExecutor> executor,
+                                                   Tokenizer tokenizer, LlmEngineConfig config);
+  ~LlmEngine() override;  // stop()
+
+  LlmEngine(const LlmEngine&) = delete;
+  LlmEngine& operator=(const LlmEngine&) = delete;
+
+  // Starts the engine thread. FailedPrecondition when already started or stopped. Requests
+  // submitted before start() wait in the intake queue.
+  Status start();
+  // Ends every unfinished request with a final Unavailable error delta and joins the engine
+  // thread. Later submits answer Unavailable. Idempotent.
+  void stop();
+
+  Status submit(InferenceRequest request, DeltaSink sink) override;
+  void abort(const std::string& request_id) override;
+  ServiceStats stats() const override;
+  const ModelInfo& model_info() const override { return model_info_; }
+
+ private:
+  struct Submission {
+    InferenceRequest request;
+    DeltaSink sink;
+  };
+
+  LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<EngineCore> core,
+            LlmEngineConfig config);
+
+  void run();
+  // Moves the intake queue and the abort list into the core; false when stopping.
+  bool drain_requests();
+  void publish_stats();
+  // Fails whatever is queued or running; on the engine thread, or on the caller's when the
+  // thread never started.
+  void shut_down_core();
+  DeltaSink release_id_when_finished(const std::string& request_id, DeltaSink sink);
+
+  LlmEngineConfig config_;
+  ModelInfo model_info_;
+  std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<EngineCore> core_;  // used by the engine thread only (or by stop())
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Submission> intake_;
+  std::vector<std::string> aborts_;
+  std::unordered_set<std::string> in_flight_ids_;  // submitted, final delta not yet delivered
+  ServiceStats published_stats_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::mutex stop_mutex_;  // serializes stop() callers
+  std::thread thread_;
+};
+
+}  // namespace pdserve
