@@ -1,0 +1,257 @@
+// LlmEngine's threading on a scripted model: many submitting threads with aborts, shutdown
+// with requests in flight, a full intake queue. Whatever happens, every accepted request's
+// sink gets exactly one final delta, and finished requests carry exactly their script.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/engine/llm_engine.h"
+#include "scripted_executor.h"
+
+namespace pdserve {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ScriptedExecutor;
+
+constexpr int kVocab = 151936;
+
+const Tokenizer& tokenizer() {
+  static const Tokenizer loaded = Tokenizer::load(std::filesystem::path(PDSERVE_ASSETS_DIR) /
+                                                  "qwen3-tokenizer" / "tokenizer.json")
+                                      .value();
+  return loaded;
+}
+
+// Deltas of every request, from the engine thread, readable from the test thread.
+class Collector {
+ public:
+  struct Stream {
+    std::vector<int32_t> tokens;
+    int deltas = 0;
+    int finals = 0;
+    SequenceDelta last;
+  };
+
+  DeltaSink sink(const std::string& id) {
+    return [this, id](SequenceDelta delta) {
+      std::lock_guard lock(mutex_);
+      Stream& stream = streams_[id];
+      EXPECT_EQ(stream.finals, 0) << id << ": a delta after the final one";
+      stream.tokens.insert(stream.tokens.end(), delta.token_ids.begin(), delta.token_ids.end());
+      ++stream.deltas;
+      if (delta.finished) {
+        ++stream.finals;
+        ++num_finals_;
+        changed_.notify_all();
+      }
+      stream.last = std::move(delta);
+    };
+  }
+
+  // Waits (with a deadline) until `count` final deltas arrived.
+  bool wait_for_finals(int count, std::chrono::seconds deadline = 60s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, deadline, [&] { return num_finals_ >= count; });
+  }
+  int total_tokens() const {
+    std::lock_guard lock(mutex_);
+    int total = 0;
+    for (const auto& [id, stream] : streams_) total += static_cast<int>(stream.tokens.size());
+    return total;
+  }
+  std::map<std::string, Stream> streams() const {
+    std::lock_guard lock(mutex_);
+    return streams_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, Stream> streams_;
+  int num_finals_ = 0;
+};
+
+LlmEngineConfig engine_config(int max_num_waiting = 512) {
+  LlmEngineConfig config;
+  config.scheduler.num_blocks = 256;
+  config.scheduler.block_size = 4;
+  config.scheduler.max_num_batched_tokens = 32;
+  config.scheduler.max_num_seqs = 16;
+  config.scheduler.max_num_waiting = max_num_waiting;
+  config.scheduler.max_model_len = 512;
+  config.scheduler.vocab_size = kVocab;
+  config.scheduler.eos_token_ids = {151645};
+  config.model_name = "scripted";
+  return config;
+}
+
+InferenceRequest request(const std::string& id, int32_t first_token, int max_tokens) {
+  InferenceRequest r;
+  r.id = id;
+  r.prompt_tokens = {first_token, 11, 12, 13, 14, 15, 16};
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+std::vector<int32_t> script_for(int32_t first_token) {
+  return {first_token + 1, first_token + 2, first_token + 3};
+}
+
+std::vector<int32_t> expected_tokens(int32_t first_token, int max_tokens) {
+  const std::vector<int32_t> script = script_for(first_token);
+  std::vector<int32_t> tokens;
+  for (int k = 0; k < max_tokens; ++k) tokens.push_back(script[static_cast<size_t>(k) % 3]);
+  return tokens;
+}
+
+std::unique_ptr<LlmEngine> make_engine(const std::vector<int32_t>& first_tokens,
+                                       LlmEngineConfig config = engine_config(),
+                                       std::chrono::microseconds step_delay = 0us) {
+  auto executor = std::make_unique<ScriptedExecutor>(kVocab);
+  for (int32_t first : first_tokens) executor->set_script(first, script_for(first));
+  executor->set_step_delay(step_delay);
+  return LlmEngine::create(std::move(executor), tokenizer(), std::move(config)).value();
+}
+
+TEST(LlmEngineTest, ManySubmittersWithAbortsEachGetExactlyOneFinalDelta) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 20;
+  std::vector<int32_t> firsts;
+  for (int t = 0; t < kThreads * kPerThread; ++t) firsts.push_back(1000 + 10 * t);
+  std::unique_ptr<LlmEngine> engine = make_engine(firsts);
+  ASSERT_TRUE(engine->start().ok());
+  EXPECT_EQ(engine->model_info().name, "scripted");
+  EXPECT_EQ(engine->model_info().vocab_size, kVocab);
+  EXPECT_EQ(engine->model_info().max_model_len, 512);
+
+  Collector collector;
+  std::atomic<int> submit_errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(static_cast<uint32_t>(t));
+      for (int i = 0; i < kPerThread; ++i) {
+        const int n = t * kPerThread + i;
+        const std::string id = "req" + std::to_string(n);
+        const int max_tokens = 1 + n % 17;
+        if (!engine
+                 ->submit(request(id, firsts[static_cast<size_t>(n)], max_tokens),
+                          collector.sink(id))
+                 .ok()) {
+          submit_errors.fetch_add(1);
+        }
+        if (n % 3 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(random() % 2000));
+          engine->abort(id);
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(submit_errors.load(), 0);
+  ASSERT_TRUE(collector.wait_for_finals(kThreads * kPerThread)) << "some request never ended";
+
+  int aborted = 0;
+  for (const auto& [id, stream] : collector.streams()) {
+    EXPECT_EQ(stream.finals, 1) << id;
+    const int n = std::stoi(id.substr(3));
+    const int max_tokens = 1 + n % 17;
+    if (stream.last.error.ok()) {
+      EXPECT_EQ(stream.last.finish_reason, FinishReason::kLength) << id;
+      EXPECT_EQ(stream.tokens, expected_tokens(firsts[static_cast<size_t>(n)], max_tokens)) << id;
+    } else {
+      ++aborted;
+      EXPECT_EQ(n % 3, 0) << id << " failed without an abort: " << stream.last.error.to_string();
+      EXPECT_EQ(stream.last.error.code(), StatusCode::kCancelled) << id;
+      EXPECT_LT(static_cast<int>(stream.tokens.size()), max_tokens) << id;
+    }
+  }
+  std::printf("aborted before finishing: %d of %d\n", aborted, kThreads * kPerThread / 3);
+  engine->stop();
+  const ServiceStats stats = engine->stats();
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 0);
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_EQ(stats.generation_tokens_total, collector.total_tokens());
+}
+
+TEST(LlmEngineTest, StopEndsEveryRequestInFlightWithOneUnavailableFinalDelta) {
+  std::vector<int32_t> firsts;
+  for (int r = 0; r < 40; ++r) firsts.push_back(2000 + 10 * r);
+  std::unique_ptr<LlmEngine> engine = make_engine(firsts, engine_config(), 200us);
+  ASSERT_TRUE(engine->start().ok());
+  Collector collector;
+  for (int r = 0; r < 40; ++r) {
+    const std::string id = "long" + std::to_string(r);
+    ASSERT_TRUE(
+        engine->submit(request(id, firsts[static_cast<size_t>(r)], 400), collector.sink(id)).ok());
+  }
+  // Let some tokens flow so that requests are caught mid-decode, mid-prefill and waiting.
+  for (int i = 0; i < 2000 && collector.total_tokens() < 20; ++i) std::this_thread::sleep_for(1ms);
+  engine->stop();
+  ASSERT_TRUE(collector.wait_for_finals(40, 1s)) << "stop() returned before every final delta";
+  for (const auto& [id, stream] : collector.streams()) {
+    EXPECT_EQ(stream.finals, 1) << id;
+    EXPECT_EQ(stream.last.error.code(), StatusCode::kUnavailable) << id;
+    EXPECT_EQ(stream.last.completion_tokens, static_cast<int>(stream.tokens.size())) << id;
+  }
+  EXPECT_EQ(engine->submit(request("late", 2000, 3), collector.sink("late")).code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(engine->start().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  engine->stop();  // idempotent
+}
+
+TEST(LlmEngineTest, AFullQueueIsRefusedSynchronouslyAndQueuedRequestsRunAfterStart) {
+  std::unique_ptr<LlmEngine> engine = make_engine({3000, 3010, 3020, 3030, 3040}, engine_config(4));
+  Collector collector;
+  for (int r = 0; r < 4; ++r) {
+    const std::string id = "q" + std::to_string(r);
+    ASSERT_TRUE(engine->submit(request(id, 3000 + 10 * r, 5), collector.sink(id)).ok());
+  }
+  EXPECT_EQ(engine->stats().num_waiting, 4);
+  const Status full = engine->submit(request("q4", 3040, 5), collector.sink("q4"));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.to_string();
+  const Status duplicate = engine->submit(request("q0", 3000, 5), collector.sink("q0-again"));
+  EXPECT_EQ(duplicate.code(), StatusCode::kInvalidArgument) << duplicate.to_string();
+  InferenceRequest too_long = request("too-long", 3000, 600);
+  EXPECT_EQ(engine->submit(too_long, collector.sink("too-long")).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(engine->submit(request("no-sink", 3000, 5), DeltaSink()).code(),
+            StatusCode::kInvalidArgument);
+
+  ASSERT_TRUE(engine->start().ok());
+  ASSERT_TRUE(collector.wait_for_finals(4));
+  const auto streams = collector.streams();
+  EXPECT_EQ(streams.size(), 4u);  // the refused requests' sinks were never called
+  for (int r = 0; r < 4; ++r) {
+    const Collector::Stream& stream = streams.at("q" + std::to_string(r));
+    EXPECT_TRUE(stream.last.error.ok()) << stream.last.error.to_string();
+    EXPECT_EQ(stream.tokens, expected_tokens(3000 + 10 * r, 5));
+  }
+  // Finished ids may be used again.
+  ASSERT_TRUE(engine->submit(request("q0", 3000, 2), collector.sink("q0-second")).ok());
+  ASSERT_TRUE(collector.wait_for_finals(5));
+}
+
+TEST(LlmEngineTest, StopWithoutStartEndsTheQueuedRequests) {
+  std::unique_ptr<LlmEngine> engine = make_engine({4000});
+  Collector collector;
+  ASSERT_TRUE(engine->submit(request("queued", 4000, 5), collector.sink("queued")).ok());
+  engine->stop();
+  ASSERT_TRUE(collector.wait_for_finals(1, 1s));
+  EXPECT_EQ(collector.streams().at("queued").last.error.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pdserve
