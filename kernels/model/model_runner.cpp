@@ -1,0 +1,122 @@
+#include "kernels/model/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace pdserve {
+
+Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(
+    Backend& backend, Qwen3Model& model, const ModelRunnerConfig& config) {
+  if (config.num_blocks < 1 || config.block_size < 1) {
+    return invalid_argument("model runner: num_blocks and block_size must be >= 1, got " +
+                            std::to_string(config.num_blocks) + " and " +
+                            std::to_string(config.block_size));
+  }
+  PDS_ASSIGN_OR_RETURN(
+      KvCache cache,
+      KvCache::create(backend, kv_cache_shape_for(model.config(), config.num_blocks,
+                                                  config.block_size, backend.activation_dtype())));
+  PDS_ASSIGN_OR_RETURN(
+      ForwardContext context,
+      ForwardContext::create(backend, model.config(), config.limits, config.block_size));
+  return std::unique_ptr<Qwen3ModelRunner>(
+      new Qwen3ModelRunner(model, std::move(cache), std::move(context)));
+}
+
+Status Qwen3ModelRunner::execute(const ScheduledBatch& batch, std::span<float> logits) {
+  const size_t vocab = static_cast<size_t>(vocab_size());
+  const size_t num_samples = static_cast<size_t>(batch.num_samples);
+  if (logits.size() < num_samples * vocab) {
+    return invalid_argument("model runner: the logits buffer holds " +
+                            std::to_string(logits.size()) + " floats, step " +
+                            std::to_string(batch.step) + " needs " +
+                            std::to_string(num_samples * vocab));
+  }
+  if (batch.empty()) return Status::ok_status();
+  slices_.clear();
+  for (const ScheduledSequence& entry : batch.entries) {
+    slices_.push_back({entry.new_tokens(), entry.num_cached_before, entry.block_table});
+  }
+  // The model returns one row per slice; when every entry samples those are the rows wanted.
+  if (num_samples == slices_.size()) {
+    return model_.forward(slices_, cache_, context_, logits);
+  }
+  all_logits_.resize(slices_.size() * vocab);
+  PDS_RETURN_IF_ERROR(model_.forward(slices_, cache_, context_, all_logits_));
+  size_t row = 0;
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    if (!batch.entries[i].samples) continue;
+    std::memcpy(logits.data() + row * vocab, all_logits_.data() + i * vocab, vocab * sizeof(float));
+    ++row;
+  }
+  return Status::ok_status();
+}
+
+Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
+                                                   const EngineConfig& config) {
+  if (model.backend == nullptr || model.model == nullptr) {
+    return invalid_argument("make_llm_engine: the model is not loaded");
+  }
+  const ModelConfig& model_config = model.model->config();
+  if (!(config.kv_cache_memory_gib > 0) || !std::isfinite(config.kv_cache_memory_gib)) {
+    return invalid_argument("--kv-cache-memory-gib must be a positive number");
+  }
+  if (config.block_size < 1 || config.block_size > 256) {
+    return invalid_argument("--block-size must be in [1, 256], got " +
+                            std::to_string(config.block_size));
+  }
+  if (config.max_model_len < 0 || config.max_model_len > model_config.max_position_embeddings) {
+    return invalid_argument(
+        "--max-model-len must be in [0, " + std::to_string(model_config.max_position_embeddings) +
+        "] (max_position_embeddings), got " + std::to_string(config.max_model_len));
+  }
+  const int max_model_len =
+      config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
+  const DType kv_dtype = model.backend->activation_dtype();
+  const double budget_bytes = config.kv_cache_memory_gib * static_cast<double>(1ull << 30);
+  const int num_blocks = kv_blocks_for_memory(model_config, static_cast<size_t>(budget_bytes),
+                                              config.block_size, kv_dtype);
+  if (num_blocks < 1) {
+    return resource_exhausted("--kv-cache-memory-gib " +
+                              std::to_string(config.kv_cache_memory_gib) +
+                              " holds no KV block of this model");
+  }
+
+  SchedulerConfig scheduler;
+  scheduler.num_blocks = num_blocks;
+  scheduler.block_size = config.block_size;
+  scheduler.max_num_batched_tokens = config.max_num_batched_tokens;
+  scheduler.max_num_seqs = config.max_num_seqs;
+  scheduler.max_num_waiting = config.max_num_waiting;
+  scheduler.max_model_len = max_model_len;
+  scheduler.vocab_size = model_config.vocab_size;
+  const std::vector<int>& eos = model.generation_config.eos_token_ids.empty()
+                                    ? model_config.eos_token_ids
+                                    : model.generation_config.eos_token_ids;
+  scheduler.eos_token_ids.assign(eos.begin(), eos.end());
+  PDS_RETURN_IF_ERROR(scheduler.validate());
+
+  ModelRunnerConfig runner_config;
+  runner_config.num_blocks = num_blocks;
+  runner_config.block_size = config.block_size;
+  runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
+  runner_config.limits.max_num_seqs = config.max_num_seqs;
+  runner_config.limits.max_model_len = max_model_len;
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
+                       Qwen3ModelRunner::create(*model.backend, *model.model, runner_config));
+
+  LlmEngineConfig engine_config;
+  engine_config.scheduler = std::move(scheduler);
+  engine_config.model_name = config.served_model_name.empty() ? model.model_dir.filename().string()
+                                                              : config.served_model_name;
+  const GenerationConfig& generation = model.generation_config;
+  engine_config.generation_defaults.temperature = generation.temperature;
+  engine_config.generation_defaults.top_p = generation.top_p;
+  engine_config.generation_defaults.top_k = generation.top_k;
+  return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config));
+}
+
+}  // namespace pdserve
