@@ -20,6 +20,8 @@ std::string_view status_code_name(StatusCode code) {
       return "UNAVAILABLE";
     case StatusCode::kDeadlineExceeded:
       return "DEADLINE_EXCEEDED";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
     case StatusCode::kDataLoss:
       return "DATA_LOSS";
     case StatusCode::kUnimplemented:

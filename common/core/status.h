@@ -28,6 +28,7 @@ enum class StatusCode {
   kResourceExhausted,   // KV pool full, queue full, out of memory
   kUnavailable,         // a device or peer that is not there (retryable)
   kDeadlineExceeded,    // a wait ran past its deadline
+  kCancelled,           // the caller gave up (client disconnected, request aborted)
   kDataLoss,            // truncated or corrupted data
   kUnimplemented,       // a valid request for something not supported
   kInternal,            // a bug or an unexpected library failure

@@ -69,7 +69,7 @@ Json chunk_envelope(const ResponseMeta& meta, const char* object, Json choice,
   return json;
 }
 
-Json optional_logprobs(const std::optional<std::vector<TokenLogprob>>& logprobs,
+Json optional_logprobs(const std::optional<std::vector<OutputTokenLogprob>>& logprobs,
                        int64_t text_offset_start) {
   if (!logprobs) return nullptr;
   return completion_logprobs_json(*logprobs, text_offset_start);
@@ -77,13 +77,13 @@ Json optional_logprobs(const std::optional<std::vector<TokenLogprob>>& logprobs,
 
 }  // namespace
 
-Json completion_logprobs_json(const std::vector<TokenLogprob>& tokens, int64_t text_offset_start) {
+Json completion_logprobs_json(const std::vector<OutputTokenLogprob>& tokens, int64_t text_offset_start) {
   Json tokens_json = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
   Json text_offset = Json::array();
   int64_t offset = text_offset_start;
-  for (const TokenLogprob& token : tokens) {
+  for (const OutputTokenLogprob& token : tokens) {
     tokens_json.push_back(token_text(token.token));
     text_offset.push_back(offset);
     offset += code_points(token.token);
@@ -107,9 +107,9 @@ Json completion_logprobs_json(const std::vector<TokenLogprob>& tokens, int64_t t
   return json;
 }
 
-Json chat_logprobs_json(const std::vector<TokenLogprob>& tokens) {
+Json chat_logprobs_json(const std::vector<OutputTokenLogprob>& tokens) {
   Json content = Json::array();
-  for (const TokenLogprob& token : tokens) {
+  for (const OutputTokenLogprob& token : tokens) {
     Json entry;
     entry["token"] = token_text(token.token);
     entry["logprob"] = serialized_logprob(token.logprob.value_or(-INFINITY));
@@ -189,7 +189,7 @@ Json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options, int
 
 Json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options, int index,
                       std::string_view reasoning, std::string_view content,
-                      const std::vector<TokenLogprob>* logprobs) {
+                      const std::vector<OutputTokenLogprob>* logprobs) {
   Json delta = Json::object();
   if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
   if (!content.empty()) delta["content"] = content;

@@ -40,7 +40,7 @@ struct TopLogprob {
 
 // One position: the chosen token, its logprob (nullopt for the first echoed prompt token, which
 // has no logprob), and the alternatives.
-struct TokenLogprob {
+struct OutputTokenLogprob {
   std::string token;
   std::optional<float> logprob;
   std::vector<TopLogprob> top;
@@ -49,15 +49,15 @@ struct TokenLogprob {
 // Completion logprobs {tokens, token_logprobs, top_logprobs, text_offset}; text_offset counts
 // Unicode code points (as vLLM's Python len does) from text_offset_start, the length of the text
 // before the first of these tokens (the echoed prompt or earlier stream chunks).
-nlohmann::ordered_json completion_logprobs_json(const std::vector<TokenLogprob>& tokens,
+nlohmann::ordered_json completion_logprobs_json(const std::vector<OutputTokenLogprob>& tokens,
                                                 int64_t text_offset_start);
 // Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
-nlohmann::ordered_json chat_logprobs_json(const std::vector<TokenLogprob>& tokens);
+nlohmann::ordered_json chat_logprobs_json(const std::vector<OutputTokenLogprob>& tokens);
 
 struct CompletionChoice {
   int index = 0;  // prompt_index * n + sample_index
   std::string text;
-  std::optional<std::vector<TokenLogprob>> logprobs;
+  std::optional<std::vector<OutputTokenLogprob>> logprobs;
   int64_t text_offset_start = 0;
   FinishReason finish_reason = FinishReason::kNone;
 };
@@ -66,7 +66,7 @@ struct ChatChoice {
   int index = 0;
   std::string content;
   std::optional<std::string> reasoning_content;
-  std::optional<std::vector<TokenLogprob>> logprobs;
+  std::optional<std::vector<OutputTokenLogprob>> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
 };
 
@@ -99,7 +99,7 @@ nlohmann::ordered_json chat_role_chunk(const ResponseMeta& meta, const StreamOpt
 nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                         int index, std::string_view reasoning,
                                         std::string_view content,
-                                        const std::vector<TokenLogprob>* logprobs);
+                                        const std::vector<OutputTokenLogprob>* logprobs);
 // The last chunk of a choice: empty delta and its finish_reason.
 nlohmann::ordered_json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                          int index, FinishReason reason);

@@ -22,7 +22,7 @@ TEST(CompletionResponse, MatchesTheOpenAiShape) {
 TEST(CompletionResponse, LogprobsWithEchoAndNegativeInfinity) {
   // Echo: the first prompt token has no logprob; -inf becomes -9999.0; text_offset counts code
   // points ("é" is one).
-  std::vector<TokenLogprob> tokens = {
+  std::vector<OutputTokenLogprob> tokens = {
       {"Hi", std::nullopt, {}},
       {" é", -0.5f, {{" é", -0.5f}, {" e", -1.25f}}},
       {"!", -INFINITY, {{"!", -INFINITY}}},
@@ -54,7 +54,7 @@ TEST(ChatResponse, MessageWithReasoningAndWithout) {
 
 TEST(ChatResponse, LogprobsCarryBytesAndSpellPartialUtf8) {
   // "\xe4\xbd" is the first two bytes of "你": not valid UTF-8 on its own.
-  std::vector<TokenLogprob> tokens = {
+  std::vector<OutputTokenLogprob> tokens = {
       {"Hi", -0.25f, {{"Hi", -0.25f}, {"Hello", -2.0f}}},
       {"\xe4\xbd", -1.0f, {}},
   };
@@ -112,7 +112,7 @@ TEST(Sse, ChunksWithoutIncludeUsageHaveNoUsageField) {
   auto chunk = chat_role_chunk(meta, {}, 2);
   EXPECT_FALSE(chunk.contains("usage"));
   EXPECT_EQ(chunk["choices"][0]["index"], 2);
-  std::vector<TokenLogprob> logprobs = {{"Hi", -0.5f, {}}};
+  std::vector<OutputTokenLogprob> logprobs = {{"Hi", -0.5f, {}}};
   auto with_logprobs = chat_delta_chunk(meta, {}, 0, "", "Hi", &logprobs);
   EXPECT_EQ(to_json_text(with_logprobs["choices"][0]["logprobs"]),
             R"({"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":[]}]})");
