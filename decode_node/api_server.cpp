@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -12,7 +13,6 @@
 #include "common/protocol/openai_request.h"
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
-#include "decode_node/engine_bridge.h"
 
 namespace pdserve {
 namespace {
@@ -33,6 +33,18 @@ http::HttpResponse error_response(const ApiError& error) {
   return response;
 }
 
+// Code points in UTF-8 text (bytes that do not continue a sequence), as the protocol layer
+// counts text_offset.
+int64_t code_points(std::string_view text) {
+  int64_t count = 0;
+  for (unsigned char byte : text) count += (byte & 0xC0) != 0x80;
+  return count;
+}
+
+double seconds_between(SteadyTime from, SteadyTime to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -45,6 +57,9 @@ int64_t unix_seconds() {
 struct ApiServer::Generation {
   struct Choice {
     std::string text;  // non-streaming: the echo prefix and everything generated
+    std::vector<OutputTokenLogprob> logprobs;  // non-streaming, when requested
+    int64_t logprob_text_offset = 0;           // code points of the token strings reported so far
+    std::optional<SteadyTime> last_token_at;   // arrival of its previous delta with tokens
     FinishReason finish_reason = FinishReason::kNone;
     int prompt_tokens = 0;
     int completion_tokens = 0;
@@ -54,12 +69,14 @@ struct ApiServer::Generation {
   };
 
   ApiServer* server = nullptr;
+  const Tokenizer* tokenizer = nullptr;
   std::shared_ptr<http::ResponseChannel> channel;
   bool chat = false;
   bool stream = false;
+  bool want_logprobs = false;
   ResponseMeta meta;
   StreamOptions stream_options;
-  std::vector<std::string> engine_ids;
+  std::vector<std::string> engine_ids;  // complete before any delta is handled
 
   std::mutex mutex;
   std::vector<Choice> choices;
@@ -82,15 +99,74 @@ struct ApiServer::Generation {
     channel.reset();
   }
 
-  void on_delta(size_t index, EngineDelta delta) {
+  // Called with the mutex held, before any delta: a stream's head, then each chat choice's
+  // role chunk or each completion choice's echoed prompt.
+  void start() {
+    if (!stream) return;
+    channel->start_stream(200, "text/event-stream", {});
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const int index = static_cast<int>(i);
+      if (chat) {
+        write_event(chat_role_chunk(meta, stream_options, index));
+      } else if (!choices[i].text.empty()) {
+        CompletionChoice echo;
+        echo.index = index;
+        echo.text = choices[i].text;
+        write_event(completion_chunk(meta, stream_options, echo));
+      }
+    }
+  }
+
+  // The delta's logprobs with token strings; advances the choice's text offset past them.
+  std::vector<OutputTokenLogprob> output_logprobs(const std::vector<SampledTokenLogprobs>& sampled,
+                                                  Choice& choice) const {
+    std::vector<OutputTokenLogprob> out;
+    out.reserve(sampled.size());
+    for (const SampledTokenLogprobs& token : sampled) {
+      OutputTokenLogprob entry;
+      entry.token = token_string(token.token);
+      entry.logprob = token.logprob;
+      for (const TokenLogprob& alternative : token.top) {
+        entry.top.push_back({token_string(alternative.token), alternative.logprob});
+      }
+      choice.logprob_text_offset += code_points(entry.token);
+      out.push_back(std::move(entry));
+    }
+    return out;
+  }
+
+  // An id the model can produce but the tokenizer does not know (a padding row of the
+  // embedding) has no text: it is reported as "".
+  std::string token_string(int32_t id) const {
+    return std::string(tokenizer->token_bytes(id).value_or(std::string_view()));
+  }
+
+  // Handles one delta of choice `index`. Returns the engine requests to abort (after the
+  // mutex is released) when this delta failed the whole generation: its siblings.
+  std::vector<std::string> on_delta(size_t index, SequenceDelta delta, SteadyTime arrived) {
     std::lock_guard lock(mutex);
-    if (over) return;
+    if (over) return {};
+    Choice& choice = choices[index];
+    if (!delta.token_ids.empty()) {
+      if (choice.last_token_at) {
+        server->record_inter_token_latency(seconds_between(*choice.last_token_at, arrived));
+      }
+      choice.last_token_at = arrived;
+    }
     if (delta.finished && !delta.error.ok()) {
       fail(api_error_from_status(delta.error));
-      return;
+      std::vector<std::string> siblings;
+      for (size_t i = 0; i < engine_ids.size(); ++i) {
+        if (i != index) siblings.push_back(engine_ids[i]);
+      }
+      return siblings;
     }
-    Choice& choice = choices[index];
     const int choice_index = static_cast<int>(index);
+    const int64_t text_offset_start = choice.logprob_text_offset;
+    std::optional<std::vector<OutputTokenLogprob>> logprobs;
+    if (want_logprobs && !delta.logprobs.empty()) {
+      logprobs = output_logprobs(delta.logprobs, choice);
+    }
     if (stream) {
       if (chat) {
         ReasoningDelta piece = choice.reasoning->push(delta.text);
@@ -99,30 +175,37 @@ struct ApiServer::Generation {
           piece.reasoning += tail.reasoning;
           piece.content += tail.content;
         }
-        if (!piece.reasoning.empty() || !piece.content.empty()) {
+        if (!piece.reasoning.empty() || !piece.content.empty() || logprobs) {
           write_event(chat_delta_chunk(meta, stream_options, choice_index, piece.reasoning,
-                                       piece.content, nullptr));
+                                       piece.content, logprobs ? &*logprobs : nullptr));
         }
         if (delta.finished) {
           write_event(chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason));
         }
-      } else if (!delta.text.empty() || delta.finished) {
+      } else if (!delta.text.empty() || delta.finished || logprobs) {
         CompletionChoice chunk;
         chunk.index = choice_index;
-        chunk.text = delta.text;
+        chunk.text = std::move(delta.text);
+        chunk.logprobs = std::move(logprobs);
+        chunk.text_offset_start = text_offset_start;
         chunk.finish_reason = delta.finished ? delta.finish_reason : FinishReason::kNone;
         write_event(completion_chunk(meta, stream_options, chunk));
       }
     } else {
       choice.text += delta.text;
+      if (logprobs) {
+        choice.logprobs.insert(choice.logprobs.end(), std::make_move_iterator(logprobs->begin()),
+                               std::make_move_iterator(logprobs->end()));
+      }
     }
-    if (!delta.finished) return;
+    if (!delta.finished) return {};
 
     choice.finish_reason = delta.finish_reason;
     choice.prompt_tokens = delta.prompt_tokens;
     choice.completion_tokens = delta.completion_tokens;
     server->record_finished(delta);
     if (--remaining == 0) finish();
+    return {};
   }
 
   void finish() {
@@ -140,20 +223,27 @@ struct ApiServer::Generation {
     } else if (chat) {
       std::vector<ChatChoice> out;
       for (size_t i = 0; i < choices.size(); ++i) {
-        ReasoningSplit split = split_reasoning(choices[i].text, choices[i].starts_in_reasoning);
+        Choice& choice = choices[i];
+        ReasoningSplit split = split_reasoning(choice.text, choice.starts_in_reasoning);
         out.push_back({static_cast<int>(i), std::move(split.content), std::move(split.reasoning),
-                       std::nullopt, choices[i].finish_reason});
+                       requested_logprobs(choice), choice.finish_reason});
       }
       channel->send(json_response(200, to_json_text(chat_completion_response(meta, out, usage))));
     } else {
       std::vector<CompletionChoice> out;
       for (size_t i = 0; i < choices.size(); ++i) {
-        out.push_back({static_cast<int>(i), std::move(choices[i].text), std::nullopt, 0,
-                       choices[i].finish_reason});
+        Choice& choice = choices[i];
+        out.push_back({static_cast<int>(i), std::move(choice.text), requested_logprobs(choice), 0,
+                       choice.finish_reason});
       }
       channel->send(json_response(200, to_json_text(completion_response(meta, out, usage))));
     }
     channel.reset();
+  }
+
+  std::optional<std::vector<OutputTokenLogprob>> requested_logprobs(Choice& choice) const {
+    if (!want_logprobs) return std::nullopt;
+    return std::move(choice.logprobs);
   }
 };
 
@@ -192,34 +282,52 @@ void ApiServer::count_response(int status) {
       .inc();
 }
 
-void ApiServer::record_finished(const EngineDelta& delta) {
+void ApiServer::record_finished(const SequenceDelta& delta) {
   metrics_
       .counter("pdserve:request_success_total", "Requests finished, by finish reason.",
                {{"finished_reason", std::string(finish_reason_name(delta.finish_reason))}})
       .inc();
-  if (delta.time_to_first_token_s >= 0) {
+  const RequestTimings& timings = delta.timings;
+  if (timings.first_scheduled) {
+    metrics_
+        .histogram("pdserve:request_queue_time_seconds", "Arrival to first scheduled.",
+                   kLatencyBuckets)
+        .observe(seconds_between(timings.arrival, *timings.first_scheduled));
+  }
+  if (timings.first_token) {
     metrics_
         .histogram("pdserve:time_to_first_token_seconds", "Time to the first token.",
                    kLatencyBuckets)
-        .observe(delta.time_to_first_token_s);
+        .observe(seconds_between(timings.arrival, *timings.first_token));
   }
-  if (delta.e2e_latency_s >= 0) {
+  if (!timings.finished) return;
+  const double e2e = seconds_between(timings.arrival, *timings.finished);
+  metrics_
+      .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
+                 kLatencyBuckets)
+      .observe(e2e);
+  if (timings.first_token && delta.completion_tokens > 1) {
+    const double ttft = seconds_between(timings.arrival, *timings.first_token);
     metrics_
-        .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
-                   kLatencyBuckets)
-        .observe(delta.e2e_latency_s);
-    if (delta.time_to_first_token_s >= 0 && delta.completion_tokens > 1) {
-      metrics_
-          .histogram("pdserve:time_per_output_token_seconds",
-                     "Mean time per output token after the first.", kLatencyBuckets)
-          .observe((delta.e2e_latency_s - delta.time_to_first_token_s) /
-                   (delta.completion_tokens - 1));
-    }
+        .histogram("pdserve:time_per_output_token_seconds",
+                   "Mean time per output token after the first, per request.", kLatencyBuckets)
+        .observe((e2e - ttft) / (delta.completion_tokens - 1));
   }
 }
 
+void ApiServer::record_inter_token_latency(double seconds) {
+  metrics_
+      .histogram("pdserve:inter_token_latency_seconds",
+                 "Gap between consecutive token deltas of one request.", kLatencyBuckets)
+      .observe(seconds);
+}
+
+void ApiServer::abort_requests(const std::vector<std::string>& engine_ids) {
+  for (const std::string& engine_id : engine_ids) service_.abort(engine_id);
+}
+
 void ApiServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
-  const EngineModel model = engine_model(service_);
+  const ModelInfo& model = service_.model_info();
   nlohmann::ordered_json card;
   card["id"] = model.name;
   card["object"] = "model";
@@ -233,22 +341,46 @@ void ApiServer::handle_models(const std::shared_ptr<http::ResponseChannel>& chan
   channel->send(json_response(200, to_json_text(body)));
 }
 
-void ApiServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
-  const EngineLoad load = engine_load(service_);
+void ApiServer::publish_engine_stats() {
+  const ServiceStats stats = service_.stats();
   metrics_.gauge("pdserve:num_requests_running", "Sequences in the running batch.")
-      .set(load.num_running);
+      .set(stats.num_running);
   metrics_.gauge("pdserve:num_requests_waiting", "Sequences waiting to be scheduled.")
-      .set(load.num_waiting);
+      .set(stats.num_waiting);
+  metrics_.gauge("pdserve:kv_cache_blocks_total", "KV blocks in the pool.")
+      .set(stats.kv_blocks_total);
+  metrics_.gauge("pdserve:kv_cache_blocks_used", "KV blocks held by sequences.")
+      .set(stats.kv_blocks_used);
+  metrics_
+      .gauge("pdserve:kv_cache_blocks_cached",
+             "Free KV blocks that keep prefix-cache content (evictable).")
+      .set(stats.kv_blocks_cached);
   metrics_.gauge("pdserve:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).")
-      .set(load.kv_usage);
-  metrics_.gauge("pdserve:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
-      .set(static_cast<double>(load.prefix_cache_queries));
-  metrics_.gauge("pdserve:prefix_cache_hits", "Prompt tokens found in the prefix cache.")
-      .set(static_cast<double>(load.prefix_cache_hits));
-  metrics_.gauge("pdserve:prompt_tokens_total", "Prompt tokens processed.")
-      .set(static_cast<double>(load.prompt_tokens_total));
-  metrics_.gauge("pdserve:generation_tokens_total", "Tokens generated.")
-      .set(static_cast<double>(load.generation_tokens_total));
+      .set(stats.kv_blocks_total > 0
+               ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total
+               : 0.0);
+
+  // Serialized so that concurrent scrapes add each increase once.
+  std::lock_guard lock(scrape_mutex_);
+  const auto advance = [this](const char* name, const char* help, int64_t now, int64_t before) {
+    metrics::Counter& counter = metrics_.counter(name, help);
+    if (now > before) counter.inc(static_cast<double>(now - before));
+  };
+  advance("pdserve:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          stats.prefix_cache_queried_tokens, last_scraped_.prefix_cache_queried_tokens);
+  advance("pdserve:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          stats.prefix_cache_hit_tokens, last_scraped_.prefix_cache_hit_tokens);
+  advance("pdserve:prompt_tokens_total", "Prompt tokens scheduled.", stats.prompt_tokens_total,
+          last_scraped_.prompt_tokens_total);
+  advance("pdserve:generation_tokens_total", "Tokens generated.", stats.generation_tokens_total,
+          last_scraped_.generation_tokens_total);
+  advance("pdserve:num_preemptions_total", "Sequences preempted (recomputed later).",
+          stats.preemptions_total, last_scraped_.preemptions_total);
+  last_scraped_ = stats;
+}
+
+void ApiServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
+  publish_engine_stats();
   count_response(200);
   channel->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
 }
@@ -260,7 +392,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     count_response(error.http_status);
     channel->send(error_response(error));
   };
-  const EngineModel model = engine_model(service_);
+  const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());
   ApiResult<GenerationRequest> parsed =
@@ -269,6 +401,11 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   if (!parsed.ok()) return reject(parsed.error());
   GenerationRequest& req = parsed.value();
   if (!req.model.empty() && req.model != model.name) return reject(model_not_found(req.model));
+  if (req.echo && req.sampling.want_logprobs) {
+    return reject(invalid_request(
+        "echo with logprobs is not supported: this server does not compute prompt logprobs.",
+        "echo"));
+  }
 
   // One prompt per entry: its tokens, echo text and whether output starts inside <think>.
   struct PreparedPrompt {
@@ -306,15 +443,17 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
 
   auto generation = std::make_shared<Generation>();
   generation->server = this;
+  generation->tokenizer = &tokenizer_;
   generation->channel = channel;
   generation->chat = chat;
   generation->stream = req.stream;
+  generation->want_logprobs = req.sampling.want_logprobs;
   generation->stream_options.include_usage = req.include_usage;
   char id[32];
   std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(++next_id_));
   generation->meta = {(chat ? "chatcmpl-" : "cmpl-") + std::string(id), unix_seconds(), model.name};
 
-  std::vector<EngineSubmission> submissions;
+  std::vector<InferenceRequest> requests;
   for (const PreparedPrompt& prompt : prompts) {
     ApiResult<int> max_tokens =
         resolve_max_tokens(req, static_cast<int>(prompt.tokens.size()), model.max_model_len);
@@ -329,56 +468,50 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       choice.starts_in_reasoning = prompt.starts_in_reasoning;
       if (chat) choice.reasoning.emplace(prompt.starts_in_reasoning);
       generation->choices.push_back(std::move(choice));
-      EngineSubmission submission;
-      submission.id = generation->meta.id + "-" + std::to_string(submissions.size());
-      submission.prompt_tokens = prompt.tokens;
-      submission.sampling = sampling.value();
-      submission.stop = req.stop;
-      submission.include_stop_str_in_output = req.include_stop_str_in_output;
-      submission.skip_special_tokens = req.skip_special_tokens;
-      submissions.push_back(std::move(submission));
+      InferenceRequest engine_request;
+      engine_request.id = generation->meta.id + "-" + std::to_string(requests.size());
+      engine_request.prompt_tokens = prompt.tokens;
+      engine_request.sampling = sampling.value();
+      engine_request.stop = req.stop;
+      engine_request.include_stop_str_in_output = req.include_stop_str_in_output;
+      engine_request.skip_special_tokens = req.skip_special_tokens;
+      requests.push_back(std::move(engine_request));
     }
   }
-  generation->remaining = submissions.size();
+  generation->remaining = requests.size();
 
-  // Held while submitting so no delta is handled before the stream head and the role chunks.
-  std::lock_guard lock(generation->mutex);
-  for (size_t i = 0; i < submissions.size(); ++i) {
-    std::string engine_id = submissions[i].id;
-    Status status = submit_to_engine(
-        service_, std::move(submissions[i]),
-        [generation, i](EngineDelta delta) { generation->on_delta(i, std::move(delta)); });
-    if (!status.ok()) {
-      for (const std::string& submitted : generation->engine_ids) {
-        abort_in_engine(service_, submitted);
+  std::vector<std::string> submitted_before_failure;
+  std::optional<ApiError> submit_error;
+  {
+    // Held while submitting so no delta is handled before the stream head and the role chunks,
+    // and engine_ids is complete when a failing delta looks up its siblings. Aborts happen
+    // after it is released, so a service that answers an abort at once cannot deadlock here.
+    std::lock_guard lock(generation->mutex);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      std::string engine_id = requests[i].id;
+      Status status =
+          service_.submit(std::move(requests[i]), [this, generation, i](SequenceDelta delta) {
+            const SteadyTime arrived = std::chrono::steady_clock::now();
+            abort_requests(generation->on_delta(i, std::move(delta), arrived));
+          });
+      if (!status.ok()) {
+        generation->over = true;
+        generation->channel.reset();
+        submitted_before_failure = generation->engine_ids;
+        submit_error = api_error_from_status(status);
+        break;
       }
-      generation->over = true;
-      generation->channel.reset();
-      return reject(api_error_from_status(status));
+      generation->engine_ids.push_back(std::move(engine_id));
     }
-    generation->engine_ids.push_back(std::move(engine_id));
+    if (!submit_error) generation->start();
+  }
+  if (submit_error) {
+    abort_requests(submitted_before_failure);
+    return reject(*submit_error);
   }
   channel->on_cancel([weak = std::weak_ptr<Generation>(generation), this] {
-    if (auto gen = weak.lock()) {
-      for (const std::string& engine_id : gen->engine_ids) abort_in_engine(service_, engine_id);
-    }
+    if (auto gen = weak.lock()) abort_requests(gen->engine_ids);
   });
-  if (req.stream) {
-    channel->start_stream(200, "text/event-stream", {});
-    for (size_t i = 0; i < generation->choices.size(); ++i) {
-      const int index = static_cast<int>(i);
-      if (chat) {
-        generation->write_event(
-            chat_role_chunk(generation->meta, generation->stream_options, index));
-      } else if (!generation->choices[i].text.empty()) {  // the echoed prompt comes first
-        CompletionChoice echo;
-        echo.index = index;
-        echo.text = generation->choices[i].text;
-        generation->write_event(
-            completion_chunk(generation->meta, generation->stream_options, echo));
-      }
-    }
-  }
 }
 
 }  // namespace pdserve

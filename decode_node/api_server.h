@@ -1,28 +1,38 @@
 // The OpenAI API over an InferenceService: POST /v1/completions, POST /v1/chat/completions
 // (streaming or not), GET /v1/models, GET /health, GET /metrics. A request with n choices or
-// several prompts fans out into one engine request per choice; a client that disconnects
-// aborts all of them. Every accepted request ends with a response, or for a stream with an
-// SSE error event and [DONE].
+// several prompts fans out into one engine request per choice; a client that disconnects, or
+// a choice that fails, aborts all of them. Every accepted request ends with a response, or for
+// a stream with an SSE error event and [DONE].
+//
+// Logprobs: completions `logprobs: N` and chat `logprobs: true, top_logprobs: N` return the
+// engine's sampled-token logprobs and top alternatives, whole or per SSE chunk, with token
+// strings from Tokenizer::token_bytes. The engine does not compute prompt logprobs, so a
+// completion with `echo: true` and `logprobs` set is refused with a 400 (param "echo") rather
+// than answered with prompt tokens whose logprobs are all null: a scoring client (the usual
+// reason to ask for both) would otherwise read the nulls as a result. text_offset counts code
+// points of the token strings from the start of the choice's generated text, in streams too.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/chat/chat_template.h"
+#include "common/engine/inference_service.h"
 #include "common/http/router.h"
 #include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace pdserve {
 
-class InferenceService;
-struct EngineDelta;
-
 class ApiServer {
  public:
-  // The service, tokenizer and template must outlive the server and its routes.
+  // The service, tokenizer and template must outlive the server and its routes, and the
+  // service must be stopped (no sink running or left to run) before the server is destroyed:
+  // the sinks of requests in flight call into it.
   ApiServer(InferenceService& service, const Tokenizer& tokenizer,
             const ChatTemplate& chat_template);
 
@@ -37,13 +47,20 @@ class ApiServer {
   void handle_models(const std::shared_ptr<http::ResponseChannel>& channel);
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
   void count_response(int status);
-  void record_finished(const EngineDelta& delta);
+  void record_finished(const SequenceDelta& delta);
+  void record_inter_token_latency(double seconds);
+  void abort_requests(const std::vector<std::string>& engine_ids);
+  // Copies the engine's stats into the gauges, and advances the counters by what the engine's
+  // running totals grew since the previous scrape.
+  void publish_engine_stats();
 
   InferenceService& service_;
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
   metrics::Registry metrics_;
   std::atomic<uint64_t> next_id_{0};
+  std::mutex scrape_mutex_;
+  ServiceStats last_scraped_;  // guarded by scrape_mutex_
 };
 
 }  // namespace pdserve

@@ -1,18 +1,23 @@
 // The OpenAI API server over a fake InferenceService with scripted output, through real
-// sockets.
+// sockets; and sibling aborts over the real LlmEngine on a scripted model.
 #include "decode_node/api_server.h"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/engine/inference_service.h"
+#include "common/engine/llm_engine.h"
 #include "common/http/http_server.h"
+#include "tests/engine/scripted_executor.h"
 #include "tests/http/test_client.h"
 
 namespace pdserve {
@@ -24,7 +29,14 @@ using testing::TestClient;
 using Json = nlohmann::json;
 
 // Every request produces the pieces of `script` (one token each), up to max_tokens, on its own
-// engine thread; the final delta says kStop when the script ran out, kLength otherwise.
+// engine thread; the final delta says kStop when the script ran out, kLength otherwise. With
+// set_logprobs, step k's token and logprobs come from entry k (top cut to the request's
+// `logprobs`). Timings are synthetic: queued kQueueTime, first token kTimeToFirstToken after
+// arrival, then one token per kTimePerOutputToken.
+constexpr auto kQueueTime = 30ms;
+constexpr auto kTimeToFirstToken = 50ms;
+constexpr auto kTimePerOutputToken = 20ms;
+
 class FakeService : public InferenceService {
  public:
   explicit FakeService(std::vector<std::string> script) : script_(std::move(script)) {
@@ -54,7 +66,10 @@ class FakeService : public InferenceService {
     std::lock_guard lock(mutex_);
     aborted_.insert(id);
   }
-  ServiceStats stats() const override { return {}; }
+  ServiceStats stats() const override {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
   const ModelInfo& model_info() const override { return info_; }
 
   void set_queue_full(bool full) {
@@ -62,6 +77,16 @@ class FakeService : public InferenceService {
     queue_full_ = full;
   }
   void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
+  void set_logprobs(std::vector<SampledTokenLogprobs> logprobs) { logprobs_ = std::move(logprobs); }
+  void set_stats(const ServiceStats& stats) {
+    std::lock_guard lock(mutex_);
+    stats_ = stats;
+  }
+  // Requests whose id ends with `id_suffix` fail with `error` in place of token `at_token`.
+  void fail_requests(std::string id_suffix, size_t at_token, Status error) {
+    std::lock_guard lock(mutex_);
+    failure_ = {std::move(id_suffix), at_token, std::move(error)};
+  }
   std::vector<std::string> submitted() {
     std::lock_guard lock(mutex_);
     return submitted_;
@@ -103,17 +128,40 @@ class FakeService : public InferenceService {
       job.sink(std::move(delta));
       return;
     }
+    if (const std::optional<Status> error = injected_failure(job)) {
+      delta.finished = true;
+      delta.error = *error;
+      job.sink(std::move(delta));
+      return;
+    }
     std::this_thread::sleep_for(step_delay_);
     delta.text = script_[job.produced];
     delta.token_ids = {static_cast<int32_t>(job.produced)};
+    const SamplingParams& sampling = job.request.sampling;
+    if (job.produced < logprobs_.size()) {
+      SampledTokenLogprobs logprobs = logprobs_[job.produced];
+      delta.token_ids = {logprobs.token};
+      if (logprobs.top.size() > static_cast<size_t>(sampling.logprobs)) {
+        logprobs.top.resize(static_cast<size_t>(sampling.logprobs));
+      }
+      if (sampling.want_logprobs) delta.logprobs.push_back(std::move(logprobs));
+    }
     ++job.produced;
     delta.completion_tokens = static_cast<int>(job.produced);
+    const SteadyTime arrival = job.request.arrival;
+    delta.timings.arrival = arrival;
+    delta.timings.first_scheduled = arrival + kQueueTime;
+    delta.timings.first_token = arrival + kTimeToFirstToken;
     if (job.produced == script_.size()) {
       delta.finished = true;
       delta.finish_reason = FinishReason::kStop;
     } else if (static_cast<int>(job.produced) >= job.request.sampling.max_tokens) {
       delta.finished = true;
       delta.finish_reason = FinishReason::kLength;
+    }
+    if (delta.finished) {
+      delta.timings.finished =
+          *delta.timings.first_token + kTimePerOutputToken * (delta.completion_tokens - 1);
     }
     const bool finished = delta.finished;
     job.sink(std::move(delta));
@@ -124,10 +172,29 @@ class FakeService : public InferenceService {
     }
   }
 
+  std::optional<Status> injected_failure(const Job& job) {
+    std::lock_guard lock(mutex_);
+    if (!failure_ || job.produced != failure_->at_token) return std::nullopt;
+    const std::string& id = job.request.id;
+    const std::string& suffix = failure_->id_suffix;
+    if (id.size() < suffix.size() || id.compare(id.size() - suffix.size(), suffix.size(), suffix))
+      return std::nullopt;
+    return failure_->error;
+  }
+
+  struct Failure {
+    std::string id_suffix;
+    size_t at_token;
+    Status error;
+  };
+
   const std::vector<std::string> script_;
   ModelInfo info_;
   std::chrono::milliseconds step_delay_{0};
-  std::mutex mutex_;
+  std::vector<SampledTokenLogprobs> logprobs_;  // set before the first request
+  mutable std::mutex mutex_;
+  ServiceStats stats_;
+  std::optional<Failure> failure_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<std::string> submitted_;
@@ -150,6 +217,57 @@ const ChatTemplate& chat_template() {
   return instance;
 }
 
+int32_t single_token(std::string_view text) {
+  const std::vector<int32_t> ids = tokenizer().encode(text).value();
+  EXPECT_EQ(ids.size(), 1u) << text;
+  return ids.at(0);
+}
+
+// "Hello", the lone byte 0xE4 (the lead byte of a three-byte character: no text of its own,
+// partial UTF-8 as a token string), " world"; each with its two best alternatives.
+const std::vector<std::string> kHelloWorldScript = {"Hello", "", " world"};
+std::vector<SampledTokenLogprobs> hello_world_logprobs() {
+  const int32_t byte_e4 = tokenizer().token_to_id("\u00e4").value();  // byte-level spelling
+  return {{single_token("Hello"),
+           -0.25f,
+           {{single_token("Hello"), -0.25f}, {single_token("Hi"), -1.5f}}},
+          {byte_e4, -2.0f, {{byte_e4, -2.0f}, {single_token("!"), -2.5f}}},
+          {single_token(" world"),
+           -0.5f,
+           {{single_token(" world"), -0.5f}, {single_token(" there"), -1.0f}}}};
+}
+
+// Hand-written: what completions `logprobs: 2` must return for hello_world_logprobs().
+const Json kHelloWorldCompletionLogprobs = Json::parse(R"({
+  "tokens": ["Hello", "bytes:\\xe4", " world"],
+  "token_logprobs": [-0.25, -2.0, -0.5],
+  "top_logprobs": [{"Hello": -0.25, "Hi": -1.5}, {"bytes:\\xe4": -2.0, "!": -2.5},
+                   {" world": -0.5, " there": -1.0}],
+  "text_offset": [0, 5, 6]})");
+
+// Hand-written: chat `logprobs: true, top_logprobs: 1` for hello_world_logprobs().
+const Json kHelloWorldChatLogprobs = Json::parse(R"([
+  {"token": "Hello", "logprob": -0.25, "bytes": [72, 101, 108, 108, 111],
+   "top_logprobs": [{"token": "Hello", "logprob": -0.25, "bytes": [72, 101, 108, 108, 111]}]},
+  {"token": "bytes:\\xe4", "logprob": -2.0, "bytes": [228],
+   "top_logprobs": [{"token": "bytes:\\xe4", "logprob": -2.0, "bytes": [228]}]},
+  {"token": " world", "logprob": -0.5, "bytes": [32, 119, 111, 114, 108, 100],
+   "top_logprobs": [{"token": " world", "logprob": -0.5, "bytes": [32, 119, 111, 114, 108, 100]}]}
+])");
+
+// The value of one sample (name plus rendered labels) in a /metrics body.
+std::optional<double> metric_value(const std::string& body, const std::string& series) {
+  std::istringstream lines(body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::strtod(line.c_str() + series.size() + 1, nullptr);
+    }
+  }
+  return std::nullopt;
+}
+
 class ApiServerTest : public ::testing::Test {
  protected:
   void start(std::vector<std::string> script) {
@@ -159,8 +277,11 @@ class ApiServerTest : public ::testing::Test {
     api_->register_routes(router);
     server_ = http::HttpServer::start({}, std::move(router)).value();
   }
+  // The service delivers its last deltas (which reach the ApiServer) before the ApiServer
+  // goes away.
   ~ApiServerTest() override {
     if (server_) server_->stop();
+    service_.reset();
   }
 
   testing::HttpResponseMessage post(const std::string& path, const std::string& body) {
@@ -191,6 +312,23 @@ class ApiServerTest : public ::testing::Test {
       at = end + 2;
     }
     return events;
+  }
+
+  std::string scrape_metrics() {
+    TestClient client(server_->port());
+    EXPECT_TRUE(client.send(make_request("GET", "/metrics")));
+    auto response = client.read_response();
+    EXPECT_TRUE(response);
+    return response ? response->body() : std::string();
+  }
+
+  // Waits until the fake saw `count` aborts.
+  std::set<std::string> wait_for_aborts(size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (service_->aborted().size() < count && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    return service_->aborted();
   }
 
   std::unique_ptr<FakeService> service_;
@@ -344,6 +482,243 @@ TEST_F(ApiServerTest, ModelsHealthAndMetrics) {
             std::string::npos)
       << metrics->body();
   EXPECT_NE(metrics->body().find("# TYPE pdserve:num_requests_running gauge"), std::string::npos);
+}
+
+TEST_F(ApiServerTest, CompletionLogprobs) {
+  start(kHelloWorldScript);
+  service_->set_logprobs(hello_world_logprobs());
+  auto response = post("/v1/completions", R"({"prompt": "Say hi", "logprobs": 2})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  const Json choice = Json::parse(response.body())["choices"][0];
+  EXPECT_EQ(choice["text"], "Hello world");
+  EXPECT_EQ(choice["logprobs"], kHelloWorldCompletionLogprobs);
+}
+
+TEST_F(ApiServerTest, CompletionWithoutLogprobsHasNullLogprobs) {
+  start(kHelloWorldScript);
+  service_->set_logprobs(hello_world_logprobs());
+  auto response = post("/v1/completions", R"({"prompt": "Say hi"})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  EXPECT_TRUE(Json::parse(response.body())["choices"][0]["logprobs"].is_null());
+}
+
+TEST_F(ApiServerTest, StreamedCompletionLogprobsComeOnePerChunkWithRunningTextOffsets) {
+  start(kHelloWorldScript);
+  service_->set_logprobs(hello_world_logprobs());
+  auto response = post("/v1/completions", R"({"prompt": "Say hi", "logprobs": 2, "stream": true})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  bool done = false;
+  const std::vector<Json> events = sse_events(response.body(), done);
+  EXPECT_TRUE(done);
+  // The token without text still gets its chunk, so no logprob is lost.
+  ASSERT_EQ(events.size(), 3u) << response.body();
+  const Json& whole = kHelloWorldCompletionLogprobs;
+  for (size_t k = 0; k < events.size(); ++k) {
+    const Json expected = {{"tokens", {whole["tokens"][k]}},
+                           {"token_logprobs", {whole["token_logprobs"][k]}},
+                           {"top_logprobs", {whole["top_logprobs"][k]}},
+                           {"text_offset", {whole["text_offset"][k]}}};
+    EXPECT_EQ(events[k]["choices"][0]["logprobs"], expected) << k;
+    EXPECT_EQ(events[k]["choices"][0]["text"], kHelloWorldScript[k]);
+  }
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ApiServerTest, ChatLogprobs) {
+  start(kHelloWorldScript);
+  service_->set_logprobs(hello_world_logprobs());
+  auto response = post("/v1/chat/completions",
+                       R"({"messages": [{"role": "user", "content": "q"}], "logprobs": true,
+                           "top_logprobs": 1})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  const Json choice = Json::parse(response.body())["choices"][0];
+  EXPECT_EQ(choice["message"]["content"], "Hello world");
+  EXPECT_EQ(choice["logprobs"], Json({{"content", kHelloWorldChatLogprobs}}));
+}
+
+TEST_F(ApiServerTest, StreamedChatLogprobsComeWithTheirTokens) {
+  start(kHelloWorldScript);
+  service_->set_logprobs(hello_world_logprobs());
+  auto response = post("/v1/chat/completions",
+                       R"({"messages": [{"role": "user", "content": "q"}], "logprobs": true,
+                           "top_logprobs": 1, "stream": true})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  bool done = false;
+  const std::vector<Json> events = sse_events(response.body(), done);
+  EXPECT_TRUE(done);
+  Json streamed = Json::array();
+  for (const Json& event : events) {
+    const Json& logprobs = event["choices"][0]["logprobs"];
+    if (logprobs.is_null()) continue;
+    ASSERT_EQ(logprobs["content"].size(), 1u) << event;  // one engine token per delta
+    streamed.push_back(logprobs["content"][0]);
+  }
+  EXPECT_EQ(streamed, kHelloWorldChatLogprobs);
+}
+
+TEST_F(ApiServerTest, EchoWithLogprobsIsRefused) {
+  start(kHelloWorldScript);
+  auto response = post("/v1/completions", R"({"prompt": "Say hi", "echo": true, "logprobs": 0})");
+  EXPECT_EQ(response.result_int(), 400) << response.body();
+  const Json error = Json::parse(response.body())["error"];
+  EXPECT_EQ(error["param"], "echo");
+  EXPECT_NE(error["message"].get<std::string>().find("prompt logprobs"), std::string::npos);
+  EXPECT_TRUE(service_->submitted().empty());
+}
+
+TEST_F(ApiServerTest, LatencyHistogramsFromDeltaArrivalsAndEngineTimings) {
+  start({"a", "b", "c", "d", "e", "f"});
+  service_->set_step_delay(20ms);
+  ASSERT_EQ(post("/v1/completions", R"({"prompt": "x", "max_tokens": 5})").result_int(), 200);
+  std::string metrics = scrape_metrics();
+  const std::string itl = "pdserve:inter_token_latency_seconds";
+  // Five deltas of one request: four gaps, each at least one 20 ms engine step.
+  EXPECT_EQ(metric_value(metrics, itl + "_count"), 4.0) << metrics;
+  EXPECT_GE(metric_value(metrics, itl + "_sum").value_or(0.0), 0.079);
+  EXPECT_EQ(metric_value(metrics, itl + "_bucket{le=\"0.01\"}"), 0.0);
+  // From the engine's timestamps (synthetic in the fake).
+  EXPECT_NEAR(metric_value(metrics, "pdserve:request_queue_time_seconds_sum").value_or(-1), 0.03,
+              1e-9);
+  EXPECT_NEAR(metric_value(metrics, "pdserve:time_to_first_token_seconds_sum").value_or(-1), 0.05,
+              1e-9);
+  EXPECT_NEAR(metric_value(metrics, "pdserve:e2e_request_latency_seconds_sum").value_or(-1),
+              0.05 + 4 * 0.02, 1e-9);
+  EXPECT_NEAR(metric_value(metrics, "pdserve:time_per_output_token_seconds_sum").value_or(-1), 0.02,
+              1e-9);
+
+  // Two choices of three tokens: two gaps each; one TPOT observation per choice.
+  ASSERT_EQ(post("/v1/completions", R"({"prompt": "x", "max_tokens": 3, "n": 2})").result_int(),
+            200);
+  metrics = scrape_metrics();
+  EXPECT_EQ(metric_value(metrics, itl + "_count"), 8.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "pdserve:time_per_output_token_seconds_count"), 3.0);
+  EXPECT_NEAR(metric_value(metrics, "pdserve:time_per_output_token_seconds_sum").value_or(-1),
+              3 * 0.02, 1e-9);
+  EXPECT_EQ(metric_value(metrics, "pdserve:request_queue_time_seconds_count"), 3.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:request_success_total{finished_reason=\"length\"}"),
+            3.0);
+}
+
+TEST_F(ApiServerTest, EngineStatsAtScrapeTime) {
+  start({"x"});
+  ServiceStats stats;
+  stats.num_waiting = 3;
+  stats.num_running = 2;
+  stats.kv_blocks_total = 200;
+  stats.kv_blocks_used = 50;
+  stats.kv_blocks_cached = 10;
+  stats.prefix_cache_queried_tokens = 400;
+  stats.prefix_cache_hit_tokens = 100;
+  stats.prompt_tokens_total = 500;
+  stats.generation_tokens_total = 70;
+  stats.preemptions_total = 1;
+  service_->set_stats(stats);
+  std::string metrics = scrape_metrics();
+  EXPECT_EQ(metric_value(metrics, "pdserve:num_requests_waiting"), 3.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "pdserve:num_requests_running"), 2.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_total"), 200.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_used"), 50.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_cached"), 10.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_usage_perc"), 0.25);
+  EXPECT_NE(metrics.find("# TYPE pdserve:prefix_cache_queries_total counter"), std::string::npos);
+
+  // Counters follow the engine's running totals, however many scrapes come between.
+  stats.prefix_cache_queried_tokens = 1000;
+  stats.prefix_cache_hit_tokens = 600;
+  stats.prompt_tokens_total = 900;
+  stats.generation_tokens_total = 300;
+  stats.preemptions_total = 4;
+  service_->set_stats(stats);
+  scrape_metrics();
+  metrics = scrape_metrics();
+  EXPECT_EQ(metric_value(metrics, "pdserve:prefix_cache_queries_total"), 1000.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "pdserve:prefix_cache_hits_total"), 600.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:prompt_tokens_total"), 900.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:generation_tokens_total"), 300.0);
+  EXPECT_EQ(metric_value(metrics, "pdserve:num_preemptions_total"), 4.0);
+}
+
+TEST_F(ApiServerTest, FailedChoiceAbortsItsSiblings) {
+  start(std::vector<std::string>(60, "t"));
+  service_->set_step_delay(5ms);
+  service_->fail_requests("-1", 2, internal_error("injected failure"));
+  auto response = post("/v1/completions", R"({"prompt": "a", "n": 3, "max_tokens": 50})");
+  EXPECT_EQ(response.result_int(), 500) << response.body();
+  EXPECT_NE(response.body().find("injected failure"), std::string::npos) << response.body();
+  const std::vector<std::string> submitted = service_->submitted();
+  ASSERT_EQ(submitted.size(), 3u);
+  EXPECT_EQ(wait_for_aborts(2), std::set<std::string>({submitted[0], submitted[2]}));
+  // One client request, one response counted.
+  EXPECT_EQ(metric_value(scrape_metrics(), "pdserve:http_requests_total{status=\"500\"}"), 1.0);
+}
+
+TEST_F(ApiServerTest, FailedChoiceOfAStreamEndsItWithAnErrorEventAndAbortsItsSiblings) {
+  start(std::vector<std::string>(60, "t"));
+  service_->set_step_delay(5ms);
+  service_->fail_requests("-0", 1, internal_error("injected failure"));
+  auto response =
+      post("/v1/completions", R"({"prompt": ["a", "b"], "max_tokens": 50, "stream": true})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  bool done = false;
+  const std::vector<Json> events = sse_events(response.body(), done);
+  EXPECT_TRUE(done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["error"]["message"], "injected failure") << response.body();
+  const std::vector<std::string> submitted = service_->submitted();
+  ASSERT_EQ(submitted.size(), 2u);
+  EXPECT_EQ(wait_for_aborts(1), std::set<std::string>({submitted[1]}));
+}
+
+// The same over the real engine: the failing choice's sink aborts its siblings from the engine
+// thread (LlmEngine::abort only takes the intake mutex, which is free while sinks run), and
+// they stop at the next step instead of running to max_tokens.
+TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
+  constexpr int kVocab = 151936;
+  auto executor = std::make_unique<testing::ScriptedExecutor>(kVocab);
+  testing::ScriptedExecutor& model = *executor;
+  model.set_script(1000, {1001, 1002, 1003});
+  model.nan_for(2000);  // requests whose prompt starts with 2000 fail at their first sample
+  model.set_step_delay(2ms);
+  LlmEngineConfig config;
+  config.scheduler.num_blocks = 256;
+  config.scheduler.block_size = 4;
+  config.scheduler.max_num_batched_tokens = 64;
+  config.scheduler.max_num_seqs = 16;
+  config.scheduler.max_num_waiting = 64;
+  config.scheduler.max_model_len = 512;
+  config.scheduler.vocab_size = kVocab;
+  config.scheduler.eos_token_ids = {151645};
+  config.model_name = "scripted";
+  std::unique_ptr<LlmEngine> engine =
+      LlmEngine::create(std::move(executor), tokenizer(), std::move(config)).value();
+  ASSERT_TRUE(engine->start().ok());
+  ApiServer api(*engine, tokenizer(), chat_template());
+  http::Router router;
+  api.register_routes(router);
+  std::unique_ptr<http::HttpServer> server = http::HttpServer::start({}, std::move(router)).value();
+
+  TestClient client(server->port());
+  ASSERT_TRUE(client.send(make_request("POST", "/v1/completions",
+                                       R"({"prompt": [[1000, 11, 12], [2000, 11, 12]], "n": 2,
+                                           "max_tokens": 400, "temperature": 0})")));
+  auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->result_int(), 400) << response->body();
+  EXPECT_NE(response->body().find("NaN"), std::string::npos) << response->body();
+
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  ServiceStats stats = engine->stats();
+  while ((stats.num_running > 0 || stats.num_waiting > 0 || stats.kv_blocks_used > 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+    stats = engine->stats();
+  }
+  EXPECT_EQ(stats.num_running, 0);
+  EXPECT_EQ(stats.num_waiting, 0);
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_LT(model.steps(), 100) << "the siblings ran on instead of being aborted";
+  server->stop();
+  engine->stop();
 }
 
 }  // namespace
