@@ -27,3 +27,13 @@ if ((${#missing[@]})); then
 else
   echo "setup: all Debian packages present"
 fi
+
+# The npm packages of tools/oracle (golden-file generators and the `openai` client that the
+# conformance tests drive), pinned by its package-lock.json; `npm ls` fails when any is missing.
+oracle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools/oracle" && pwd)
+if npm ls --prefix "$oracle_dir" >/dev/null 2>&1; then
+  echo "setup: all npm packages of tools/oracle present"
+else
+  echo "setup: installing the npm packages of tools/oracle"
+  npm ci --prefix "$oracle_dir" --no-audit --no-fund --loglevel=error
+fi
