@@ -1,0 +1,275 @@
+#include "bench/serving/stream_client.h"
+
+#include <optional>
+#include <string_view>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+namespace pdserve::bench {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Connects `stream` to the endpoint; its expiry must already be set.
+asio::awaitable<beast::error_code> connect(beast::tcp_stream& stream, const Endpoint& endpoint) {
+  beast::error_code ec;
+  tcp::resolver resolver(co_await asio::this_coro::executor);
+  auto results = co_await resolver.async_resolve(endpoint.host, endpoint.port,
+                                                 asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return ec;
+  co_await stream.async_connect(results, asio::redirect_error(asio::use_awaitable, ec));
+  co_return ec;
+}
+
+std::string describe(const beast::error_code& ec, std::string_view stage) {
+  if (ec == beast::error::timeout) return std::string(stage) + ": deadline exceeded";
+  return std::string(stage) + ": " + ec.message();
+}
+
+// Reads the server-sent events of one completion stream and times its chunks.
+class StreamTimer {
+ public:
+  StreamTimer(RequestOutcome& outcome, Clock::time_point sent)
+      : outcome_(outcome), sent_(sent), last_chunk_(sent) {}
+
+  // Feeds body bytes; complete events ("...\n\n") are handled at once.
+  void feed(std::string_view bytes) {
+    pending_.append(bytes);
+    for (;;) {
+      const size_t end = pending_.find("\n\n");
+      if (end == std::string::npos) return;
+      handle_event(std::string_view(pending_).substr(0, end));
+      pending_.erase(0, end + 2);
+    }
+  }
+
+  bool done() const { return done_; }
+  bool saw_usage() const { return saw_usage_; }
+  const std::string& error() const { return error_; }
+  Clock::time_point last_chunk() const { return last_chunk_; }
+
+ private:
+  void handle_event(std::string_view event) {
+    for (size_t begin = 0; begin < event.size();) {
+      size_t end = event.find('\n', begin);
+      if (end == std::string_view::npos) end = event.size();
+      std::string_view line = event.substr(begin, end - begin);
+      begin = end + 1;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (!line.starts_with("data:")) continue;  // comments, event names
+      line.remove_prefix(5);
+      if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+      handle_data(line);
+    }
+  }
+
+  void handle_data(std::string_view data) {
+    if (data == "[DONE]") {
+      done_ = true;
+      return;
+    }
+    const Json chunk = Json::parse(data, nullptr, /*allow_exceptions=*/false);
+    if (chunk.is_discarded() || !chunk.is_object()) {
+      set_error("malformed stream chunk: " + std::string(data.substr(0, 200)));
+      return;
+    }
+    if (const auto error = chunk.find("error"); error != chunk.end()) {
+      set_error("server error in stream: " + error->dump());
+      return;
+    }
+    if (const auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
+      outcome_.prompt_tokens = usage->value("prompt_tokens", -1);
+      outcome_.output_tokens = usage->value("completion_tokens", -1);
+      saw_usage_ = true;
+    }
+    const auto choices = chunk.find("choices");
+    if (choices == chunk.end() || !choices->is_array() || choices->empty()) return;
+    const Json& text = (*choices)[0].value("text", Json());
+    if (!text.is_string() || text.get_ref<const std::string&>().empty()) return;
+    const Clock::time_point now = Clock::now();
+    if (outcome_.text_chunks == 0) {
+      outcome_.ttft_s = seconds_between(sent_, now);
+    } else {
+      outcome_.itl_s.push_back(seconds_between(last_chunk_, now));
+    }
+    ++outcome_.text_chunks;
+    last_chunk_ = now;
+  }
+
+  void set_error(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+  }
+
+  RequestOutcome& outcome_;
+  Clock::time_point sent_;
+  Clock::time_point last_chunk_;
+  std::string pending_;
+  std::string error_;
+  bool done_ = false;
+  bool saw_usage_ = false;
+};
+
+std::string request_body(const StreamRequest& request) {
+  Json body;
+  body["model"] = request.model;
+  body["prompt"] = request.request->prompt;
+  body["max_tokens"] = request.request->output_len;
+  body["temperature"] = 0;
+  body["ignore_eos"] = true;
+  body["stream"] = true;
+  body["stream_options"] = Json{{"include_usage", true}};
+  return body.dump();
+}
+
+// The checks that make the token counts trustworthy: the server generated exactly what was
+// asked (ignore_eos), read the whole prompt, and sent no more text chunks than tokens.
+std::string check_counts(const RequestOutcome& outcome, const BenchRequest& request) {
+  const auto expected_prompt = static_cast<int>(request.prompt.size());
+  if (outcome.prompt_tokens != expected_prompt) {
+    return "usage.prompt_tokens is " + std::to_string(outcome.prompt_tokens) + ", sent " +
+           std::to_string(expected_prompt);
+  }
+  if (outcome.output_tokens != request.output_len) {
+    return "usage.completion_tokens is " + std::to_string(outcome.output_tokens) + ", asked for " +
+           std::to_string(request.output_len) + " with ignore_eos";
+  }
+  if (outcome.text_chunks < 1 || outcome.text_chunks > outcome.output_tokens) {
+    return std::to_string(outcome.text_chunks) + " chunks with text for " +
+           std::to_string(outcome.output_tokens) + " tokens";
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Endpoint> parse_base_url(const std::string& url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!std::string_view(url).starts_with(kScheme)) {
+    return invalid_argument("--base-url must start with http:// (got '" + url + "')");
+  }
+  std::string_view rest = std::string_view(url).substr(kScheme.size());
+  while (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) {
+    return invalid_argument("--base-url takes no path, only http://HOST[:PORT] (got '" + url +
+                            "')");
+  }
+  Endpoint endpoint;
+  const size_t colon = rest.rfind(':');
+  endpoint.host = std::string(rest.substr(0, colon));
+  if (colon != std::string_view::npos) {
+    const std::string_view port = rest.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        port.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!digits || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
+      return invalid_argument("--base-url has an invalid port '" + std::string(port) + "'");
+    }
+    endpoint.port = std::string(port);
+  }
+  if (endpoint.host.empty()) return invalid_argument("--base-url has no host (got '" + url + "')");
+  return endpoint;
+}
+
+asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
+                                                  const StreamRequest& request,
+                                                  Clock::time_point run_start) {
+  RequestOutcome outcome;
+  const Clock::time_point sent = Clock::now();
+  outcome.start_s = seconds_between(run_start, sent);
+  auto fail = [&](std::string message) {
+    outcome.success = false;
+    outcome.error = std::move(message);
+    outcome.e2e_s = seconds_between(sent, Clock::now());
+    return outcome;
+  };
+
+  beast::tcp_stream stream(co_await asio::this_coro::executor);
+  stream.expires_after(request.timeout);  // one deadline for connect, send and the whole stream
+  beast::error_code ec = co_await connect(stream, endpoint);
+  if (ec) co_return fail(describe(ec, "connect"));
+
+  http::request<http::string_body> http_request(http::verb::post, "/v1/completions", 11);
+  http_request.set(http::field::host, endpoint.host);
+  http_request.set(http::field::content_type, "application/json");
+  http_request.set(http::field::accept, "text/event-stream");
+  http_request.body() = request_body(request);
+  http_request.prepare_payload();
+  co_await http::async_write(stream, http_request, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return fail(describe(ec, "send"));
+
+  StreamTimer timer(outcome, sent);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  auto on_chunk = [&timer](std::uint64_t, beast::string_view body, beast::error_code&) {
+    timer.feed(std::string_view(body.data(), body.size()));
+    return body.size();
+  };
+  parser.on_chunk_body(on_chunk);
+  beast::flat_buffer buffer;
+  co_await http::async_read_header(stream, buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return fail(describe(ec, "read response header"));
+  while (!parser.is_done() && timer.error().empty()) {
+    co_await http::async_read_some(stream, buffer, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+  }
+  const Clock::time_point ended = Clock::now();
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+
+  const unsigned status = parser.get().result_int();
+  if (status != 200) {
+    co_return fail("HTTP " + std::to_string(status) + ": " + parser.get().body().substr(0, 300));
+  }
+  if (!timer.error().empty()) co_return fail(timer.error());
+  if (ec) {
+    co_return fail(describe(ec, "stream after " + std::to_string(outcome.text_chunks) + " chunks"));
+  }
+  if (!timer.done()) co_return fail("stream ended without data: [DONE]");
+  if (!timer.saw_usage())
+    co_return fail("stream had no usage chunk (stream_options.include_usage)");
+  outcome.e2e_s = seconds_between(sent, ended);
+  outcome.error = check_counts(outcome, *request.request);
+  outcome.success = outcome.error.empty();
+  co_return outcome;
+}
+
+asio::awaitable<Result<std::string>> fetch_text(const Endpoint& endpoint, const std::string& target,
+                                                Clock::duration timeout) {
+  beast::tcp_stream stream(co_await asio::this_coro::executor);
+  stream.expires_after(timeout);
+  const std::string where = "GET http://" + endpoint.host + ":" + endpoint.port + target;
+  beast::error_code ec = co_await connect(stream, endpoint);
+  if (ec) co_return unavailable(where + ": " + describe(ec, "connect"));
+  http::request<http::empty_body> http_request(http::verb::get, target, 11);
+  http_request.set(http::field::host, endpoint.host);
+  co_await http::async_write(stream, http_request, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return unavailable(where + ": " + describe(ec, "send"));
+  beast::flat_buffer buffer;
+  http::response<http::string_body> response;
+  co_await http::async_read(stream, buffer, response,
+                            asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return unavailable(where + ": " + describe(ec, "read"));
+  if (response.result_int() != 200) {
+    co_return unavailable(where + ": HTTP " + std::to_string(response.result_int()));
+  }
+  co_return std::move(response.body());
+}
+
+}  // namespace pdserve::bench

@@ -1,0 +1,55 @@
+// One streaming completion request over HTTP/1.1 (Boost.Beast on Asio coroutines), timed per
+// streamed chunk. Every connection carries a deadline, so a dead or stalled server produces a
+// failed outcome instead of a hang.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+
+#include "bench/serving/workload.h"
+#include "common/core/status.h"
+
+namespace pdserve::bench {
+
+// http://HOST[:PORT]; the API routes are appended to it.
+struct Endpoint {
+  std::string host;
+  std::string port = "80";
+};
+
+Result<Endpoint> parse_base_url(const std::string& url);
+
+struct RequestOutcome {
+  bool success = false;
+  std::string error;          // why it failed; empty on success
+  int prompt_tokens = 0;      // from the usage chunk
+  int output_tokens = 0;      // from the usage chunk, checked against the chunks
+  int text_chunks = 0;        // streamed chunks that carried text
+  double start_s = 0;         // when the request was sent, from the start of the run
+  double ttft_s = 0;          // to the first chunk with text
+  double e2e_s = 0;           // to the end of the stream
+  std::vector<double> itl_s;  // between consecutive chunks with text
+};
+
+struct StreamRequest {
+  std::string model;
+  const BenchRequest* request = nullptr;
+  std::chrono::steady_clock::duration timeout{};  // for the whole exchange
+};
+
+// Never throws; failures are reported in the outcome. Times are relative to `run_start`.
+boost::asio::awaitable<RequestOutcome> stream_completion(
+    const Endpoint& endpoint, const StreamRequest& request,
+    std::chrono::steady_clock::time_point run_start);
+
+// GET `target` (e.g. /v1/models) and return its body, with a deadline.
+boost::asio::awaitable<Result<std::string>> fetch_text(const Endpoint& endpoint,
+                                                       const std::string& target,
+                                                       std::chrono::steady_clock::duration timeout);
+
+}  // namespace pdserve::bench

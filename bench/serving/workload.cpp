@@ -1,0 +1,57 @@
+#include "bench/serving/workload.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace pdserve::bench {
+namespace {
+
+// vLLM's random dataset rule: uniform in [floor(len * (1 - r)), ceil(len * (1 + r))], at least 1.
+int random_length(int len, double range_ratio, std::mt19937_64& rng) {
+  const int low = std::max(1, static_cast<int>(std::floor(len * (1 - range_ratio))));
+  const int high = std::max(low, static_cast<int>(std::ceil(len * (1 + range_ratio))));
+  return std::uniform_int_distribution<int>(low, high)(rng);
+}
+
+}  // namespace
+
+Status validate(const WorkloadOptions& options) {
+  if (options.num_prompts < 1) return invalid_argument("--num-prompts must be at least 1");
+  if (options.input_len < 1) return invalid_argument("--input-len must be at least 1");
+  if (options.output_len < 1) return invalid_argument("--output-len must be at least 1");
+  if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
+    return invalid_argument("--range-ratio must be in [0, 1), got " +
+                            std::to_string(options.range_ratio));
+  }
+  if (options.shared_prefix_len < 0) return invalid_argument("--shared-prefix-len must be >= 0");
+  if (!(options.request_rate > 0)) {
+    return invalid_argument("--request-rate must be a positive number or inf");
+  }
+  if (options.vocab_size < 1) return invalid_argument("--vocab-size must be at least 1");
+  return {};
+}
+
+Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) {
+  PDS_RETURN_IF_ERROR(validate(options));
+  std::mt19937_64 rng(options.seed);
+  std::uniform_int_distribution<int32_t> token(0, options.vocab_size - 1);
+  std::vector<int32_t> prefix(static_cast<size_t>(options.shared_prefix_len));
+  for (int32_t& id : prefix) id = token(rng);
+
+  std::exponential_distribution<double> gap(
+      std::isinf(options.request_rate) ? 1.0 : options.request_rate);
+  std::vector<BenchRequest> requests(static_cast<size_t>(options.num_prompts));
+  double arrival = 0;
+  for (BenchRequest& request : requests) {
+    const int unique_len = random_length(options.input_len, options.range_ratio, rng);
+    request.prompt = prefix;
+    for (int i = 0; i < unique_len; ++i) request.prompt.push_back(token(rng));
+    request.output_len = random_length(options.output_len, options.range_ratio, rng);
+    request.arrival_s = arrival;
+    if (!std::isinf(options.request_rate)) arrival += gap(rng);
+  }
+  return requests;
+}
+
+}  // namespace pdserve::bench

@@ -1,0 +1,376 @@
+// Tests of pdserve-bench-serving: percentile math against numpy's values, the workload's
+// properties, flag validation (exit 2), failures of a server that dies or stalls mid-stream,
+// and a live run against pdserve-decode on the tiny model with exact token counts.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+
+#include "bench/serving/latency_stats.h"
+#include "bench/serving/serving_benchmark.h"
+#include "bench/serving/workload.h"
+
+namespace pdserve::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using tcp = boost::asio::ip::tcp;
+
+// Expected values from numpy 1.24: np.mean and np.percentile(a, q) (linear interpolation).
+TEST(LatencyStats, MatchesNumpyPercentiles) {
+  const std::vector<double> five = {15, 20, 35, 40, 50};
+  const LatencySummary summary = summarize(five);
+  EXPECT_EQ(summary.count, 5u);
+  EXPECT_DOUBLE_EQ(summary.mean, 32.0);
+  EXPECT_DOUBLE_EQ(summary.p50, 35.0);
+  EXPECT_DOUBLE_EQ(summary.p90, 46.0);
+  EXPECT_NEAR(summary.p99, 49.6, 1e-12);
+  EXPECT_DOUBLE_EQ(summary.max, 50.0);
+
+  const std::vector<double> shuffled = {7, 3, 10, 1, 9, 2, 8, 4, 6, 5};
+  EXPECT_DOUBLE_EQ(percentile(shuffled, 0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile(shuffled, 50), 5.5);
+  EXPECT_NEAR(percentile(shuffled, 90), 9.1, 1e-12);
+  EXPECT_NEAR(percentile(shuffled, 99), 9.91, 1e-12);
+  EXPECT_DOUBLE_EQ(percentile(shuffled, 100), 10.0);
+  EXPECT_DOUBLE_EQ(summarize(shuffled).mean, 5.5);
+}
+
+TEST(LatencyStats, SingleAndEmptySamples) {
+  const std::vector<double> one = {4.0};
+  EXPECT_DOUBLE_EQ(summarize(one).p50, 4.0);
+  EXPECT_DOUBLE_EQ(summarize(one).p99, 4.0);
+  const LatencySummary empty = summarize({});
+  EXPECT_EQ(empty.count, 0u);
+  EXPECT_DOUBLE_EQ(empty.p99, 0.0);
+}
+
+TEST(Workload, LengthsPrefixAndDeterminism) {
+  WorkloadOptions options;
+  options.num_prompts = 200;
+  options.input_len = 100;
+  options.output_len = 20;
+  options.range_ratio = 0.5;
+  options.shared_prefix_len = 30;
+  options.vocab_size = 1000;
+  options.seed = 3;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  ASSERT_EQ(requests->size(), 200u);
+  int shortest = 1 << 30, longest = 0;
+  for (const BenchRequest& request : *requests) {
+    const int unique = static_cast<int>(request.prompt.size()) - 30;
+    shortest = std::min(shortest, unique);
+    longest = std::max(longest, unique);
+    EXPECT_GE(request.output_len, 10);
+    EXPECT_LE(request.output_len, 30);
+    EXPECT_TRUE(std::equal(request.prompt.begin(), request.prompt.begin() + 30,
+                           (*requests)[0].prompt.begin()));
+    for (int32_t id : request.prompt) ASSERT_TRUE(id >= 0 && id < 1000);
+    EXPECT_EQ(request.arrival_s, 0.0);  // rate inf: all at once
+  }
+  EXPECT_GE(shortest, 50);
+  EXPECT_LE(longest, 150);
+  EXPECT_LT(shortest, 60);  // 200 uniform draws over [50, 150] reach both ends
+  EXPECT_GT(longest, 140);
+  // The unique parts differ (no accidental sharing beyond the prefix).
+  EXPECT_NE((*requests)[0].prompt[30], (*requests)[1].prompt[30]);
+
+  const Result<std::vector<BenchRequest>> again = make_workload(options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[7].prompt, (*requests)[7].prompt);
+}
+
+TEST(Workload, PoissonArrivalsHaveTheRequestedRate) {
+  WorkloadOptions options;
+  options.num_prompts = 4000;
+  options.input_len = 1;
+  options.output_len = 1;
+  options.request_rate = 8;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  ASSERT_TRUE(requests.ok());
+  for (size_t i = 1; i < requests->size(); ++i) {
+    ASSERT_GE((*requests)[i].arrival_s, (*requests)[i - 1].arrival_s);
+  }
+  // Mean gap 1/8 s; the standard error of the mean of 3999 exponential gaps is 1/8/sqrt(3999).
+  const double mean_gap = requests->back().arrival_s / 3999;
+  EXPECT_NEAR(mean_gap, 0.125, 5 * 0.125 / std::sqrt(3999.0));
+}
+
+TEST(Workload, RejectsBadOptions) {
+  WorkloadOptions options;
+  options.range_ratio = 1.0;
+  EXPECT_EQ(make_workload(options).status().code(), StatusCode::kInvalidArgument);
+  options = {};
+  options.request_rate = 0;
+  EXPECT_EQ(make_workload(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(BaseUrl, ParsesHostAndPort) {
+  const Result<Endpoint> endpoint = parse_base_url("http://127.0.0.1:8123/");
+  ASSERT_TRUE(endpoint.ok());
+  EXPECT_EQ(endpoint->host, "127.0.0.1");
+  EXPECT_EQ(endpoint->port, "8123");
+  EXPECT_EQ(parse_base_url("http://localhost")->port, "80");
+  EXPECT_FALSE(parse_base_url("https://x:1").ok());
+  EXPECT_FALSE(parse_base_url("http://x:99999").ok());
+  EXPECT_FALSE(parse_base_url("http://x:8000/v1").ok());
+  EXPECT_FALSE(parse_base_url("http://:8000").ok());
+}
+
+// Runs the benchmark binary with `args`; returns its exit code, stderr in `errors`.
+int run_binary(const std::string& args, std::string& errors) {
+  const fs::path err_file =
+      fs::temp_directory_path() / ("bench_serving_stderr_" + std::to_string(getpid()) + ".txt");
+  const std::string command =
+      std::string(PDSERVE_BENCH_SERVING_BIN) + " " + args + " >/dev/null 2>" + err_file.string();
+  const int status = std::system(command.c_str());
+  FILE* file = std::fopen(err_file.c_str(), "r");
+  errors.clear();
+  if (file != nullptr) {
+    char buffer[512];
+    while (std::fgets(buffer, sizeof(buffer), file) != nullptr) errors += buffer;
+    std::fclose(file);
+  }
+  fs::remove(err_file);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Cli, BadFlagsExitTwoWithAMessage) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"--num-prompts 0", "--num-prompts"},
+      {"--input-len -3", "--input-len"},
+      {"--output-len abc", "--output-len"},
+      {"--range-ratio 1", "--range-ratio"},
+      {"--request-rate 0", "--request-rate"},
+      {"--request-rate -2", "--request-rate"},
+      {"--request-rate fast", "--request-rate"},
+      {"--max-concurrency -1", "--max-concurrency"},
+      {"--shared-prefix-len -1", "--shared-prefix-len"},
+      {"--request-timeout 0", "--request-timeout"},
+      {"--base-url localhost:8000", "--base-url"},
+      {"--base-url http://h:0", "port"},
+      {"--no-such-flag", "no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    std::string errors;
+    EXPECT_EQ(run_binary(c.args, errors), 2) << c.args;
+    EXPECT_NE(errors.find(c.message), std::string::npos) << c.args << " -> " << errors;
+  }
+  std::string errors;
+  EXPECT_EQ(run_binary("--help", errors), 0);
+}
+
+// A server on a free port that answers each connection with `respond` on its own thread.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<void(tcp::socket&)> respond)
+      : acceptor_(io_, tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)),
+        thread_([this, respond = std::move(respond)] {
+          boost::system::error_code ec;
+          for (;;) {
+            tcp::socket socket(io_);
+            acceptor_.accept(socket, ec);
+            if (ec || stopping_) return;
+            boost::asio::streambuf request;
+            boost::asio::read_until(socket, request, "\r\n\r\n", ec);
+            respond(socket);
+            sockets_.push_back(std::move(socket));  // stalled answers keep theirs open
+          }
+        }) {}
+  ~FakeServer() {
+    stopping_ = true;
+    boost::system::error_code ec;
+    tcp::socket poke(io_);
+    poke.connect(acceptor_.local_endpoint(), ec);
+    thread_.join();
+  }
+  Endpoint endpoint() const {
+    return {"127.0.0.1", std::to_string(acceptor_.local_endpoint().port())};
+  }
+
+ private:
+  boost::asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::vector<tcp::socket> sockets_;
+  std::atomic<bool> stopping_ = false;
+  std::thread thread_;
+};
+
+std::vector<BenchRequest> small_workload(int num_prompts) {
+  WorkloadOptions options;
+  options.num_prompts = num_prompts;
+  options.input_len = 8;
+  options.output_len = 4;
+  options.vocab_size = 1000;
+  return make_workload(options).value();
+}
+
+TEST(Failures, ServerDyingMidStreamIsReportedPerRequest) {
+  FakeServer server([](tcp::socket& socket) {
+    const std::string event = "data: {\"choices\":[{\"index\":0,\"text\":\"hi\"}]}\n\n";
+    char size[16];
+    std::snprintf(size, sizeof(size), "%zx", event.size());
+    const std::string partial =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        std::string(size) + "\r\n" + event + "\r\n";
+    boost::system::error_code ec;
+    boost::asio::write(socket, boost::asio::buffer(partial), ec);
+    socket.close(ec);  // dies before [DONE]
+  });
+  RunOptions options;
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.max_concurrency = 2;
+  options.request_timeout = std::chrono::seconds(20);
+  const Result<BenchmarkResult> result = run_benchmark(options, small_workload(3));
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ(result->completed, 0);
+  EXPECT_EQ(result->failed, 3);
+  for (const RequestOutcome& outcome : result->outcomes) {
+    EXPECT_FALSE(outcome.success);
+    EXPECT_NE(outcome.error.find("after 1 chunks"), std::string::npos) << outcome.error;
+  }
+  EXPECT_NE(format_report(*result).find("3 x stream after 1 chunks"), std::string::npos)
+      << format_report(*result);
+}
+
+TEST(Failures, StalledServerHitsTheDeadline) {
+  FakeServer server([](tcp::socket&) {});  // reads the request, never answers
+  RunOptions options;
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.request_timeout = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  const Result<BenchmarkResult> result = run_benchmark(options, small_workload(2));
+  ASSERT_TRUE(result.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(result->failed, 2);
+  EXPECT_NE(result->outcomes[0].error.find("deadline exceeded"), std::string::npos)
+      << result->outcomes[0].error;
+}
+
+// pdserve-decode on the tiny model, started on a free port; stopped with SIGTERM.
+class LiveServer {
+ public:
+  LiveServer(const fs::path& model) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      execl(PDSERVE_DECODE_BIN, PDSERVE_DECODE_BIN, "--model", model.c_str(), "--port", "0",
+            "--threads", "1", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(out[1]);
+    stdout_fd_ = out[0];
+    banner_ = read_banner(std::chrono::seconds(60));
+  }
+  ~LiveServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+  }
+  // "pdserve-decode: serving NAME on http://HOST:PORT (device cpu)", or empty.
+  const std::string& banner() const { return banner_; }
+
+ private:
+  std::string read_banner(std::chrono::seconds timeout) {
+    std::string text;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (text.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd fd{stdout_fd_, POLLIN, 0};
+      if (poll(&fd, 1, 200) <= 0) continue;
+      char buffer[256];
+      const ssize_t n = read(stdout_fd_, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    return text.substr(0, text.find('\n'));
+  }
+
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string banner_;
+};
+
+TEST(Live, EightStreamingPromptsOnTheTinyModelHaveExactTokenCounts) {
+  const fs::path model =
+      fs::temp_directory_path() / ("bench_serving_tiny_" + std::to_string(getpid()));
+  const std::string make = std::string(PDSERVE_MAKE_MODEL_BIN) + " --config " +
+                           PDSERVE_TEST_DATA_DIR + "/reference/configs/tiny.json --out " +
+                           model.string() + " --seed 7 >/dev/null";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  {
+    LiveServer server(model);
+    const std::string& banner = server.banner();
+    const size_t url = banner.find("http://");
+    ASSERT_NE(url, std::string::npos) << "no banner from pdserve-decode: '" << banner << "'";
+    const Result<Endpoint> endpoint =
+        parse_base_url(banner.substr(url, banner.find(' ', url) - url));
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status().to_string();
+
+    WorkloadOptions workload;
+    workload.num_prompts = 8;
+    workload.input_len = 24;
+    workload.output_len = 6;
+    workload.range_ratio = 0.5;
+    workload.shared_prefix_len = 16;
+    workload.seed = 11;
+    const std::vector<BenchRequest> requests = make_workload(workload).value();
+    RunOptions options;
+    options.endpoint = *endpoint;
+    options.max_concurrency = 4;
+    options.request_timeout = std::chrono::seconds(120);
+    const Result<BenchmarkResult> result = run_benchmark(options, requests);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    EXPECT_EQ(result->model, "bench_serving_tiny_" + std::to_string(getpid()));
+    EXPECT_EQ(result->completed, 8) << format_report(*result);
+    long input_tokens = 0, output_tokens = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const RequestOutcome& outcome = result->outcomes[i];
+      EXPECT_TRUE(outcome.success) << outcome.error;
+      EXPECT_EQ(outcome.prompt_tokens, static_cast<int>(requests[i].prompt.size()));
+      EXPECT_EQ(outcome.output_tokens, requests[i].output_len);
+      EXPECT_GE(outcome.text_chunks, 1);
+      EXPECT_EQ(outcome.itl_s.size(), static_cast<size_t>(outcome.text_chunks - 1));
+      EXPECT_GT(outcome.ttft_s, 0);
+      EXPECT_LE(outcome.ttft_s, outcome.e2e_s);
+      input_tokens += static_cast<long>(requests[i].prompt.size());
+      output_tokens += requests[i].output_len;
+    }
+    EXPECT_EQ(result->total_input_tokens, input_tokens);
+    EXPECT_EQ(result->total_output_tokens, output_tokens);
+    EXPECT_NEAR(result->output_throughput * result->duration_s, static_cast<double>(output_tokens),
+                1e-6);
+  }
+  fs::remove_all(model);
+}
+
+}  // namespace
+}  // namespace pdserve::bench
