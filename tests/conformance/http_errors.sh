@@ -4,7 +4,7 @@
 # --max-body-bytes, with and without Content-Length) and 429 + Retry-After when the waiting
 # queue is full; each answer must carry an OpenAI error body {"error": {message, type, param,
 # code}}. The servers keep answering afterwards and exit 0 on SIGTERM.
-# shellcheck source=tests/conformance/server.sh
+# shellcheck source=server.sh source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/server.sh"
 set_deadline 150
 
@@ -121,6 +121,7 @@ for i in $(seq 8); do
     -d '{"prompt": "Tell me a long story", "max_tokens": 20000, "ignore_eos": true, "stream": true}' \
     "$QUEUE/v1/completions" 2>/dev/null &
   curl_pids+=($!)
+  CHILD_PIDS+=($!)
 done
 answered_all() {
   local i

@@ -325,6 +325,9 @@ const failed = await runChecks([
     assert.deepEqual(streamed, choice.logprobs, "streamed logprobs equal the unstreamed ones");
     await expectApiError(() => client.completions.create({ model, prompt: PROMPT, ...greedy, logprobs: 21 }),
                          400, { param: "logprobs" });
+    // The engine computes no prompt logprobs, which echo with logprobs would need.
+    await expectApiError(() => client.completions.create({ model, prompt: PROMPT, ...greedy, logprobs: 1, echo: true }),
+                         400, { param: "echo" });
   }],
 
   ["chat logprobs: bytes spell the content, top_logprobs sorted, greedy picks the top", async () => {

@@ -10,11 +10,12 @@ set -euo pipefail
 PYTHON=/usr/bin/python3  # the system interpreter, not the pyenv python3 on PATH
 WORK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/pdserve-conformance.XXXXXX")
 SERVER_PIDS=()
+CHILD_PIDS=()  # other long-running children, killed on exit too
 FAILURES=0
 
 cleanup() {
   local pid
-  for pid in "${SERVER_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${SERVER_PIDS[@]}" "${CHILD_PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   [[ -n ${DEADLINE_PID:-} ]] && kill "$DEADLINE_PID" 2>/dev/null
   rm -rf "$WORK_DIR"
 }
@@ -79,6 +80,14 @@ stop_servers() {
   done
   SERVER_PIDS=()
   return "$ok"
+}
+
+# interruptible COMMAND...: bash runs its traps only once a foreground command has ended, so a
+# long command runs in the background and is waited for: `wait` returns at once on a signal.
+interruptible() {
+  "$@" &
+  CHILD_PIDS+=($!)
+  wait "$!"
 }
 
 pass() { echo "ok   $1"; }

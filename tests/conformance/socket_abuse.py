@@ -50,12 +50,7 @@ class Server:
         return values
 
     def kv_blocks_in_use(self):
-        """Used KV blocks (the gauge), or the used fraction where the server exports only that."""
-        values = self.metrics()
-        for name in ("pdserve:kv_cache_blocks_used", "pdserve:kv_cache_usage_perc"):
-            if name in values:
-                return values[name]
-        raise AssertionError("/metrics exports no KV usage gauge")
+        return self.metrics()["pdserve:kv_cache_blocks_used"]
 
 
 def read_until_closed(sock, deadline_s):
