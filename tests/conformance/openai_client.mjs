@@ -21,12 +21,15 @@ const greedy = { max_tokens: MAX_TOKENS, temperature: 0, ignore_eos: true };
 const noThinking = { chat_template_kwargs: { enable_thinking: false } };
 
 const modelDir = await makeModel();
+const SYSTEM = "You are terse.";
 const [expected, expectedOther, expectedFromIds, expectedChat] = await Promise.all([
   generateGreedy(modelDir, PROMPT, MAX_TOKENS),
   generateGreedy(modelDir, OTHER_PROMPT, MAX_TOKENS),
   generateGreedy(modelDir, PROMPT_IDS, MAX_TOKENS),
   generateGreedy(modelDir, CHAT_QUESTION, MAX_TOKENS, ["--chat"]),
 ]);
+const expectedThinking = await generateGreedy(modelDir, CHAT_QUESTION, MAX_TOKENS,
+                                              ["--chat", "--enable-thinking", "--system", SYSTEM]);
 const server = await startServer(modelDir);
 const client = makeClient(server);
 const model = server.name;
@@ -239,6 +242,13 @@ const failed = await runChecks([
     assert.equal(response.choices[0].message.content, expectedChat);
     assert.equal(response.choices[0].finish_reason, "length");
     checkUsage(response.usage, undefined, MAX_TOKENS);
+  }],
+
+  // The random model never writes </think>, so all of its text is content.
+  ["chat with a system message, thinking on by default: equals pdserve-generate --enable-thinking", async () => {
+    const response = await client.chat.completions.create({
+      model, messages: [{ role: "system", content: SYSTEM }, ...chatMessages], ...greedy });
+    assert.equal(response.choices[0].message.content, expectedThinking);
   }],
 
   ["streamed chat: role first, content equals pdserve-generate --chat, usage", async () => {
