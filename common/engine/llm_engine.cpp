@@ -139,6 +139,9 @@ bool LlmEngine::drain_requests() {
     if (stopping_) return false;
     submissions.swap(intake_);
     aborts.swap(aborts_);
+    // Until the next publish_stats these requests sit in the core's waiting queue: count
+    // them there now, so submit() never admits more than the scheduler will take.
+    published_stats_.num_waiting += static_cast<int>(submissions.size());
   }
   for (Submission& submission : submissions) {
     // The core keeps the sink only on success; on failure the request still gets its one
