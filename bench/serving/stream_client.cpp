@@ -219,11 +219,12 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
     timer.feed(std::string_view(body.data(), body.size()));
     return body.size();
   };
-  parser.on_chunk_body(on_chunk);
   beast::flat_buffer buffer;
   co_await http::async_read_header(stream, buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return fail(describe(ec, "read response header"));
+  // Only a 200 is a stream to time; an error body is kept whole for the report.
+  if (parser.get().result_int() == 200) parser.on_chunk_body(on_chunk);
   while (!parser.is_done() && timer.error().empty()) {
     co_await http::async_read_some(stream, buffer, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));

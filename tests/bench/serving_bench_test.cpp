@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -252,6 +255,29 @@ TEST(Failures, ServerDyingMidStreamIsReportedPerRequest) {
   }
   EXPECT_NE(format_report(*result).find("3 x stream after 1 chunks"), std::string::npos)
       << format_report(*result);
+}
+
+TEST(Failures, ErrorStatusIsReportedWithItsBody) {
+  FakeServer server([](tcp::socket& socket) {
+    const std::string body = "{\"error\":{\"message\":\"queue full\"}}";
+    char size[16];
+    std::snprintf(size, sizeof(size), "%zx", body.size());
+    const std::string response =
+        "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
+    boost::system::error_code ec;
+    boost::asio::write(socket, boost::asio::buffer(response), ec);
+  });
+  RunOptions options;
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.request_timeout = std::chrono::seconds(20);
+  const Result<BenchmarkResult> result = run_benchmark(options, small_workload(1));
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->failed, 1);
+  EXPECT_NE(result->outcomes[0].error.find("HTTP 429"), std::string::npos);
+  EXPECT_NE(result->outcomes[0].error.find("queue full"), std::string::npos)
+      << result->outcomes[0].error;
 }
 
 TEST(Failures, StalledServerHitsTheDeadline) {
