@@ -46,7 +46,7 @@ Status run(Options& options) {
   PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, make_workload(options.workload));
 
   PDS_ASSIGN_OR_RETURN(BenchmarkResult result, run_benchmark(options.run, requests));
-  std::fputs(format_report(result).c_str(), stdout);
+  std::fputs(format_report(result, options.run.slo).c_str(), stdout);
   if (!options.result_json.empty()) {
     std::ofstream file(options.result_json);
     file << result_json(result, options.workload, options.run).dump(2) << '\n';
@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout", options.request_timeout_s,
                  "Deadline of each request, seconds")
       ->capture_default_str();
+  app.add_option("--slo-ttft-ms", options.run.slo.ttft_ms, "Goodput: TTFT objective in ms")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--slo-tpot-ms", options.run.slo.tpot_ms, "Goodput: TPOT objective in ms")
+      ->check(CLI::PositiveNumber);
   app.add_option("--result-json", options.result_json,
                  "Also write the result as JSON to this file");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;

@@ -55,7 +55,11 @@ asio::awaitable<void> worker(const Endpoint& endpoint, const StreamRequest& prot
   }
 }
 
-void summarize_into(BenchmarkResult& result) {
+}  // namespace
+
+void summarize_outcomes(BenchmarkResult& result, const Slo& slo) {
+  result.completed = result.failed = result.good = 0;
+  result.total_input_tokens = result.total_output_tokens = 0;
   std::vector<double> ttft, tpot, itl, e2e;
   double last_end = 0;
   for (const RequestOutcome& outcome : result.outcomes) {
@@ -69,9 +73,13 @@ void summarize_into(BenchmarkResult& result) {
     result.total_output_tokens += outcome.output_tokens;
     ttft.push_back(outcome.ttft_s * 1e3);
     e2e.push_back(outcome.e2e_s * 1e3);
-    if (outcome.output_tokens > 1) {
-      tpot.push_back((outcome.e2e_s - outcome.ttft_s) / (outcome.output_tokens - 1) * 1e3);
-    }
+    const bool has_tpot = outcome.output_tokens > 1;
+    const double tpot_ms =
+        has_tpot ? (outcome.e2e_s - outcome.ttft_s) / (outcome.output_tokens - 1) * 1e3 : 0;
+    if (has_tpot) tpot.push_back(tpot_ms);
+    const bool ttft_ok = slo.ttft_ms <= 0 || outcome.ttft_s * 1e3 <= slo.ttft_ms;
+    const bool tpot_ok = slo.tpot_ms <= 0 || tpot_ms <= slo.tpot_ms;  // one token: no TPOT
+    if (ttft_ok && tpot_ok) ++result.good;
     for (double gap : outcome.itl_s) itl.push_back(gap * 1e3);
   }
   result.duration_s = last_end;
@@ -79,12 +87,15 @@ void summarize_into(BenchmarkResult& result) {
     result.request_throughput = result.completed / last_end;
     result.input_throughput = static_cast<double>(result.total_input_tokens) / last_end;
     result.output_throughput = static_cast<double>(result.total_output_tokens) / last_end;
+    result.goodput = result.good / last_end;
   }
   result.ttft_ms = summarize(ttft);
   result.tpot_ms = summarize(tpot);
   result.itl_ms = summarize(itl);
   result.e2e_ms = summarize(e2e);
 }
+
+namespace {
 
 Json summary_json(const LatencySummary& summary) {
   return Json{{"count", summary.count}, {"mean", summary.mean}, {"p50", summary.p50},
@@ -155,12 +166,12 @@ Result<BenchmarkResult> run_benchmark(const RunOptions& options,
           });
     }
     io.run();
-    summarize_into(result);
+    summarize_outcomes(result, options.slo);
     return result;
   });
 }
 
-std::string format_report(const BenchmarkResult& result) {
+std::string format_report(const BenchmarkResult& result, const Slo& slo) {
   std::string out = "============ Serving Benchmark Result ============\n";
   out += format_line("Model:", result.model);
   out += format_line("Successful requests:", std::to_string(result.completed));
@@ -171,6 +182,10 @@ std::string format_report(const BenchmarkResult& result) {
   out += format_line("Request throughput (req/s):", number(result.request_throughput, 3));
   out += format_line("Input token throughput (tok/s):", number(result.input_throughput, 2));
   out += format_line("Output token throughput (tok/s):", number(result.output_throughput, 2));
+  if (slo.any()) {
+    out += format_line("Good requests (within SLOs):", std::to_string(result.good));
+    out += format_line("Request goodput (req/s):", number(result.goodput, 3));
+  }
   out += latency_lines("Time to First Token", result.ttft_ms);
   out += latency_lines("Time per Output Token (excl. 1st)", result.tpot_ms);
   out += latency_lines("Inter-token Latency", result.itl_ms);
@@ -215,6 +230,11 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
   json["request_throughput"] = result.request_throughput;
   json["input_throughput"] = result.input_throughput;
   json["output_throughput"] = result.output_throughput;
+  const auto slo_json = [](double value) { return value > 0 ? Json(value) : Json(nullptr); };
+  json["slo"] =
+      Json{{"ttft_ms", slo_json(options.slo.ttft_ms)}, {"tpot_ms", slo_json(options.slo.tpot_ms)}};
+  json["good_requests"] = result.good;
+  json["goodput"] = result.goodput;
   json["ttft_ms"] = summary_json(result.ttft_ms);
   json["tpot_ms"] = summary_json(result.tpot_ms);
   json["itl_ms"] = summary_json(result.itl_ms);

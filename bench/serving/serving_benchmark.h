@@ -14,11 +14,20 @@
 
 namespace pdserve::bench {
 
+// Service-level objectives for goodput (DistServe): a completed request is good when its TTFT
+// and its TPOT are within every objective that is set (0: not set).
+struct Slo {
+  double ttft_ms = 0;
+  double tpot_ms = 0;
+  bool any() const { return ttft_ms > 0 || tpot_ms > 0; }
+};
+
 struct RunOptions {
   Endpoint endpoint;
   std::string model;        // empty: the first model of GET /v1/models
   int max_concurrency = 0;  // 0: no limit
   std::chrono::steady_clock::duration request_timeout = std::chrono::minutes(10);
+  Slo slo;
 };
 
 struct BenchmarkResult {
@@ -32,6 +41,8 @@ struct BenchmarkResult {
   double request_throughput = 0;  // completed requests/s
   double input_throughput = 0;    // tokens/s
   double output_throughput = 0;   // tokens/s
+  int good = 0;                   // completed within the SLOs (all completed when none set)
+  double goodput = 0;             // good requests/s
   // Milliseconds, over completed requests (TPOT over those with at least two tokens).
   LatencySummary ttft_ms, tpot_ms, itl_ms, e2e_ms;
 };
@@ -41,8 +52,11 @@ struct BenchmarkResult {
 Result<BenchmarkResult> run_benchmark(const RunOptions& options,
                                       const std::vector<BenchRequest>& requests);
 
-// The summary table printed on stdout, with up to a few distinct errors.
-std::string format_report(const BenchmarkResult& result);
+// Fills the counts, throughputs, goodput and latency summaries from result.outcomes.
+void summarize_outcomes(BenchmarkResult& result, const Slo& slo);
+
+// The summary table printed on stdout (goodput when an SLO is set), with each distinct error.
+std::string format_report(const BenchmarkResult& result, const Slo& slo = {});
 
 // Configuration, summary and per-request figures (for plots).
 nlohmann::ordered_json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,

@@ -63,6 +63,49 @@ TEST(LatencyStats, SingleAndEmptySamples) {
   EXPECT_DOUBLE_EQ(empty.p99, 0.0);
 }
 
+RequestOutcome completed(double start_s, double ttft_s, double e2e_s, int output_tokens) {
+  RequestOutcome outcome;
+  outcome.success = true;
+  outcome.prompt_tokens = 10;
+  outcome.output_tokens = output_tokens;
+  outcome.start_s = start_s;
+  outcome.ttft_s = ttft_s;
+  outcome.e2e_s = e2e_s;
+  return outcome;
+}
+
+TEST(Summary, ThroughputTpotAndGoodputOfKnownOutcomes) {
+  BenchmarkResult result;
+  // TPOT = (E2E - TTFT) / (tokens - 1): 100 ms, 300 ms, none (one token).
+  result.outcomes = {completed(0, 0.2, 1.2, 11), completed(0.5, 0.5, 3.5, 11),
+                     completed(2, 0.1, 0.1, 1)};
+  RequestOutcome failed;
+  failed.error = "HTTP 500";
+  failed.start_s = 2;
+  failed.e2e_s = 2;  // ends at 4 s, after every completed request
+  result.outcomes.push_back(failed);
+  summarize_outcomes(result, Slo{.ttft_ms = 400, .tpot_ms = 200});
+  EXPECT_EQ(result.completed, 3);
+  EXPECT_EQ(result.failed, 1);
+  EXPECT_DOUBLE_EQ(result.duration_s, 4.0);
+  EXPECT_EQ(result.total_output_tokens, 23);
+  EXPECT_DOUBLE_EQ(result.output_throughput, 23 / 4.0);
+  EXPECT_DOUBLE_EQ(result.request_throughput, 3 / 4.0);
+  EXPECT_EQ(result.tpot_ms.count, 2u);
+  EXPECT_NEAR(result.tpot_ms.mean, 200.0, 1e-9);
+  EXPECT_NEAR(result.ttft_ms.p50, 200.0, 1e-9);
+  // Good: the first (TTFT 200, TPOT 100) and the one-token request (TTFT 100, no TPOT); the
+  // second misses both objectives.
+  EXPECT_EQ(result.good, 2);
+  EXPECT_DOUBLE_EQ(result.goodput, 2 / 4.0);
+  EXPECT_NE(format_report(result, Slo{.ttft_ms = 400}).find("Request goodput"), std::string::npos);
+  EXPECT_EQ(format_report(result).find("Request goodput"), std::string::npos);
+
+  summarize_outcomes(result, Slo{.ttft_ms = 0, .tpot_ms = 350});  // recomputed, TPOT only
+  EXPECT_EQ(result.completed, 3);
+  EXPECT_EQ(result.good, 3);
+}
+
 TEST(Workload, LengthsPrefixAndDeterminism) {
   WorkloadOptions options;
   options.num_prompts = 200;
@@ -170,6 +213,8 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
       {"--max-concurrency -1", "--max-concurrency"},
       {"--shared-prefix-len -1", "--shared-prefix-len"},
       {"--request-timeout 0", "--request-timeout"},
+      {"--slo-ttft-ms -5", "--slo-ttft-ms"},
+      {"--slo-tpot-ms 0", "--slo-tpot-ms"},
       {"--base-url localhost:8000", "--base-url"},
       {"--base-url http://h:0", "port"},
       {"--no-such-flag", "no-such-flag"},
