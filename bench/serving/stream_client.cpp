@@ -1,6 +1,6 @@
 #include "bench/serving/stream_client.h"
 
-#include <optional>
+#include <cstdint>
 #include <string_view>
 
 #include <boost/asio/ip/tcp.hpp>
