@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -27,6 +28,8 @@ struct Options {
   int port = 8000;
   int http_threads = 2;
   size_t max_body_bytes = size_t{16} << 20;
+  int header_timeout_ms = 10'000;
+  int idle_timeout_ms = 60'000;
   EngineConfig engine;
 };
 
@@ -67,6 +70,8 @@ Status run(const Options& options) {
   server_options.port = static_cast<uint16_t>(options.port);
   server_options.threads = options.http_threads;
   server_options.max_body_bytes = options.max_body_bytes;
+  server_options.header_timeout = std::chrono::milliseconds(options.header_timeout_ms);
+  server_options.idle_timeout = std::chrono::milliseconds(options.idle_timeout_ms);
   Result<std::unique_ptr<http::HttpServer>> server = http::HttpServer::start(server_options, std::move(router));
   if (!server.ok()) {
     engine->stop();
@@ -98,6 +103,13 @@ int main(int argc, char** argv) {
   app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")->capture_default_str();
   app.add_option("--http-threads", options.http_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger gets 413")->capture_default_str();
+  app.add_option("--header-timeout-ms", options.header_timeout_ms,
+                 "Deadline for a request's headers (drops slowloris clients)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--idle-timeout-ms", options.idle_timeout_ms, "Keep-alive idle deadline")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
   app.add_option("--served-model-name", options.engine.served_model_name, "Model name in the API (default: the model folder's name)");
   app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib, "Memory for the paged KV cache")->capture_default_str();
   app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")->capture_default_str();
