@@ -177,8 +177,10 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
                                                    std::move(sampled->top_logprobs)};
       }
     } else {
-      failures.emplace_back(seq.id(),
-                            sampled.status().with_context("sampling request '" + state.id + "'"));
+      // The request's parameters were validated on admission, so a failure here means the
+      // model produced logits the sampler refuses (NaN, +inf): a server fault, not the client's.
+      failures.emplace_back(seq.id(), internal_error("sampling request '" + state.id +
+                                                     "': " + sampled.status().message()));
       const Status aborted = scheduler_.abort(seq.id());
       PDS_CHECK(aborted.ok(), aborted.to_string());
     }

@@ -703,7 +703,7 @@ TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
                                            "max_tokens": 400, "temperature": 0})")));
   auto response = client.read_response();
   ASSERT_TRUE(response);
-  EXPECT_EQ(response->result_int(), 400) << response->body();
+  EXPECT_EQ(response->result_int(), 500) << response->body();
   EXPECT_NE(response->body().find("NaN"), std::string::npos) << response->body();
 
   const auto deadline = std::chrono::steady_clock::now() + 5s;
