@@ -1,0 +1,86 @@
+// Moves KV blocks from this node's registered pool into a peer's registered pool over UCX
+// (TensorRT-LLM / Mooncake style): register the pool once, connect to peers by descriptor,
+// submit a batch of one-sided puts, poll the batch. After the puts are flushed the sender
+// sends a completion message; the receiver records it and acknowledges, and only that
+// acknowledgement marks the transfer done, so the sender never reports success for a peer
+// that is gone. Every transfer has a deadline. No hidden threads: the owner's thread calls
+// progress(), and the engine is not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/core/status.h"
+#include "kv_transfer/descriptor.h"
+
+namespace pdserve::kv_transfer {
+
+using PeerId = std::uint64_t;
+using TransferId = std::uint64_t;
+
+// One contiguous copy: bytes at pool offset `local_offset` here to `remote_offset` there.
+struct BlockCopy {
+  std::uint64_t local_offset = 0;
+  std::uint64_t remote_offset = 0;
+  std::uint64_t bytes = 0;
+};
+
+enum class TransferState { kPending, kDone, kFailed };
+
+struct TransferStatus {
+  TransferState state = TransferState::kPending;
+  Status error;  // why, when kFailed
+};
+
+// What the receiving side learns when a transfer's data has landed in its pool.
+struct ReceivedTransfer {
+  std::uint64_t request_tag = 0;  // the sender's tag (e.g. the request id)
+  std::uint64_t bytes = 0;
+  std::uint64_t blocks = 0;
+};
+
+struct KvTransferOptions {
+  std::string transports;  // UCX_TLS for this engine ("tcp", "sm,self"); empty: UCX decides
+};
+
+class KvTransferEngine {
+ public:
+  static Result<std::unique_ptr<KvTransferEngine>> create(const KvTransferOptions& options);
+  ~KvTransferEngine();
+  KvTransferEngine(const KvTransferEngine&) = delete;
+  KvTransferEngine& operator=(const KvTransferEngine&) = delete;
+
+  // Registers the node's whole pool (once). The memory must outlive the engine.
+  Status register_pool(void* base, std::size_t bytes);
+  // This node's worker address, pool key and extent, for the control plane.
+  Result<PeerDescriptor> local_descriptor() const;
+
+  Result<PeerId> connect(const PeerDescriptor& peer);
+  // Drops a peer: its pending transfers fail, its endpoint is closed.
+  Status disconnect(PeerId peer);
+
+  // Starts the puts of `copies` to `peer`, tagged `request_tag` for the receiver. The ranges are
+  // checked against both pools. The local ranges must not be reused until the transfer is
+  // done or failed.
+  Result<TransferId> submit_puts(PeerId peer, std::span<const BlockCopy> copies,
+                                 std::uint64_t request_tag, std::chrono::milliseconds timeout);
+  // The transfer's state. A finished transfer (done or failed) is reported once, then
+  // forgotten; NOT_FOUND for an unknown id.
+  Result<TransferStatus> poll(TransferId id);
+
+  // Advances UCX and every transfer (stages, deadlines, acknowledgements).
+  void progress();
+  // Completion messages received since the last call, in arrival order.
+  std::vector<ReceivedTransfer> take_received();
+
+ private:
+  struct Impl;
+  explicit KvTransferEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve::kv_transfer
