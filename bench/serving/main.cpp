@@ -1,6 +1,6 @@
 // pdserve-bench-serving: streaming load against an OpenAI-compatible /v1/completions endpoint
-// (pdserve-decode, the proxy, or vLLM), in the spirit of vLLM's benchmark_serving. Prompts are
-// token ids, so input lengths are exact; ignore_eos makes output lengths exact.
+// (pdserve-decode, the proxy, or vLLM), in the spirit of vLLM's benchmark_serving. Random prompts
+// are token ids, so input lengths are exact; ignore_eos makes output lengths exact.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +28,7 @@ Result<double> parse_request_rate(const std::string& text) {
 }
 
 struct Options {
+  std::string dataset = "random";
   std::string base_url = "http://127.0.0.1:8000";
   std::string request_rate = "inf";
   double request_timeout_s = 600;
@@ -44,6 +45,9 @@ Status run(Options& options) {
   }
   options.run.request_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options.request_timeout_s));
+  if (options.dataset == "sharegpt-synthetic") {
+    options.workload.lengths = LengthDistribution::kShareGptSynthetic;
+  }
   PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, make_workload(options.workload));
 
   PDS_ASSIGN_OR_RETURN(BenchmarkResult result, run_benchmark(options.run, requests));
@@ -66,18 +70,35 @@ Status run(Options& options) {
 int main(int argc, char** argv) {
   pdserve::bench::Options options;
   pdserve::bench::WorkloadOptions& workload = options.workload;
-  CLI::App app{"pdserve-bench-serving: streaming load on POST /v1/completions (token-id prompts)"};
+  CLI::App app{"pdserve-bench-serving: streaming load on POST /v1/completions"};
   app.add_option("--base-url", options.base_url, "Server, http://HOST[:PORT]")
       ->capture_default_str();
   app.add_option("--model", options.run.model, "Model name (default: the first of GET /v1/models)");
   app.add_option("--num-prompts", workload.num_prompts, "Requests to send")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  CLI::Option* dataset =
+      app.add_option("--dataset", options.dataset,
+                     "random: uniform lengths (--input-len, --output-len, --range-ratio); "
+                     "sharegpt-synthetic: log-normal lengths clipped to --max-input-len, "
+                     "--max-output-len")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"random", "sharegpt-synthetic"}));
+  app.add_option("--dataset-path", workload.dataset_path,
+                 "JSONL prompts: {\"prompt\": [ids] or \"text\", \"output_len\": N} per line")
+      ->excludes(dataset);
+  app.add_option("--max-input-len", workload.max_input_len, "sharegpt-synthetic: input clip")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--max-output-len", workload.max_output_len, "sharegpt-synthetic: output clip")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   app.add_option("--input-len", workload.input_len,
                  "Unique prompt tokens per request (after the shared prefix)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--output-len", workload.output_len, "Tokens to generate per request (ignore_eos)")
+  app.add_option("--output-len", workload.output_len,
+                 "Tokens to generate per request (ignore_eos); default of --dataset-path lines")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--range-ratio", workload.range_ratio, "Lengths uniform in [len*(1-r), len*(1+r)]")

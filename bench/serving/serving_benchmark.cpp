@@ -209,19 +209,23 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
   Json json;
   json["model"] = result.model;
   json["base_url"] = "http://" + options.endpoint.host + ":" + options.endpoint.port;
-  json["config"] =
-      Json{{"num_prompts", workload.num_prompts},
-           {"input_len", workload.input_len},
-           {"output_len", workload.output_len},
-           {"range_ratio", workload.range_ratio},
-           {"shared_prefix_len", workload.shared_prefix_len},
-           // JSON has no infinity: null means all requests at once.
-           {"request_rate",
-            std::isinf(workload.request_rate) ? Json(nullptr) : Json(workload.request_rate)},
-           {"max_concurrency",
-            options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
-           {"seed", workload.seed},
-           {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
+  json["config"] = Json{
+      {"dataset", dataset_name(workload)},
+      {"dataset_path", workload.dataset_path.empty() ? Json(nullptr) : Json(workload.dataset_path)},
+      {"num_prompts", workload.num_prompts},
+      {"input_len", workload.input_len},
+      {"output_len", workload.output_len},
+      {"range_ratio", workload.range_ratio},
+      {"max_input_len", workload.max_input_len},
+      {"max_output_len", workload.max_output_len},
+      {"shared_prefix_len", workload.shared_prefix_len},
+      // JSON has no infinity: null means all requests at once.
+      {"request_rate",
+       std::isinf(workload.request_rate) ? Json(nullptr) : Json(workload.request_rate)},
+      {"max_concurrency",
+       options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
+      {"seed", workload.seed},
+      {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
   json["duration_s"] = result.duration_s;
   json["completed"] = result.completed;
   json["failed"] = result.failed;

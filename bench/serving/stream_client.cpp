@@ -128,7 +128,11 @@ class StreamTimer {
 std::string request_body(const StreamRequest& request) {
   Json body;
   body["model"] = request.model;
-  body["prompt"] = request.request->prompt;
+  if (request.request->prompt_text.empty()) {
+    body["prompt"] = request.request->prompt;
+  } else {
+    body["prompt"] = request.request->prompt_text;
+  }
   body["max_tokens"] = request.request->output_len;
   body["temperature"] = 0;
   body["ignore_eos"] = true;
@@ -139,9 +143,15 @@ std::string request_body(const StreamRequest& request) {
 
 // The checks that make the token counts trustworthy: the server generated exactly what was
 // asked (ignore_eos), read the whole prompt, and sent no more text chunks than tokens.
+// A text prompt's length is whatever the server's tokenizer makes of it (at least one token).
 std::string check_counts(const RequestOutcome& outcome, const BenchRequest& request) {
-  const auto expected_prompt = static_cast<int>(request.prompt.size());
-  if (outcome.prompt_tokens != expected_prompt) {
+  if (!request.prompt_text.empty()) {
+    if (outcome.prompt_tokens < 1) {
+      return "usage.prompt_tokens is " + std::to_string(outcome.prompt_tokens) +
+             " for a text prompt";
+    }
+  } else if (const auto expected_prompt = static_cast<int>(request.prompt.size());
+             outcome.prompt_tokens != expected_prompt) {
     return "usage.prompt_tokens is " + std::to_string(outcome.prompt_tokens) + ", sent " +
            std::to_string(expected_prompt);
   }

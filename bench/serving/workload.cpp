@@ -1,8 +1,11 @@
 #include "bench/serving/workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+
+#include "bench/serving/prompt_file.h"
 
 namespace pdserve::bench {
 namespace {
@@ -12,6 +15,34 @@ int random_length(int len, double range_ratio, std::mt19937_64& rng) {
   const int low = std::max(1, static_cast<int>(std::floor(len * (1 - range_ratio))));
   const int high = std::max(low, static_cast<int>(std::ceil(len * (1 + range_ratio))));
   return std::uniform_int_distribution<int>(low, high)(rng);
+}
+
+int log_normal_length(double log_mean, double log_sigma, int max_len, std::mt19937_64& rng) {
+  const double tokens = std::round(std::lognormal_distribution<double>(log_mean, log_sigma)(rng));
+  return static_cast<int>(std::clamp(tokens, 1.0, static_cast<double>(max_len)));
+}
+
+// Poisson arrivals (exponential gaps) at `request_rate`; all at 0 when it is infinite.
+void assign_arrivals(std::vector<BenchRequest>& requests, double request_rate,
+                     std::mt19937_64& rng) {
+  if (std::isinf(request_rate)) return;
+  std::exponential_distribution<double> gap(request_rate);
+  double arrival = 0;
+  for (BenchRequest& request : requests) {
+    request.arrival_s = arrival;
+    arrival += gap(rng);
+  }
+}
+
+Result<std::vector<BenchRequest>> file_workload(const WorkloadOptions& options) {
+  PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests,
+                       read_prompt_file(options.dataset_path, options.output_len));
+  if (requests.size() > static_cast<size_t>(options.num_prompts)) {
+    requests.resize(static_cast<size_t>(options.num_prompts));
+  }
+  std::mt19937_64 rng(options.seed);
+  assign_arrivals(requests, options.request_rate, rng);
+  return requests;
 }
 
 }  // namespace
@@ -29,25 +60,42 @@ Status validate(const WorkloadOptions& options) {
     return invalid_argument("--request-rate must be a positive number or inf");
   }
   if (options.vocab_size < 1) return invalid_argument("--vocab-size must be at least 1");
+  if (options.max_input_len < 1) return invalid_argument("--max-input-len must be at least 1");
+  if (options.max_output_len < 1) return invalid_argument("--max-output-len must be at least 1");
   return {};
+}
+
+std::string dataset_name(const WorkloadOptions& options) {
+  if (!options.dataset_path.empty()) return "file";
+  return options.lengths == LengthDistribution::kShareGptSynthetic ? "sharegpt-synthetic"
+                                                                   : "random";
 }
 
 Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) {
   PDS_RETURN_IF_ERROR(validate(options));
+  if (!options.dataset_path.empty()) return file_workload(options);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> token(0, options.vocab_size - 1);
   std::vector<int32_t> prefix(static_cast<size_t>(options.shared_prefix_len));
   for (int32_t& id : prefix) id = token(rng);
 
+  const bool sharegpt = options.lengths == LengthDistribution::kShareGptSynthetic;
   std::exponential_distribution<double> gap(
       std::isinf(options.request_rate) ? 1.0 : options.request_rate);
   std::vector<BenchRequest> requests(static_cast<size_t>(options.num_prompts));
   double arrival = 0;
+  // Draw order (input length, tokens, output length, gap) keeps a seed's random workload stable.
   for (BenchRequest& request : requests) {
-    const int unique_len = random_length(options.input_len, options.range_ratio, rng);
+    const int unique_len = sharegpt
+                               ? log_normal_length(kShareGptInputLogMean, kShareGptInputLogSigma,
+                                                   options.max_input_len, rng)
+                               : random_length(options.input_len, options.range_ratio, rng);
     request.prompt = prefix;
     for (int i = 0; i < unique_len; ++i) request.prompt.push_back(token(rng));
-    request.output_len = random_length(options.output_len, options.range_ratio, rng);
+    request.output_len = sharegpt
+                             ? log_normal_length(kShareGptOutputLogMean, kShareGptOutputLogSigma,
+                                                 options.max_output_len, rng)
+                             : random_length(options.output_len, options.range_ratio, rng);
     request.arrival_s = arrival;
     if (!std::isinf(options.request_rate)) arrival += gap(rng);
   }

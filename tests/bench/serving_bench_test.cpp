@@ -1,6 +1,7 @@
 // Tests of pdserve-bench-serving: percentile math against numpy's values, the workload's
-// properties, flag validation (exit 2), failures of a server that dies or stalls mid-stream,
-// and a live run against pdserve-decode on the tiny model with exact token counts.
+// properties (uniform and ShareGPT-like lengths, JSONL prompt files), flag validation (exit 2),
+// failures of a server that dies or stalls mid-stream, and a live run against pdserve-decode on the
+// tiny model with exact token counts.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 #include <boost/asio/write.hpp>
 
 #include "bench/serving/latency_stats.h"
+#include "bench/serving/prompt_file.h"
 #include "bench/serving/serving_benchmark.h"
 #include "bench/serving/workload.h"
 
@@ -167,6 +170,155 @@ TEST(Workload, RejectsBadOptions) {
   EXPECT_EQ(make_workload(options).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The log-normal lengths against their documented parameters: with no effective clip, the
+// mean and standard deviation of ln(length) over 20000 draws are mu and sigma within ~4
+// standard errors (plus the rounding to whole tokens).
+TEST(Workload, ShareGptSyntheticLengthsFollowTheDocumentedLogNormal) {
+  WorkloadOptions options;
+  options.num_prompts = 20000;
+  options.lengths = LengthDistribution::kShareGptSynthetic;
+  options.max_input_len = 1 << 24;
+  options.max_output_len = 1 << 24;
+  options.vocab_size = 100;
+  options.seed = 11;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  const auto log_moments = [&](auto length_of) {
+    double sum = 0, sum_sq = 0;
+    for (const BenchRequest& request : *requests) {
+      const double x = std::log(static_cast<double>(length_of(request)));
+      sum += x;
+      sum_sq += x * x;
+    }
+    const double n = static_cast<double>(requests->size());
+    const double mean = sum / n;
+    return std::pair{mean, std::sqrt(sum_sq / n - mean * mean)};
+  };
+  const auto [input_mu, input_sigma] =
+      log_moments([](const BenchRequest& r) { return r.prompt.size(); });
+  EXPECT_NEAR(input_mu, kShareGptInputLogMean, 0.04);
+  EXPECT_NEAR(input_sigma, kShareGptInputLogSigma, 0.04);
+  const auto [output_mu, output_sigma] =
+      log_moments([](const BenchRequest& r) { return r.output_len; });
+  EXPECT_NEAR(output_mu, kShareGptOutputLogMean, 0.04);
+  EXPECT_NEAR(output_sigma, kShareGptOutputLogSigma, 0.04);
+}
+
+// Clipping: every length is within [1, max]; the share at the clip is P(X >= max - 0.5) of the
+// log-normal (0.376 for the input at 256, 0.123 for the output at 512), within 4 standard errors.
+TEST(Workload, ShareGptSyntheticLengthsAreClippedAndSeeded) {
+  WorkloadOptions options;
+  options.num_prompts = 10000;
+  options.lengths = LengthDistribution::kShareGptSynthetic;
+  options.max_input_len = 256;
+  options.max_output_len = 512;
+  options.shared_prefix_len = 4;
+  options.vocab_size = 100;
+  options.seed = 5;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  int input_at_clip = 0, output_at_clip = 0;
+  for (const BenchRequest& request : *requests) {
+    const int unique = static_cast<int>(request.prompt.size()) - 4;
+    ASSERT_GE(unique, 1);
+    ASSERT_LE(unique, 256);
+    ASSERT_GE(request.output_len, 1);
+    ASSERT_LE(request.output_len, 512);
+    input_at_clip += unique == 256;
+    output_at_clip += request.output_len == 512;
+  }
+  const auto tail = [](double max_len, double mu, double sigma) {
+    return 0.5 * std::erfc((std::log(max_len - 0.5) - mu) / sigma / std::sqrt(2.0));
+  };
+  const auto expect_share = [](int count, double p) {
+    EXPECT_NEAR(count / 10000.0, p, 4 * std::sqrt(p * (1 - p) / 10000.0)) << p;
+  };
+  expect_share(input_at_clip, tail(256, kShareGptInputLogMean, kShareGptInputLogSigma));
+  expect_share(output_at_clip, tail(512, kShareGptOutputLogMean, kShareGptOutputLogSigma));
+
+  const Result<std::vector<BenchRequest>> again = make_workload(options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[42].prompt, (*requests)[42].prompt);
+  EXPECT_EQ((*again)[42].output_len, (*requests)[42].output_len);
+  options.seed = 6;
+  EXPECT_NE(make_workload(options)->front().prompt, requests->front().prompt);
+}
+
+TEST(PromptFile, ReadsIdAndTextPromptsWithDefaultOutputLength) {
+  const std::string text =
+      "{\"prompt\": [1, 2, 3], \"output_len\": 7}\n"
+      "\n"
+      "{\"prompt\": \"Hello there\"}\r\n"
+      "{\"output_len\": 2, \"prompt\": [151643]}";
+  const Result<std::vector<BenchRequest>> requests = parse_prompt_lines(text, "p.jsonl", 16);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  ASSERT_EQ(requests->size(), 3u);
+  EXPECT_EQ((*requests)[0].prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE((*requests)[0].prompt_text.empty());
+  EXPECT_EQ((*requests)[0].output_len, 7);
+  EXPECT_TRUE((*requests)[1].prompt.empty());
+  EXPECT_EQ((*requests)[1].prompt_text, "Hello there");
+  EXPECT_EQ((*requests)[1].output_len, 16);
+  EXPECT_EQ((*requests)[2].prompt, (std::vector<int32_t>{151643}));
+  EXPECT_EQ((*requests)[2].output_len, 2);
+}
+
+TEST(PromptFile, BadLinesAreNamedByNumber) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"{\"prompt\": [1]}\nnot json\n", "p.jsonl:2: not a JSON value"},
+      {"[{\"prompt\": [1]}, {\"prompt\": [2]}]", "p.jsonl:1: expected a JSON object"},
+      {"{\"prompt\": [1]}\n\n{\"text\": \"x\"}\n", "p.jsonl:3: missing \"prompt\""},
+      {"{\"prompt\": [1, -4]}", "p.jsonl:1: \"prompt\"[1] is not a token id (-4)"},
+      {"{\"prompt\": [1, 2.5]}", "\"prompt\"[1] is not a token id (2.5)"},
+      {"{\"prompt\": [4294967296]}", "is not a token id"},
+      {"{\"prompt\": []}", "p.jsonl:1: \"prompt\" is an empty array"},
+      {"{\"prompt\": \"\"}", "\"prompt\" is an empty string"},
+      {"{\"prompt\": 12}", "must be a string or an array"},
+      {"{\"prompt\": [1], \"output_len\": 0}", "\"output_len\" must be an integer"},
+      {"{\"prompt\": [1], \"output_len\": \"5\"}", "\"output_len\" must be an integer"},
+      {"{\"prompt\": [1]} {\"prompt\": [2]}", "p.jsonl:1: not a JSON value"},
+      {"\n  \n", "p.jsonl: no prompts"},
+  };
+  for (const Case& c : cases) {
+    const Result<std::vector<BenchRequest>> requests = parse_prompt_lines(c.text, "p.jsonl", 4);
+    ASSERT_FALSE(requests.ok()) << c.text;
+    EXPECT_EQ(requests.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(requests.status().message().find(c.message), std::string::npos)
+        << c.text << " -> " << requests.status().message();
+  }
+  EXPECT_FALSE(read_prompt_file("/nonexistent/prompts.jsonl", 4).ok());
+}
+
+// A file workload takes the first --num-prompts lines, in order, with seeded Poisson arrivals.
+TEST(PromptFile, WorkloadTakesTheFirstPromptsWithArrivals) {
+  const fs::path path =
+      fs::temp_directory_path() / ("bench_prompts_" + std::to_string(getpid()) + ".jsonl");
+  {
+    std::ofstream file(path);
+    for (int i = 1; i <= 5; ++i) file << "{\"prompt\": [" << i << "]}\n";
+  }
+  WorkloadOptions options;
+  options.dataset_path = path.string();
+  options.num_prompts = 3;
+  options.output_len = 9;
+  options.request_rate = 2;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  fs::remove(path);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  ASSERT_EQ(requests->size(), 3u);
+  EXPECT_EQ(dataset_name(options), "file");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*requests)[i].prompt, std::vector<int32_t>{i + 1});
+    EXPECT_EQ((*requests)[i].output_len, 9);
+  }
+  EXPECT_EQ((*requests)[0].arrival_s, 0.0);
+  EXPECT_GT((*requests)[2].arrival_s, (*requests)[1].arrival_s);
+}
+
 TEST(BaseUrl, ParsesHostAndPort) {
   const Result<Endpoint> endpoint = parse_base_url("http://127.0.0.1:8123/");
   ASSERT_TRUE(endpoint.ok());
@@ -218,6 +370,11 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
       {"--base-url localhost:8000", "--base-url"},
       {"--base-url http://h:0", "port"},
       {"--no-such-flag", "no-such-flag"},
+      {"--dataset sharegpt", "--dataset"},
+      {"--max-input-len 0", "--max-input-len"},
+      {"--max-output-len -1", "--max-output-len"},
+      {"--dataset-path /nonexistent/prompts.jsonl", "/nonexistent/prompts.jsonl"},
+      {"--dataset random --dataset-path x.jsonl", "excludes"},
   };
   for (const Case& c : cases) {
     std::string errors;
@@ -226,6 +383,17 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
   }
   std::string errors;
   EXPECT_EQ(run_binary("--help", errors), 0);
+
+  // A prompt file that is not JSONL is refused before any connection, naming the line.
+  const fs::path bad =
+      fs::temp_directory_path() / ("bench_bad_prompts_" + std::to_string(getpid()) + ".jsonl");
+  {
+    std::ofstream file(bad);
+    file << "{\"prompt\": [1, 2]}\n{\"prompt\": \"ok\"}\n{\"prompt\": [3,\n";
+  }
+  EXPECT_EQ(run_binary("--base-url http://127.0.0.1:1 --dataset-path " + bad.string(), errors), 2);
+  EXPECT_NE(errors.find(bad.string() + ":3: not a JSON value"), std::string::npos) << errors;
+  fs::remove(bad);
 }
 
 // A server on a free port that answers each connection with `respond` on its own thread.
@@ -439,6 +607,18 @@ TEST(Live, EightStreamingPromptsOnTheTinyModelHaveExactTokenCounts) {
     EXPECT_EQ(result->total_output_tokens, output_tokens);
     EXPECT_NEAR(result->output_throughput * result->duration_s, static_cast<double>(output_tokens),
                 1e-6);
+
+    // A text prompt is tokenized by the server; its count comes from the usage chunk. Qwen3's
+    // tokenizer (vendored with the model) makes "Hello, world" [9707, 11, 1879].
+    BenchRequest text_request;
+    text_request.prompt_text = "Hello, world";
+    text_request.output_len = 3;
+    const Result<BenchmarkResult> text_result = run_benchmark(options, {text_request});
+    ASSERT_TRUE(text_result.ok()) << text_result.status().to_string();
+    ASSERT_EQ(text_result->completed, 1) << format_report(*text_result);
+    EXPECT_EQ(text_result->outcomes[0].prompt_tokens, 3);
+    EXPECT_EQ(text_result->outcomes[0].output_tokens, 3);
+    EXPECT_EQ(text_result->total_input_tokens, 3);
   }
   fs::remove_all(model);
 }
