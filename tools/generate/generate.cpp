@@ -226,6 +226,7 @@ Status run(const Options& options) {
     std::string rest = detokenizer.flush();
     std::printf("%s\n", rest.c_str());
   }
+  std::fflush(stdout);  // the answer ends before the stats line on a shared terminal
 
   if (options.show_stats) {
     const double ttft_ms = elapsed_ms(start, first_token_time);
