@@ -30,6 +30,7 @@ struct Options {
   size_t max_body_bytes = size_t{16} << 20;
   int header_timeout_ms = 10'000;
   int idle_timeout_ms = 60'000;
+  std::string kv_cache_dtype = "auto";
   EngineConfig engine;
 };
 
@@ -55,11 +56,13 @@ Status run(const Options& options) {
     PDS_ASSIGN_OR_RETURN(DType dtype, parse_dtype(options.dtype));
     load_options.dtype = dtype;
   }
+  EngineConfig engine_config = options.engine;
+  PDS_ASSIGN_OR_RETURN(engine_config.kv_cache_dtype, parse_kv_cache_dtype(options.kv_cache_dtype));
   PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(loaded.model_dir));
   PDS_ASSIGN_OR_RETURN(ChatTemplate chat_template,
                        ChatTemplate::from_tokenizer_config(loaded.model_dir / "tokenizer_config.json"));
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<LlmEngine> engine, make_llm_engine(loaded, tokenizer, options.engine));
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<LlmEngine> engine, make_llm_engine(loaded, tokenizer, engine_config));
   PDS_RETURN_IF_ERROR(engine->start());
 
   ApiServer api(*engine, tokenizer, chat_template);
@@ -112,6 +115,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3'600'000));
   app.add_option("--served-model-name", options.engine.served_model_name, "Model name in the API (default: the model folder's name)");
   app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib, "Memory for the paged KV cache")->capture_default_str();
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                 "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+      ->capture_default_str();
   app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")->capture_default_str();
   app.add_option("--max-num-batched-tokens", options.engine.max_num_batched_tokens, "Token budget of one engine step")->capture_default_str();
   app.add_option("--max-num-seqs", options.engine.max_num_seqs, "Most sequences running at once")->capture_default_str();

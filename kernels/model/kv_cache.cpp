@@ -27,6 +27,16 @@ int kv_blocks_for_memory(const ModelConfig& config, size_t memory_bytes, int blo
   return per_block == 0 ? 0 : static_cast<int>(memory_bytes / per_block);
 }
 
+Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return std::optional<DType>();
+  Result<DType> dtype = parse_dtype(name);
+  if (!dtype.ok() || *dtype == DType::kF16) {
+    return invalid_argument("--kv-cache-dtype must be auto, bfloat16 or float32, got '" +
+                            std::string(name) + "'");
+  }
+  return std::optional<DType>(*dtype);
+}
+
 Result<KvCache> KvCache::create(Backend& backend, const KvCacheShape& shape) {
   if (shape.num_blocks <= 0 || shape.block_size <= 0 || shape.num_layers <= 0 ||
       shape.num_kv_heads <= 0 || shape.head_dim <= 0) {

@@ -3,6 +3,9 @@
 // KV transfer layer can register it once.
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 #include "common/model/model_config.h"
 #include "kernels/backend.h"
 
@@ -28,6 +31,10 @@ KvCacheShape kv_cache_shape_for(const ModelConfig& config, int num_blocks, int b
 // How many blocks fit in `memory_bytes` (at least 0).
 int kv_blocks_for_memory(const ModelConfig& config, size_t memory_bytes, int block_size,
                          DType dtype);
+
+// A --kv-cache-dtype value: "auto" (nullopt: the backend's activation dtype), "bfloat16" or
+// "float32" (float16 is refused: the kernels do not store it).
+Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name);
 
 class KvCache {
  public:

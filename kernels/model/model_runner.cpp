@@ -18,7 +18,7 @@ Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(
   PDS_ASSIGN_OR_RETURN(
       KvCache cache,
       KvCache::create(backend, kv_cache_shape_for(model.config(), config.num_blocks,
-                                                  config.block_size, backend.activation_dtype())));
+                                                  config.block_size, config.kv_dtype)));
   PDS_ASSIGN_OR_RETURN(
       ForwardContext context,
       ForwardContext::create(backend, model.config(), config.limits, config.block_size));
@@ -75,7 +75,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   }
   const int max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
-  const DType kv_dtype = model.backend->activation_dtype();
+  const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->activation_dtype());
   const double budget_bytes = config.kv_cache_memory_gib * static_cast<double>(1ull << 30);
   const int num_blocks = kv_blocks_for_memory(model_config, static_cast<size_t>(budget_bytes),
                                               config.block_size, kv_dtype);
@@ -102,6 +102,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   ModelRunnerConfig runner_config;
   runner_config.num_blocks = num_blocks;
   runner_config.block_size = config.block_size;
+  runner_config.kv_dtype = kv_dtype;
   runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
   runner_config.limits.max_num_seqs = config.max_num_seqs;
   runner_config.limits.max_model_len = max_model_len;

@@ -4,6 +4,8 @@
 // a loaded model.
 #pragma once
 
+#include <optional>
+
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -22,12 +24,13 @@ namespace pdserve {
 struct ModelRunnerConfig {
   int num_blocks = 0;
   int block_size = 16;
+  DType kv_dtype = DType::kF32;
   ForwardLimits limits;  // max_num_tokens = the scheduler's max_num_batched_tokens, etc.
 };
 
 class Qwen3ModelRunner : public ModelExecutor {
  public:
-  // Allocates the KV pool (the backend's activation dtype) and the forward workspace.
+  // Allocates the KV pool (config.kv_dtype) and the forward workspace.
   // `backend` and `model` must outlive the runner.
   static Result<std::unique_ptr<Qwen3ModelRunner>> create(Backend& backend, Qwen3Model& model,
                                                           const ModelRunnerConfig& config);
@@ -57,6 +60,9 @@ struct EngineConfig {
   int max_num_seqs = 128;
   int max_num_waiting = 1024;
   int max_model_len = 0;  // 0: the model's max_position_embeddings
+  // KV pool element type; unset: the backend's activation dtype (float32 on the CPU, exact
+  // against the reference). bfloat16 halves the pool's memory and attention traffic.
+  std::optional<DType> kv_cache_dtype;
 };
 
 // The KV pool takes as many blocks as kv_cache_memory_gib holds. InvalidArgument for

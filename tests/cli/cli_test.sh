@@ -72,6 +72,8 @@ expect_exit "id outside vocabulary" 2 "$generate" --model "$model" --prompt-ids 
 expect_exit "malformed ids" 2 "$generate" --model "$model" --prompt-ids 1,x
 expect_exit "beyond max_position_embeddings" 2 "$generate" --model "$model" --prompt hi --max-new-tokens 40960
 expect_exit "KV pool too small" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib 0.000001
+expect_exit "float16 KV cache refused" 2 "$generate" --model "$model" --prompt hi --kv-cache-dtype float16
+expect_exit "bfloat16 KV cache" 0 "$generate" --model "$model" --prompt hi --max-new-tokens 4 --kv-cache-dtype bfloat16
 expect_exit "unknown dtype" 2 "$generate" --model "$model" --prompt hi --dtype int8
 expect_exit "cuda unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda
 expect_exit "unknown flag" 2 "$generate" --model "$model" --prompt hi --no-such-flag

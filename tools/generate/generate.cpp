@@ -45,6 +45,7 @@ struct Options {
   int threads = 0;
   int block_size = 16;
   double kv_cache_memory_gib = 4.0;
+  std::string kv_cache_dtype = "auto";
   int max_prefill_tokens = 2048;
   bool show_stats = false;
   bool print_ids = false;
@@ -166,7 +167,8 @@ Status run(const Options& options) {
                         std::to_string(options.max_new_tokens) + ") exceeds max_position_embeddings (" +
                         std::to_string(config.max_position_embeddings) + ")");
   }
-  const DType kv_dtype = loaded.backend->activation_dtype();
+  PDS_ASSIGN_OR_RETURN(std::optional<DType> kv_choice, parse_kv_cache_dtype(options.kv_cache_dtype));
+  const DType kv_dtype = kv_choice.value_or(loaded.backend->activation_dtype());
   const int blocks_needed = static_cast<int>((context_len + options.block_size - 1) / options.block_size);
   const int blocks_available = kv_blocks_for_memory(
       config, static_cast<size_t>(options.kv_cache_memory_gib * (1 << 30)), options.block_size, kv_dtype);
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("--block-size", options.block_size, "Tokens per KV-cache block")->capture_default_str();
   app.add_option("--kv-cache-memory-gib", options.kv_cache_memory_gib, "Most memory for the KV cache")->capture_default_str();
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype, "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")->capture_default_str();
   app.add_option("--max-prefill-tokens", options.max_prefill_tokens, "Prefill chunk size in tokens")->capture_default_str();
   app.add_flag("--show-stats", options.show_stats, "Print prompt_tokens, generated_tokens, ttft_ms, tpot_ms, tokens_per_second (decode), device, dtype, load_ms and peak_rss_mib to stderr");
   app.add_flag("--print-ids", options.print_ids, "Print the generated token ids as one JSON array instead of the text");
