@@ -5,6 +5,21 @@
 
 namespace pdserve {
 
+std::vector<int32_t> LoadedModel::eos_token_ids() const {
+  const std::vector<int>& ids = generation_config.eos_token_ids.empty()
+                                    ? model->config().eos_token_ids
+                                    : generation_config.eos_token_ids;
+  return {ids.begin(), ids.end()};
+}
+
+SamplingDefaults LoadedModel::sampling_defaults() const {
+  SamplingDefaults defaults;
+  defaults.temperature = generation_config.temperature;
+  defaults.top_p = generation_config.top_p;
+  defaults.top_k = generation_config.top_k;
+  return defaults;
+}
+
 Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptions& options) {
   LoadedModel loaded;
   PDS_ASSIGN_OR_RETURN(loaded.model_dir, resolve_model_path(model_spec));

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/model/checkpoint.h"
+#include "common/sampling/sampling_params.h"
 #include "kernels/backend.h"
 #include "kernels/model/qwen3_model.h"
 
@@ -22,6 +23,11 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Qwen3Model> model;
   GenerationConfig generation_config;
+
+  // The ids that end a generation: generation_config.json's, else config.json's.
+  std::vector<int32_t> eos_token_ids() const;
+  // generation_config.json's sampling values, for resolve_sampling_defaults.
+  SamplingDefaults sampling_defaults() const;
 };
 
 // `model_spec` is a folder or a hub id found in the local Hugging Face cache.

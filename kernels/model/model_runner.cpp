@@ -93,10 +93,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   scheduler.max_num_waiting = config.max_num_waiting;
   scheduler.max_model_len = max_model_len;
   scheduler.vocab_size = model_config.vocab_size;
-  const std::vector<int>& eos = model.generation_config.eos_token_ids.empty()
-                                    ? model_config.eos_token_ids
-                                    : model.generation_config.eos_token_ids;
-  scheduler.eos_token_ids.assign(eos.begin(), eos.end());
+  scheduler.eos_token_ids = model.eos_token_ids();
   PDS_RETURN_IF_ERROR(scheduler.validate());
 
   ModelRunnerConfig runner_config;
@@ -113,10 +110,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   engine_config.scheduler = std::move(scheduler);
   engine_config.model_name = config.served_model_name.empty() ? model.model_dir.filename().string()
                                                               : config.served_model_name;
-  const GenerationConfig& generation = model.generation_config;
-  engine_config.generation_defaults.temperature = generation.temperature;
-  engine_config.generation_defaults.top_p = generation.top_p;
-  engine_config.generation_defaults.top_k = generation.top_k;
+  engine_config.generation_defaults = model.sampling_defaults();
   return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config));
 }
 

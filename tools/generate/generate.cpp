@@ -96,7 +96,7 @@ Result<std::vector<int32_t>> prompt_tokens(const Options& options, const Tokeniz
   return tokenizer.encode(text);
 }
 
-Result<SamplingParams> sampling_params(const Options& options, const GenerationConfig& generation) {
+Result<SamplingParams> sampling_params(const Options& options, const SamplingDefaults& model_defaults) {
   SamplingParams base;
   base.max_tokens = options.max_new_tokens;
   base.repetition_penalty = options.repetition_penalty;
@@ -105,8 +105,6 @@ Result<SamplingParams> sampling_params(const Options& options, const GenerationC
   base.seed = options.seed;
   base.ignore_eos = options.ignore_eos;
   SamplingDefaults request{options.temperature, options.top_p, options.top_k, options.min_p, std::nullopt};
-  SamplingDefaults model_defaults{generation.temperature, generation.top_p, generation.top_k,
-                                  std::nullopt, std::nullopt};
   return resolve_sampling_defaults(base, request, model_defaults);
 }
 
@@ -148,12 +146,10 @@ Status run(const Options& options) {
                               std::to_string(config.vocab_size));
     }
   }
-  PDS_ASSIGN_OR_RETURN(SamplingParams params, sampling_params(options, loaded.generation_config));
+  PDS_ASSIGN_OR_RETURN(SamplingParams params, sampling_params(options, loaded.sampling_defaults()));
   PDS_RETURN_IF_ERROR(params.validate(config.vocab_size));
-  std::vector<int32_t> eos_ids(loaded.generation_config.eos_token_ids.begin(),
-                               loaded.generation_config.eos_token_ids.end());
-  if (eos_ids.empty()) eos_ids.assign(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  PDS_ASSIGN_OR_RETURN(StopChecker stop_checker, StopChecker::create(params, eos_ids, config.vocab_size));
+  PDS_ASSIGN_OR_RETURN(StopChecker stop_checker,
+                       StopChecker::create(params, loaded.eos_token_ids(), config.vocab_size));
 
   // The KV pool holds exactly this request: prompt plus every token it may generate.
   const int64_t context_len = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
