@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--result-json", options.result_json,
                  "Also write the result as JSON to this file");
+  app.add_option("--label", options.run.label,
+                 "Name of the setup (e.g. the topology) in the JSON; plots group files by it");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::bench::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

@@ -207,6 +207,7 @@ std::string format_report(const BenchmarkResult& result, const Slo& slo) {
 Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
                  const RunOptions& options) {
   Json json;
+  json["label"] = options.label.empty() ? Json(nullptr) : Json(options.label);
   json["model"] = result.model;
   json["base_url"] = "http://" + options.endpoint.host + ":" + options.endpoint.port;
   json["config"] = Json{
@@ -247,15 +248,17 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
   for (const RequestOutcome& outcome : result.outcomes) {
     Json itl = Json::array();
     for (double gap : outcome.itl_s) itl.push_back(gap * 1e3);
-    requests.push_back(Json{{"success", outcome.success},
-                            {"error", outcome.error},
-                            {"prompt_tokens", outcome.prompt_tokens},
-                            {"output_tokens", outcome.output_tokens},
-                            {"text_chunks", outcome.text_chunks},
-                            {"start_ms", outcome.start_s * 1e3},
-                            {"ttft_ms", outcome.ttft_s * 1e3},
-                            {"e2e_ms", outcome.e2e_s * 1e3},
-                            {"itl_ms", std::move(itl)}});
+    Json record{{"success", outcome.success},
+                {"error", outcome.error},
+                {"prompt_tokens", outcome.prompt_tokens},
+                {"output_tokens", outcome.output_tokens},
+                {"text_chunks", outcome.text_chunks},
+                {"start_ms", outcome.start_s * 1e3},
+                {"ttft_ms", outcome.ttft_s * 1e3},
+                {"e2e_ms", outcome.e2e_s * 1e3},
+                {"itl_ms", std::move(itl)}};
+    if (!outcome.timeline.is_null()) record["timeline"] = outcome.timeline;
+    requests.push_back(std::move(record));
   }
   json["requests"] = std::move(requests);
   return json;

@@ -23,6 +23,7 @@ struct Slo {
 };
 
 struct RunOptions {
+  std::string label;  // free-form name of the setup (e.g. the topology) for reports and plots
   Endpoint endpoint;
   std::string model;        // empty: the first model of GET /v1/models
   int max_concurrency = 0;  // 0: no limit
@@ -58,7 +59,8 @@ void summarize_outcomes(BenchmarkResult& result, const Slo& slo);
 // The summary table printed on stdout (goodput when an SLO is set), with each distinct error.
 std::string format_report(const BenchmarkResult& result, const Slo& slo = {});
 
-// Configuration, summary and per-request figures (for plots).
+// Label, configuration, summary and per-request figures, with each request's server timeline
+// when it sent one (for scripts/plot_bench.py; fields in bench/serving/README.md).
 nlohmann::ordered_json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
                                    const RunOptions& options);
 

@@ -10,7 +10,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 
 namespace pdserve::bench {
 namespace {
@@ -20,7 +19,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keeps the order of the server's timeline fields
 
 double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
@@ -96,6 +95,9 @@ class StreamTimer {
     if (const auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {
       outcome_.prompt_tokens = usage->value("prompt_tokens", -1);
       outcome_.output_tokens = usage->value("completion_tokens", -1);
+      if (const auto timeline = usage->find("pdserve_timeline"); timeline != usage->end()) {
+        outcome_.timeline = *timeline;
+      }
       saw_usage_ = true;
     }
     const auto choices = chunk.find("choices");

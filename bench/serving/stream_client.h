@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <boost/asio/awaitable.hpp>
+#include <nlohmann/json.hpp>
 
 #include "bench/serving/workload.h"
 #include "common/core/status.h"
@@ -34,6 +35,9 @@ struct RequestOutcome {
   double ttft_s = 0;          // to the first chunk with text
   double e2e_s = 0;           // to the end of the stream
   std::vector<double> itl_s;  // between consecutive chunks with text
+  // The server's usage.pdserve_timeline (spans relative to the request's arrival at the
+  // proxy), copied as sent; null when the server sent none.
+  nlohmann::ordered_json timeline;
 };
 
 struct StreamRequest {

@@ -1,13 +1,15 @@
 // Tests of pdserve-bench-serving: percentile math against numpy's values, the workload's
 // properties (uniform and ShareGPT-like lengths, JSONL prompt files), flag validation (exit 2),
-// failures of a server that dies or stalls mid-stream, and a live run against pdserve-decode on the
-// tiny model with exact token counts.
+// failures of a server that dies or stalls mid-stream, a server timeline copied into the JSON,
+// and live runs against pdserve-decode on the tiny model: exact token counts, and a
+// --result-json whose per-request records reproduce its summary.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,7 @@
 #include "bench/serving/prompt_file.h"
 #include "bench/serving/serving_benchmark.h"
 #include "bench/serving/workload.h"
+#include "common/core/files.h"
 
 namespace pdserve::bench {
 namespace {
@@ -508,6 +511,69 @@ TEST(Failures, StalledServerHitsTheDeadline) {
       << result->outcomes[0].error;
 }
 
+// One complete stream of `output_tokens` one-token chunks, then `usage` and [DONE], in a
+// chunked HTTP/1.1 response.
+std::string complete_stream(int output_tokens, const nlohmann::json& usage) {
+  std::string events;
+  for (int i = 0; i < output_tokens; ++i) {
+    events += "data: {\"choices\":[{\"index\":0,\"text\":\"t\"}]}\n\n";
+  }
+  events +=
+      "data: " + nlohmann::json{{"choices", nlohmann::json::array()}, {"usage", usage}}.dump() +
+      "\n\ndata: [DONE]\n\n";
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx", events.size());
+  return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n" +
+         std::string(size) + "\r\n" + events + "\r\n0\r\n\r\n";
+}
+
+// usage.pdserve_timeline of the last chunk lands, as sent, in the request's JSON record; a
+// request whose server sent none has no "timeline".
+TEST(Timeline, UsageTimelineIsCopiedIntoTheRequestRecord) {
+  const nlohmann::json timeline = {
+      {"spans",
+       {{{"name", "route"}, {"start_ms", 0.0}, {"end_ms", 0.25}},
+        {{"name", "prefill"}, {"start_ms", 0.5}, {"end_ms", 3.5}},
+        {{"name", "kv_transfer"}, {"start_ms", 3.5}, {"end_ms", 4.0}, {"bytes", 65536}},
+        {{"name", "decode"}, {"start_ms", 4.0}, {"end_ms", 9.0}}}}};
+  std::atomic<int> connections = 0;
+  FakeServer server([&](tcp::socket& socket) {
+    nlohmann::json usage = {{"prompt_tokens", 8}, {"completion_tokens", 4}, {"total_tokens", 12}};
+    if (connections++ == 0) usage["pdserve_timeline"] = timeline;
+    const std::string response = complete_stream(4, usage);
+    boost::system::error_code ec;
+    boost::asio::write(socket, boost::asio::buffer(response), ec);
+  });
+  RunOptions options;
+  options.label = "fake-1P1D";
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.max_concurrency = 1;  // in order: the first request gets the timeline
+  options.request_timeout = std::chrono::seconds(20);
+  WorkloadOptions workload;
+  workload.num_prompts = 2;
+  workload.input_len = 8;
+  workload.output_len = 4;
+  workload.vocab_size = 1000;
+  const Result<BenchmarkResult> result = run_benchmark(options, make_workload(workload).value());
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  ASSERT_EQ(result->completed, 2) << format_report(*result);
+  EXPECT_EQ(nlohmann::json::parse(result->outcomes[0].timeline.dump()), timeline);
+  EXPECT_TRUE(result->outcomes[1].timeline.is_null());
+
+  const nlohmann::json json = nlohmann::json::parse(result_json(*result, workload, options).dump());
+  EXPECT_EQ(json["label"], "fake-1P1D");
+  ASSERT_EQ(json["requests"].size(), 2u);
+  EXPECT_EQ(json["requests"][0]["timeline"], timeline);
+  EXPECT_FALSE(json["requests"][1].contains("timeline"));
+  EXPECT_EQ(json["requests"][1]["itl_ms"].size(), 3u);
+  EXPECT_EQ(json["config"]["max_concurrency"], 1);
+
+  options.label.clear();
+  EXPECT_TRUE(result_json(*result, workload, options)["label"].is_null());
+}
+
 // pdserve-decode on the tiny model, started on a free port; stopped with SIGTERM.
 class LiveServer {
  public:
@@ -558,20 +624,34 @@ class LiveServer {
   std::string banner_;
 };
 
-TEST(Live, EightStreamingPromptsOnTheTinyModelHaveExactTokenCounts) {
+// The tiny model (tests/data/reference/configs/tiny.json) in a temporary directory.
+fs::path make_tiny_model() {
   const fs::path model =
       fs::temp_directory_path() / ("bench_serving_tiny_" + std::to_string(getpid()));
   const std::string make = std::string(PDSERVE_MAKE_MODEL_BIN) + " --config " +
                            PDSERVE_TEST_DATA_DIR + "/reference/configs/tiny.json --out " +
                            model.string() + " --seed 7 >/dev/null";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  EXPECT_EQ(std::system(make.c_str()), 0) << make;
+  return model;
+}
+
+// The http://HOST:PORT of a LiveServer's banner.
+Result<std::string> base_url_of(const LiveServer& server) {
+  const std::string& banner = server.banner();
+  const size_t url = banner.find("http://");
+  if (url == std::string::npos) {
+    return unavailable("no banner from pdserve-decode: '" + banner + "'");
+  }
+  return banner.substr(url, banner.find(' ', url) - url);
+}
+
+TEST(Live, EightStreamingPromptsOnTheTinyModelHaveExactTokenCounts) {
+  const fs::path model = make_tiny_model();
   {
     LiveServer server(model);
-    const std::string& banner = server.banner();
-    const size_t url = banner.find("http://");
-    ASSERT_NE(url, std::string::npos) << "no banner from pdserve-decode: '" << banner << "'";
-    const Result<Endpoint> endpoint =
-        parse_base_url(banner.substr(url, banner.find(' ', url) - url));
+    const Result<std::string> base_url = base_url_of(server);
+    ASSERT_TRUE(base_url.ok()) << base_url.status().to_string();
+    const Result<Endpoint> endpoint = parse_base_url(*base_url);
     ASSERT_TRUE(endpoint.ok()) << endpoint.status().to_string();
 
     WorkloadOptions workload;
@@ -621,6 +701,87 @@ TEST(Live, EightStreamingPromptsOnTheTinyModelHaveExactTokenCounts) {
     EXPECT_EQ(text_result->total_input_tokens, 3);
   }
   fs::remove_all(model);
+}
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return values.empty() ? 0 : sum / static_cast<double>(values.size());
+}
+
+// The JSON that plots are made from: the binary's --result-json on a live Poisson run carries
+// the label and load settings, and its per-request records reproduce every summary figure.
+TEST(Live, ResultJsonRecordsReproduceTheSummary) {
+  const fs::path model = make_tiny_model();
+  const fs::path json_path =
+      fs::temp_directory_path() / ("bench_serving_result_" + std::to_string(getpid()) + ".json");
+  {
+    LiveServer server(model);
+    const Result<std::string> base_url = base_url_of(server);
+    ASSERT_TRUE(base_url.ok()) << base_url.status().to_string();
+    std::string errors;
+    const int code = run_binary("--base-url " + *base_url +
+                                    " --num-prompts 12 --input-len 16 --output-len 5"
+                                    " --range-ratio 0.5 --vocab-size 1000 --request-rate 40"
+                                    " --max-concurrency 4 --slo-ttft-ms 30 --slo-tpot-ms 5"
+                                    " --label tiny-colocated --result-json " +
+                                    json_path.string(),
+                                errors);
+    ASSERT_EQ(code, 0) << errors;
+  }
+  fs::remove_all(model);
+  const Result<nlohmann::json> read = read_json_file(json_path);
+  fs::remove(json_path);
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  const nlohmann::json& json = *read;
+  EXPECT_EQ(json["label"], "tiny-colocated");
+  EXPECT_EQ(json["config"]["request_rate"], 40.0);
+  EXPECT_EQ(json["config"]["max_concurrency"], 4);
+  EXPECT_EQ(json["slo"]["ttft_ms"], 30.0);
+  ASSERT_EQ(json["requests"].size(), 12u);
+  EXPECT_EQ(json["completed"], 12);
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  long output_tokens = 0;
+  int good = 0;
+  double last_end_ms = 0;
+  for (const nlohmann::json& record : json["requests"]) {
+    ASSERT_TRUE(record["success"].get<bool>()) << record["error"];
+    EXPECT_EQ(record["error"], "");
+    const int tokens = record["output_tokens"];
+    const double record_ttft = record["ttft_ms"], record_e2e = record["e2e_ms"];
+    const std::vector<double> gaps = record["itl_ms"];
+    EXPECT_EQ(gaps.size(), record["text_chunks"].get<size_t>() - 1);
+    // The first chunk and every gap after it happen within the request.
+    double streamed = record_ttft;
+    for (double gap : gaps) streamed += gap;
+    EXPECT_LE(streamed, record_e2e + 1e-6);
+    EXPECT_GE(record["start_ms"].get<double>(), 0.0);
+    last_end_ms = std::max(last_end_ms, record["start_ms"].get<double>() + record_e2e);
+    ttft.push_back(record_ttft);
+    e2e.push_back(record_e2e);
+    itl.insert(itl.end(), gaps.begin(), gaps.end());
+    output_tokens += tokens;
+    const double record_tpot = tokens > 1 ? (record_e2e - record_ttft) / (tokens - 1) : 0;
+    if (tokens > 1) tpot.push_back(record_tpot);
+    good += record_ttft <= 30 && record_tpot <= 5;
+  }
+  EXPECT_EQ(json["total_output_tokens"].get<long>(), output_tokens);
+  EXPECT_NEAR(json["duration_s"].get<double>() * 1e3, last_end_ms, 1e-6);
+  EXPECT_EQ(json["good_requests"].get<int>(), good);
+  EXPECT_NEAR(json["goodput"].get<double>(), good / json["duration_s"].get<double>(), 1e-9);
+  const auto expect_summary = [](const nlohmann::json& summary, const std::vector<double>& values,
+                                 const char* name) {
+    EXPECT_EQ(summary["count"].get<size_t>(), values.size()) << name;
+    EXPECT_NEAR(summary["mean"].get<double>(), mean_of(values), 1e-9) << name;
+    EXPECT_NEAR(summary["p90"].get<double>(), percentile(values, 90), 1e-9) << name;
+    EXPECT_NEAR(summary["max"].get<double>(), *std::max_element(values.begin(), values.end()), 1e-9)
+        << name;
+  };
+  expect_summary(json["ttft_ms"], ttft, "ttft");
+  expect_summary(json["tpot_ms"], tpot, "tpot");
+  expect_summary(json["itl_ms"], itl, "itl");
+  expect_summary(json["e2e_ms"], e2e, "e2e");
 }
 
 }  // namespace
