@@ -82,14 +82,18 @@ struct ApiServer::Generation {
   std::vector<Choice> choices;
   size_t remaining = 0;
   bool over = false;  // answered or failed: later deltas are dropped
+  // A stream's head is written with the first delta, so that a request failing before any
+  // token (e.g. its remote prefill was refused) still gets a plain HTTP error status, which a
+  // router can act on.
+  bool started = false;
 
   // Called with the mutex held.
   void write_event(const nlohmann::ordered_json& payload) { channel->write(sse_event(payload)); }
 
   void fail(const ApiError& error) {
     over = true;
-    server->count_response(stream ? 200 : error.http_status);
-    if (stream) {
+    server->count_response(started ? 200 : error.http_status);
+    if (started) {
       channel->write(sse_event(nlohmann::ordered_json::parse(error.body())));
       channel->write(sse_done());
       channel->end_stream();
@@ -102,6 +106,7 @@ struct ApiServer::Generation {
   // Called with the mutex held, before any delta: a stream's head, then each chat choice's
   // role chunk or each completion choice's echoed prompt.
   void start() {
+    started = stream;
     if (!stream) return;
     channel->start_stream(200, "text/event-stream", {});
     for (size_t i = 0; i < choices.size(); ++i) {
@@ -146,6 +151,7 @@ struct ApiServer::Generation {
   std::vector<std::string> on_delta(size_t index, SequenceDelta delta, SteadyTime arrived) {
     std::lock_guard lock(mutex);
     if (over) return {};
+    if (!started && (!delta.finished || delta.error.ok())) start();
     Choice& choice = choices[index];
     if (!delta.token_ids.empty()) {
       if (choice.last_token_at) {
@@ -475,6 +481,10 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       engine_request.stop = req.stop;
       engine_request.include_stop_str_in_output = req.include_stop_str_in_output;
       engine_request.skip_special_tokens = req.skip_special_tokens;
+      if (request_hook_) {
+        const Status hooked = request_hook_(request, engine_request);
+        if (!hooked.ok()) return reject(api_error_from_status(hooked));
+      }
       requests.push_back(std::move(engine_request));
     }
   }
@@ -483,8 +493,8 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   std::vector<std::string> submitted_before_failure;
   std::optional<ApiError> submit_error;
   {
-    // Held while submitting so no delta is handled before the stream head and the role chunks,
-    // and engine_ids is complete when a failing delta looks up its siblings. Aborts happen
+    // Held while submitting so that engine_ids is complete when a failing delta looks up its
+    // siblings. Aborts happen
     // after it is released, so a service that answers an abort at once cannot deadlock here.
     std::lock_guard lock(generation->mutex);
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -503,7 +513,6 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       }
       generation->engine_ids.push_back(std::move(engine_id));
     }
-    if (!submit_error) generation->start();
   }
   if (submit_error) {
     abort_requests(submitted_before_failure);

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,11 @@ class ApiServer {
             const ChatTemplate& chat_template);
 
   void register_routes(http::Router& router);
+
+  // Called for every engine request built from an HTTP request, before it is submitted (e.g.
+  // to mark it for remote prefill); an error rejects the HTTP request with its status.
+  using RequestHook = std::function<Status(const http::HttpRequest&, InferenceRequest&)>;
+  void set_request_hook(RequestHook hook) { request_hook_ = std::move(hook); }
   metrics::Registry& metrics() { return metrics_; }
 
   struct Generation;  // one client request in flight (defined in api_server.cpp)
@@ -58,6 +64,7 @@ class ApiServer {
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
   metrics::Registry metrics_;
+  RequestHook request_hook_;
   std::atomic<uint64_t> next_id_{0};
   std::mutex scrape_mutex_;
   ServiceStats last_scraped_;  // guarded by scrape_mutex_

@@ -238,9 +238,9 @@ struct KvTransferEngine::Impl {
     }
   }
 
-  void progress() {
-    for (int i = 0; i < 64 && ucp_worker_progress(worker->get()) != 0; ++i) {
-    }
+  bool progress() {
+    bool active = false;
+    for (int i = 0; i < 64 && ucp_worker_progress(worker->get()) != 0; ++i) active = true;
     send_acks();
     const auto now = std::chrono::steady_clock::now();
     for (auto& [id, transfer] : transfers) {
@@ -260,6 +260,7 @@ struct KvTransferEngine::Impl {
       if (peer->failure == UCS_OK || peer->closed) continue;
       fail_peer(id, *peer, ucx_error(peer->failure, "KV peer " + std::to_string(id) + " failed"));
     }
+    return active;
   }
 };
 
@@ -398,8 +399,8 @@ Result<TransferStatus> KvTransferEngine::poll(TransferId id) {
   return TransferStatus{};
 }
 
-void KvTransferEngine::progress() {
-  impl_->progress();
+bool KvTransferEngine::progress() {
+  return impl_->progress();
 }
 
 std::vector<ReceivedTransfer> KvTransferEngine::take_received() {

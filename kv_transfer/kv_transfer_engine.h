@@ -72,8 +72,9 @@ class KvTransferEngine {
   // forgotten; NOT_FOUND for an unknown id.
   Result<TransferStatus> poll(TransferId id);
 
-  // Advances UCX and every transfer (stages, deadlines, acknowledgements).
-  void progress();
+  // Advances UCX and every transfer (stages, deadlines, acknowledgements); true when UCX
+  // made progress (more may follow at once).
+  bool progress();
   // Completion messages received since the last call, in arrival order.
   std::vector<ReceivedTransfer> take_received();
 

@@ -26,6 +26,8 @@ std::string_view status_code_name(StatusCode code) {
       return "DATA_LOSS";
     case StatusCode::kUnimplemented:
       return "UNIMPLEMENTED";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
     case StatusCode::kInternal:
       return "INTERNAL";
   }

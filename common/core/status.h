@@ -31,6 +31,7 @@ enum class StatusCode {
   kCancelled,           // the caller gave up (client disconnected, request aborted)
   kDataLoss,            // truncated or corrupted data
   kUnimplemented,       // a valid request for something not supported
+  kPermissionDenied,    // a caller without the credentials this needs (the cluster token)
   kInternal,            // a bug or an unexpected library failure
 };
 
@@ -84,6 +85,9 @@ inline Status data_loss(std::string msg) {
 }
 inline Status unimplemented(std::string msg) {
   return {StatusCode::kUnimplemented, std::move(msg)};
+}
+inline Status permission_denied(std::string msg) {
+  return {StatusCode::kPermissionDenied, std::move(msg)};
 }
 inline Status internal_error(std::string msg) {
   return {StatusCode::kInternal, std::move(msg)};

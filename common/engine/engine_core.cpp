@@ -1,6 +1,7 @@
 #include "common/engine/engine_core.h"
 
 #include <chrono>
+#include <algorithm>
 #include <exception>
 #include <random>
 #include <string>
@@ -27,13 +28,15 @@ EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_s
       rng(request_rng),
       detokenizer(tokenizer, request.skip_special_tokens),
       stop_matcher(request.stop, request.include_stop_str_in_output),
-      prompt_tokens(static_cast<int>(request.prompt_tokens.size())) {
+      prompt_tokens(static_cast<int>(request.prompt_tokens.size())),
+      kv_export(request.kv_export) {
   timings.arrival = request.arrival;
 }
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
                                                        ModelExecutor& executor,
-                                                       Tokenizer tokenizer) {
+                                                       Tokenizer tokenizer,
+                                                       KvConnector* connector) {
   if (executor.vocab_size() != config.vocab_size) {
     return invalid_argument(
         "engine: the model's vocabulary has " + std::to_string(executor.vocab_size()) +
@@ -41,19 +44,30 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
   }
   PDS_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::create(std::move(config)));
   return std::unique_ptr<EngineCore>(
-      new EngineCore(std::move(scheduler), executor, std::move(tokenizer)));
+      new EngineCore(std::move(scheduler), executor, std::move(tokenizer), connector));
 }
 
-EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer)
+EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
+                       KvConnector* connector)
     : scheduler_(std::move(scheduler)),
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
+      connector_(connector),
       seed_source_(std::random_device{}()) {}
 
 Status EngineCore::validate(const InferenceRequest& request) const {
   const SchedulerConfig& config = scheduler_.config();
   const std::string where = "request '" + request.id + "'";
   if (request.id.empty()) return invalid_argument("the request id is empty");
+  if ((request.kv_export || request.kv_import) && connector_ == nullptr) {
+    return invalid_argument(where + " moves KV between nodes, but this node has no KV connector");
+  }
+  if (request.kv_export && request.kv_import) {
+    return invalid_argument(where + " both exports and imports its prompt's KV");
+  }
+  if (request.kv_import && request.kv_import->prefill_urls.empty()) {
+    return invalid_argument(where + " imports its KV but names no prefill node");
+  }
   if (request.prompt_tokens.empty()) return invalid_argument(where + ": the prompt is empty");
   for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
     const int32_t token = request.prompt_tokens[i];
@@ -93,6 +107,7 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
     return invalid_argument("request '" + request.id + "' is already in flight");
   }
   const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
+  if (request.kv_import) return add_imported(request, rng, sink);
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_request(request.prompt_tokens, request.sampling));
   requests_.emplace(seq_id,
@@ -101,10 +116,133 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   return Status::ok_status();
 }
 
+Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng,
+                                DeltaSink& sink) {
+  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
+                       scheduler_.add_imported_request(request.prompt_tokens, request.sampling));
+  const Sequence& seq = *scheduler_.find(seq_id);
+  Status pinned = scheduler_.block_manager().pin(seq_id);
+  PDS_CHECK(pinned.ok(), pinned.to_string());
+  const std::vector<int32_t> table(scheduler_.block_manager().block_table(seq_id).begin(),
+                                   scheduler_.block_manager().block_table(seq_id).end());
+  const Status started =
+      capture_status([&] { return connector_->start_import(request, table, seq.num_computed_tokens()); });
+  if (!started.ok()) {
+    const Status aborted = scheduler_.abort(seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+    unpin(seq_id);
+    return started;
+  }
+  imports_.emplace(request.id, seq_id);
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  state.cached_prompt_tokens = seq.num_computed_tokens();
+  requests_.emplace(seq_id, std::move(state));
+  ids_.emplace(request.id, seq_id);
+  return Status::ok_status();
+}
+
+void EngineCore::unpin(const SeqId seq_id) {
+  const Status unpinned = scheduler_.block_manager().unpin(seq_id);
+  PDS_CHECK(unpinned.ok(), unpinned.to_string());
+}
+
+void EngineCore::apply_connector_events() {
+  if (connector_ == nullptr) return;
+  for (KvEvent& event : connector_->poll()) {
+    switch (event.kind) {
+      case KvEventKind::kExportReleased:
+        if (auto it = exports_.find(event.request_id); it != exports_.end()) {
+          unpin(it->second);
+          exports_.erase(it);
+        }
+        break;
+      case KvEventKind::kImportReleased:
+        if (auto it = imports_.find(event.request_id); it != imports_.end()) {
+          unpin(it->second);
+          imports_.erase(it);
+        }
+        break;
+      case KvEventKind::kImportReady:
+        PDS_CHECK(event.result.has_value(), "an import is ready without its result");
+        import_ready(event.request_id, std::move(*event.result));
+        break;
+      case KvEventKind::kImportFailed:
+        import_failed(event.request_id, event.status);
+        break;
+    }
+  }
+}
+
+void EngineCore::import_ready(const std::string& request_id, RemotePrefillResult result) {
+  auto id = ids_.find(request_id);
+  if (id == ids_.end()) return;  // aborted meanwhile
+  const SeqId seq_id = id->second;
+  const Sequence* seq = scheduler_.find(seq_id);
+  if (seq == nullptr || seq->status() != SequenceStatus::kAwaitingKv) return;
+  RequestState& state = requests_.at(seq_id);
+  Result<SamplerRng> rng = SamplerRng::from_state(result.rng_state);
+  if (!rng.ok()) {
+    import_failed(request_id, rng.status().with_context("the prefill node's sampler state"));
+    return;
+  }
+  Result<SequenceUpdate> update = scheduler_.complete_import(seq_id, result.first_token);
+  if (!update.ok()) {
+    import_failed(request_id, update.status());
+    return;
+  }
+  const SteadyTime time = now();
+  state.rng = *rng;
+  state.timings.first_scheduled = time;
+  state.timings.kv_ready = time;
+  result.stats.local_cached_tokens = state.cached_prompt_tokens;
+  state.cached_prompt_tokens = std::max(state.cached_prompt_tokens, result.stats.remote_cached_tokens);
+  state.remote_prefill = result.stats;
+  prompt_tokens_total_ += state.prompt_tokens;
+  if (result.first_logprobs) state.step_logprobs = std::move(result.first_logprobs);
+  emit(state, *update);
+}
+
+void EngineCore::import_failed(const std::string& request_id, const Status& status) {
+  auto id = ids_.find(request_id);
+  if (id == ids_.end()) return;
+  const SeqId seq_id = id->second;
+  const Status aborted = scheduler_.abort(seq_id);
+  PDS_CHECK(aborted.ok(), aborted.to_string());
+  end_with_error(seq_id, status);
+}
+
+void EngineCore::start_exports(const ScheduledBatch& batch,
+                               std::vector<std::pair<SeqId, Status>>& failures) {
+  for (const ScheduledSequence& entry : batch.entries) {
+    const Sequence& seq = *entry.sequence;
+    if (!entry.samples || seq.status() == SequenceStatus::kAborted ||
+        seq.num_output_tokens() > 0) {
+      continue;
+    }
+    RequestState& state = requests_.at(seq.id());
+    if (!state.kv_export) continue;
+    Status pinned = scheduler_.block_manager().pin(seq.id());
+    PDS_CHECK(pinned.ok(), pinned.to_string());
+    const std::vector<int32_t> table(entry.block_table.begin(), entry.block_table.end());
+    const Status started = capture_status([&] {
+      return connector_->start_export(state.id, *state.kv_export, table, seq.num_prompt_tokens());
+    });
+    if (started.ok()) {
+      exports_.emplace(state.id, seq.id());
+      continue;
+    }
+    unpin(seq.id());
+    failures.emplace_back(seq.id(), started.with_context("sending the KV of request '" + state.id + "'"));
+    const Status aborted = scheduler_.abort(seq.id());
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
+}
+
 void EngineCore::abort(const std::string& request_id, const Status& reason) {
   auto it = ids_.find(request_id);
   if (it == ids_.end()) return;
   const SeqId seq_id = it->second;
+  if (imports_.contains(request_id)) connector_->cancel_import(request_id);
   const Status status = scheduler_.abort(seq_id);
   PDS_CHECK(status.ok(), status.to_string());
   end_with_error(seq_id, reason);
@@ -118,7 +256,8 @@ void EngineCore::abort_all(const Status& reason) {
 }
 
 bool EngineCore::step() {
-  if (!scheduler_.has_unfinished()) return false;
+  apply_connector_events();
+  if (!scheduler_.has_schedulable()) return false;
   ScheduledBatch batch = scheduler_.schedule();
   preemptions_total_ += static_cast<int64_t>(batch.preempted.size());
   if (batch.empty()) {
@@ -138,6 +277,7 @@ bool EngineCore::step() {
 
   std::vector<std::pair<SeqId, Status>> failures;
   const std::vector<int32_t> tokens = sample_batch(batch, failures);
+  if (connector_ != nullptr) start_exports(batch, failures);
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
   PDS_CHECK(updates.ok(), updates.status().to_string());
@@ -210,6 +350,7 @@ void EngineCore::emit(RequestState& state, const SequenceUpdate& update) {
   if (!state.timings.first_token) state.timings.first_token = now();
   SequenceDelta delta = make_delta(state);
   delta.token_ids.push_back(update.token);
+  if (state.kv_export) delta.sampler_state = state.rng.state();
   if (state.step_logprobs) {
     delta.logprobs.push_back(std::move(*state.step_logprobs));
     state.step_logprobs.reset();
@@ -274,6 +415,7 @@ SequenceDelta EngineCore::make_delta(const RequestState& state) {
   delta.completion_tokens = state.completion_tokens;
   delta.cached_prompt_tokens = state.cached_prompt_tokens;
   delta.timings = state.timings;
+  delta.remote_prefill = state.remote_prefill;
   return delta;
 }
 

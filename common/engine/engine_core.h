@@ -24,6 +24,7 @@
 
 #include "common/core/status.h"
 #include "common/engine/inference_service.h"
+#include "common/engine/kv_connector.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/scheduler.h"
 #include "common/protocol/stop_strings.h"
@@ -38,9 +39,11 @@ void deliver_delta(const DeltaSink& sink, SequenceDelta delta);
 class EngineCore {
  public:
   // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
-  // config.vocab_size. `executor` must outlive the core.
+  // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node) must
+  // outlive the core.
   static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
-                                                    Tokenizer tokenizer);
+                                                    Tokenizer tokenizer,
+                                                    KvConnector* connector = nullptr);
 
   // The checks add() makes that do not depend on the engine's state (prompt, sampling
   // parameters, stop strings, context and KV pool limits). Thread-safe.
@@ -55,10 +58,14 @@ class EngineCore {
   // abort() of every unfinished request, e.g. at shutdown.
   void abort_all(const Status& reason);
 
-  // Runs one step; false when there was nothing to run.
+  // Applies the connector's events, then runs one step; false when there was nothing to run.
   bool step();
 
   bool has_unfinished() const { return !requests_.empty(); }
+  // Requests or KV transfers (pinned blocks) still in flight.
+  bool has_pending_work() const {
+    return !requests_.empty() || !exports_.empty() || !imports_.empty();
+  }
   ServiceStats stats() const;
   const Scheduler& scheduler() const { return scheduler_; }
 
@@ -79,8 +86,21 @@ class EngineCore {
     int completion_tokens = 0;
     int cached_prompt_tokens = 0;
     std::optional<SampledTokenLogprobs> step_logprobs;  // of the token sampled this step
+    std::optional<KvExportTarget> kv_export;
+    std::optional<RemotePrefillStats> remote_prefill;
   };
-  EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer);
+  EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
+             KvConnector* connector);
+
+  Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
+  void apply_connector_events();
+  void import_ready(const std::string& request_id, RemotePrefillResult result);
+  void import_failed(const std::string& request_id, const Status& status);
+  // Pins and hands over the prompt KV of the batch's sampled requests that export it; a
+  // request whose export cannot start is aborted and recorded in `failures`.
+  void start_exports(const ScheduledBatch& batch,
+                     std::vector<std::pair<SeqId, Status>>& failures);
+  void unpin(const SeqId seq_id);
 
   void note_scheduled(const ScheduledBatch& batch);
   // Samples every sampling entry; a request whose sampling fails is aborted in the scheduler
@@ -100,6 +120,10 @@ class EngineCore {
   Sampler sampler_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
+  KvConnector* connector_;
+  // Blocks pinned for a transfer, by request id; they outlive the request itself.
+  std::unordered_map<std::string, SeqId> exports_;
+  std::unordered_map<std::string, SeqId> imports_;
   std::vector<float> logits_;
   SamplerRng seed_source_;  // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;

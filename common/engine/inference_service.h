@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "common/core/status.h"
+#include "common/engine/remote_kv.h"
 #include "common/sampling/sampler.h"
+#include "common/sampling/sampler_rng.h"
 #include "common/sampling/sampling_params.h"
 #include "common/sampling/stop_checker.h"
 
@@ -33,6 +35,9 @@ struct InferenceRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;     // for the detokenized text
   SteadyTime arrival = std::chrono::steady_clock::now();
+  // Disaggregation (see kv_connector.h); an engine without a connector refuses both.
+  std::optional<KvExportTarget> kv_export;  // prefill node: send the prompt's KV there
+  std::optional<KvImportSource> kv_import;  // decode node: the prompt is prefilled remotely
 };
 
 struct SampledTokenLogprobs {
@@ -46,6 +51,7 @@ struct RequestTimings {
   SteadyTime arrival{};
   std::optional<SteadyTime> first_scheduled;  // left the waiting queue
   std::optional<SteadyTime> first_token;
+  std::optional<SteadyTime> kv_ready;  // imported requests: the remote KV has landed
   std::optional<SteadyTime> finished;
 };
 
@@ -62,6 +68,10 @@ struct SequenceDelta {
   int completion_tokens = 0;                 // so far
   int cached_prompt_tokens = 0;              // prompt tokens served from the prefix cache
   RequestTimings timings;
+  std::optional<RemotePrefillStats> remote_prefill;  // imported requests
+  // Exported requests: the sampler's state after this delta's tokens, so the decode node
+  // continues the same random stream.
+  std::optional<SamplerRng::State> sampler_state;
 };
 
 using DeltaSink = std::function<void(SequenceDelta)>;

@@ -23,18 +23,35 @@ Status shutting_down() {
 }  // namespace
 
 Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
-                                                     Tokenizer tokenizer, LlmEngineConfig config) {
+                                                     Tokenizer tokenizer, LlmEngineConfig config,
+                                                     std::unique_ptr<KvConnector> connector) {
   if (executor == nullptr) return invalid_argument("engine: no model executor");
   if (config.idle_wait.count() <= 0) return invalid_argument("engine: idle_wait must be > 0");
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                       EngineCore::create(config.scheduler, *executor, std::move(tokenizer)));
-  return std::unique_ptr<LlmEngine>(
-      new LlmEngine(std::move(executor), std::move(core), std::move(config)));
+                       EngineCore::create(config.scheduler, *executor, std::move(tokenizer),
+                                          connector.get()));
+  std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(connector),
+                                                  std::move(core), std::move(config)));
+  if (engine->connector_ != nullptr) {
+    LlmEngine* self = engine.get();
+    engine->connector_->set_wakeup([self] {
+      {
+        std::lock_guard lock(self->mutex_);
+        self->connector_signalled_ = true;
+      }
+      self->wake_.notify_one();
+    });
+  }
+  return engine;
 }
 
-LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<EngineCore> core,
+LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor,
+                     std::unique_ptr<KvConnector> connector, std::unique_ptr<EngineCore> core,
                      LlmEngineConfig config)
-    : config_(std::move(config)), executor_(std::move(executor)), core_(std::move(core)) {
+    : config_(std::move(config)),
+      executor_(std::move(executor)),
+      connector_(std::move(connector)),
+      core_(std::move(core)) {
   model_info_.name = config_.model_name;
   model_info_.max_model_len = config_.scheduler.max_model_len;
   model_info_.vocab_size = config_.scheduler.vocab_size;
@@ -45,6 +62,8 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<En
 
 LlmEngine::~LlmEngine() {
   stop();
+  // Its threads call the wakeup, which uses members destroyed before it.
+  connector_.reset();
 }
 
 Status LlmEngine::start() {
@@ -121,21 +140,23 @@ DeltaSink LlmEngine::release_id_when_finished(const std::string& request_id, Del
 }
 
 void LlmEngine::run() {
-  while (drain_requests()) {
-    core_->step();
+  bool idle = false;
+  while (drain_requests(idle)) {
+    idle = !core_->step();
     publish_stats();
   }
   shut_down_core();
 }
 
-bool LlmEngine::drain_requests() {
+bool LlmEngine::drain_requests(bool idle) {
   std::deque<Submission> submissions;
   std::vector<std::string> aborts;
   {
     std::unique_lock lock(mutex_);
-    if (!stopping_ && intake_.empty() && aborts_.empty() && !core_->has_unfinished()) {
+    if (idle && !stopping_ && intake_.empty() && aborts_.empty() && !connector_signalled_) {
       wake_.wait_for(lock, config_.idle_wait);
     }
+    connector_signalled_ = false;
     if (stopping_) return false;
     submissions.swap(intake_);
     aborts.swap(aborts_);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/engine/engine_core.h"
+#include "common/engine/kv_connector.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/model_executor.h"
 #include "common/tokenizer/tokenizer.h"
@@ -33,8 +34,11 @@ struct LlmEngineConfig {
 class LlmEngine : public InferenceService {
  public:
   // InvalidArgument for a bad config or an executor that does not match it.
+  // `connector` (a disaggregated node's KV transport) is optional; the engine owns it and
+  // drives it from the engine thread.
   static Result<std::unique_ptr<LlmEngine>> create(std::unique_ptr<ModelExecutor> executor,
-                                                   Tokenizer tokenizer, LlmEngineConfig config);
+                                                   Tokenizer tokenizer, LlmEngineConfig config,
+                                                   std::unique_ptr<KvConnector> connector = nullptr);
   ~LlmEngine() override;  // stop()
 
   LlmEngine(const LlmEngine&) = delete;
@@ -58,12 +62,13 @@ class LlmEngine : public InferenceService {
     DeltaSink sink;
   };
 
-  LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<EngineCore> core,
-            LlmEngineConfig config);
+  LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<KvConnector> connector,
+            std::unique_ptr<EngineCore> core, LlmEngineConfig config);
 
   void run();
-  // Moves the intake queue and the abort list into the core; false when stopping.
-  bool drain_requests();
+  // Moves the intake queue and the abort list into the core, after waiting (up to idle_wait)
+  // for something to do when the previous step was idle; false when stopping.
+  bool drain_requests(bool idle);
   void publish_stats();
   // Fails whatever is queued or running; on the engine thread, or on the caller's when the
   // thread never started.
@@ -73,6 +78,7 @@ class LlmEngine : public InferenceService {
   LlmEngineConfig config_;
   ModelInfo model_info_;
   std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<KvConnector> connector_;
   std::unique_ptr<EngineCore> core_;  // used by the engine thread only (or by stop())
 
   mutable std::mutex mutex_;
@@ -81,6 +87,7 @@ class LlmEngine : public InferenceService {
   std::vector<std::string> aborts_;
   std::unordered_set<std::string> in_flight_ids_;  // submitted, final delta not yet delivered
   ServiceStats published_stats_;
+  bool connector_signalled_ = false;  // the connector has events for the engine thread
   bool started_ = false;
   bool stopping_ = false;
   std::mutex stop_mutex_;  // serializes stop() callers

@@ -47,7 +47,8 @@ Result<Scheduler> Scheduler::create(SchedulerConfig config, BlockHashFn hash) {
 Scheduler::Scheduler(SchedulerConfig config, BlockManager block_manager)
     : config_(std::move(config)), block_manager_(std::move(block_manager)) {}
 
-Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
+Result<std::unique_ptr<Sequence>> Scheduler::make_sequence(std::vector<int32_t> prompt_tokens,
+                                                         SamplingParams params) {
   if (prompt_tokens.empty()) return invalid_argument("the prompt is empty");
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
     if (prompt_tokens[i] < 0 || prompt_tokens[i] >= config_.vocab_size) {
@@ -73,17 +74,69 @@ Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, Samplin
                         std::to_string(needed_blocks) + " KV blocks; the pool has " +
                         std::to_string(config_.num_blocks));
   }
+  const SeqId seq_id = next_seq_id_;
+  return std::make_unique<Sequence>(seq_id, std::move(prompt_tokens), std::move(params),
+                                    std::move(stop_checker), static_cast<uint64_t>(seq_id),
+                                    std::chrono::steady_clock::now());
+}
+
+Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       make_sequence(std::move(prompt_tokens), std::move(params)));
   if (static_cast<int>(waiting_.size()) >= config_.max_num_waiting) {
     return resource_exhausted("the waiting queue is full (" +
                               std::to_string(config_.max_num_waiting) + " requests)");
   }
   const SeqId seq_id = next_seq_id_++;
-  auto seq = std::make_unique<Sequence>(seq_id, std::move(prompt_tokens), std::move(params),
-                                        std::move(stop_checker), static_cast<uint64_t>(seq_id),
-                                        std::chrono::steady_clock::now());
   waiting_.push_back(seq.get());
   sequences_.emplace(seq_id, std::move(seq));
   return seq_id;
+}
+
+Result<SeqId> Scheduler::add_imported_request(std::vector<int32_t> prompt_tokens,
+                                              SamplingParams params) {
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       make_sequence(std::move(prompt_tokens), std::move(params)));
+  if (static_cast<int>(running_.size()) + num_awaiting_kv_ >= config_.max_num_seqs) {
+    return resource_exhausted("the node already holds " + std::to_string(config_.max_num_seqs) +
+                              " sequences (max_num_seqs)");
+  }
+  if (!block_manager_.can_allocate(*seq)) {
+    return resource_exhausted("the KV pool is full: " +
+                              std::to_string(block_manager_.blocks_for_tokens(seq->num_tokens())) +
+                              " blocks needed, " +
+                              std::to_string(block_manager_.num_available_blocks()) + " available");
+  }
+  const SeqId seq_id = next_seq_id_++;
+  const Status allocated = block_manager_.allocate(*seq);
+  PDS_CHECK(allocated.ok(), allocated.to_string());
+  seq->set_status(SequenceStatus::kAwaitingKv);
+  ++num_awaiting_kv_;
+  sequences_.emplace(seq_id, std::move(seq));
+  return seq_id;
+}
+
+Result<SequenceUpdate> Scheduler::complete_import(SeqId seq_id, int32_t first_token) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv) {
+    return failed_precondition(seq_name(seq_id) + " is not awaiting KV");
+  }
+  if (first_token < 0 || first_token >= config_.vocab_size) {
+    return invalid_argument("the remotely sampled token " + std::to_string(first_token) +
+                            " is outside [0, " + std::to_string(config_.vocab_size) + ")");
+  }
+  Sequence& seq = *it->second;
+  --num_awaiting_kv_;
+  seq.set_num_computed_tokens(seq.num_prompt_tokens());
+  block_manager_.cache_computed_blocks(seq);
+  const FinishReason reason = seq.append_output_token(first_token);
+  if (reason != FinishReason::kNone) {
+    retire(seq_id);
+  } else {
+    seq.set_status(SequenceStatus::kRunning);
+    insert_running(seq);
+  }
+  return SequenceUpdate{seq_id, first_token, reason};
 }
 
 ScheduledBatch Scheduler::schedule() {
@@ -135,11 +188,15 @@ void Scheduler::schedule_prefills(ScheduledBatch& batch, int& budget) {
     PDS_CHECK(status.ok(), status.to_string());
     waiting_.pop_front();
     seq.set_status(SequenceStatus::kRunning);
-    auto position = std::ranges::upper_bound(running_, seq.arrival_order(), {},
-                                             [](const Sequence* s) { return s->arrival_order(); });
-    running_.insert(position, &seq);
+    insert_running(seq);
     add_chunk(batch, seq, budget);
   }
+}
+
+void Scheduler::insert_running(Sequence& seq) {
+  auto position = std::ranges::upper_bound(running_, seq.arrival_order(), {},
+                                           [](const Sequence* s) { return s->arrival_order(); });
+  running_.insert(position, &seq);
 }
 
 void Scheduler::add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget) {
@@ -213,6 +270,13 @@ Status Scheduler::abort(SeqId seq_id) {
     return not_found(seq_name(seq_id) + " is not queued or running");
   }
   Sequence* seq = it->second.get();
+  if (seq->status() == SequenceStatus::kAwaitingKv) {
+    // Not part of any step: its blocks go now (deferred while the transfer holds a pin).
+    --num_awaiting_kv_;
+    seq->set_status(SequenceStatus::kAborted);
+    retire(seq_id);
+    return Status::ok_status();
+  }
   if (auto waiting = std::ranges::find(waiting_, seq); waiting != waiting_.end()) {
     waiting_.erase(waiting);
   } else {

@@ -85,6 +85,17 @@ class Scheduler {
   // ResourceExhausted when the waiting queue is full (retry later).
   Result<SeqId> add_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
 
+  // Disaggregation, decode side: a request whose prompt is prefilled on another node. It gets
+  // its blocks at once (prefix-cache hits are reused and counted as computed) and waits
+  // outside the queues, status kAwaitingKv, until complete_import() or abort().
+  // ResourceExhausted when the pool or the sequence cap cannot take it now (the caller can
+  // route the request elsewhere); otherwise add_request()'s errors.
+  Result<SeqId> add_imported_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
+  // The prompt's KV has arrived and `first_token` was sampled remotely: the sequence joins the
+  // running batch, or finishes at once (max_tokens 1, EOS). FailedPrecondition unless the
+  // sequence awaits KV; InvalidArgument for a token outside the vocabulary.
+  Result<SequenceUpdate> complete_import(SeqId seq_id, int32_t first_token);
+
   // Plans the next step. Must be followed by postprocess() before the next schedule().
   ScheduledBatch schedule();
 
@@ -103,7 +114,12 @@ class Scheduler {
   Status abort(SeqId seq_id);
 
   const Sequence* find(SeqId seq_id) const;
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_unfinished() const {
+    return !waiting_.empty() || !running_.empty() || num_awaiting_kv_ > 0;
+  }
+  // Whether schedule() has anything to run (sequences awaiting KV do not count).
+  bool has_schedulable() const { return !waiting_.empty() || !running_.empty(); }
+  int num_awaiting_kv() const { return num_awaiting_kv_; }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   const SchedulerConfig& config() const { return config_; }
@@ -118,6 +134,10 @@ class Scheduler {
   void preempt_latest(ScheduledBatch& batch);
   void add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget);
   void retire(SeqId seq_id);
+  // The checks and the Sequence common to add_request and add_imported_request.
+  Result<std::unique_ptr<Sequence>> make_sequence(std::vector<int32_t> prompt_tokens,
+                                                  SamplingParams params);
+  void insert_running(Sequence& seq);
 
   SchedulerConfig config_;
   BlockManager block_manager_;
@@ -125,6 +145,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // by arrival order; preemption victims from the back
   std::vector<SeqId> aborted_in_flight_;
+  int num_awaiting_kv_ = 0;
   SeqId next_seq_id_ = 0;
   uint64_t next_step_ = 1;
   bool step_in_flight_ = false;

@@ -15,6 +15,8 @@ std::string_view sequence_status_name(SequenceStatus status) {
       return "preempted";
     case SequenceStatus::kFinished:
       return "finished";
+    case SequenceStatus::kAwaitingKv:
+      return "awaiting_kv";
     case SequenceStatus::kAborted:
       return "aborted";
   }

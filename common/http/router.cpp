@@ -8,10 +8,24 @@ void Router::add(std::string method, std::string path, Handler handler) {
   routes_[std::move(path)][std::move(method)] = std::move(handler);
 }
 
+void Router::add_prefix(std::string method, std::string prefix, Handler handler) {
+  prefix_routes_[std::move(prefix)][std::move(method)] = std::move(handler);
+}
+
 RouteMatch Router::match(std::string_view method, std::string_view path) const {
   RouteMatch result;
-  const auto route = routes_.find(path);
-  if (route == routes_.end()) return result;
+  auto route = routes_.find(path);
+  if (route == routes_.end()) {
+    route = prefix_routes_.end();
+    size_t longest = 0;
+    for (auto it = prefix_routes_.begin(); it != prefix_routes_.end(); ++it) {
+      if (path.starts_with(it->first) && it->first.size() >= longest) {
+        longest = it->first.size();
+        route = it;
+      }
+    }
+    if (route == prefix_routes_.end()) return result;
+  }
   for (const auto& [route_method, handler] : route->second) {
     if (route_method == method) result.handler = &handler;
     result.allowed.push_back(route_method);

@@ -26,11 +26,15 @@ struct RouteMatch {
 class Router {
  public:
   void add(std::string method, std::string path, Handler handler);
+  // Every path that starts with `prefix` (e.g. "/cluster/nodes/" for "/cluster/nodes/ID/drain")
+  // and has no exact route; the handler parses the rest of the path. The longest prefix wins.
+  void add_prefix(std::string method, std::string prefix, Handler handler);
   RouteMatch match(std::string_view method, std::string_view path) const;
 
  private:
   // path -> method -> handler
   std::map<std::string, std::map<std::string, Handler>, std::less<>> routes_;
+  std::map<std::string, std::map<std::string, Handler>, std::less<>> prefix_routes_;
 };
 
 }  // namespace pdserve::http

@@ -76,6 +76,15 @@ ApiError service_unavailable(std::string message, int retry_after_seconds) {
           std::nullopt, "service_unavailable", retry_after_seconds};
 }
 
+ApiError unauthorized(std::string message) {
+  ApiError error;
+  error.http_status = 401;
+  error.message = std::move(message);
+  error.type = "authentication_error";
+  error.code = "invalid_cluster_token";
+  return error;
+}
+
 ApiError internal_server_error(std::string message) {
   return {500, std::move(message), kServerError, std::nullopt, "internal_error", std::nullopt};
 }
@@ -95,6 +104,8 @@ ApiError api_error_from_status(const Status& status) {
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
       return service_unavailable(status.message(), kDefaultRetryAfterSeconds);
+    case StatusCode::kPermissionDenied:
+      return unauthorized(status.message());
     case StatusCode::kOk:
       return internal_server_error("an error was reported with an OK status");
     case StatusCode::kDataLoss:
@@ -110,6 +121,8 @@ std::string_view http_reason_phrase(int http_status) {
       return "OK";
     case 400:
       return "Bad Request";
+    case 401:
+      return "Unauthorized";
     case 404:
       return "Not Found";
     case 405:

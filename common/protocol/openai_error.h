@@ -39,6 +39,8 @@ ApiError payload_too_large(size_t limit_bytes);
 ApiError too_many_requests(std::string message, int retry_after_seconds);
 // 503 (server_error) when the server cannot take work now; retry after `retry_after_seconds`.
 ApiError service_unavailable(std::string message, int retry_after_seconds);
+// 401 (authentication_error) for an internal endpoint called without the cluster token.
+ApiError unauthorized(std::string message);
 // 500 for a bug or an unexpected failure.
 ApiError internal_server_error(std::string message);
 

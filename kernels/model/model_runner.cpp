@@ -56,7 +56,8 @@ Status Qwen3ModelRunner::execute(const ScheduledBatch& batch, std::span<float> l
 }
 
 Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
-                                                   const EngineConfig& config) {
+                                                   const EngineConfig& config,
+                                                   const KvConnectorFactory& connector_factory) {
   if (model.backend == nullptr || model.model == nullptr) {
     return invalid_argument("make_llm_engine: the model is not loaded");
   }
@@ -111,7 +112,12 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   engine_config.model_name = config.served_model_name.empty() ? model.model_dir.filename().string()
                                                               : config.served_model_name;
   engine_config.generation_defaults = model.sampling_defaults();
-  return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config));
+  std::unique_ptr<KvConnector> connector;
+  if (connector_factory) {
+    PDS_ASSIGN_OR_RETURN(connector, connector_factory(runner->kv_cache()));
+  }
+  return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config),
+                           std::move(connector));
 }
 
 }  // namespace pdserve

@@ -7,11 +7,13 @@
 #include <optional>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/engine/kv_connector.h"
 #include "common/engine/llm_engine.h"
 #include "common/engine/model_executor.h"
 #include "common/tokenizer/tokenizer.h"
@@ -65,10 +67,15 @@ struct EngineConfig {
   std::optional<DType> kv_cache_dtype;
 };
 
+// Builds a disaggregated node's KV connector over the engine's pool (which outlives it).
+using KvConnectorFactory =
+    std::function<Result<std::unique_ptr<KvConnector>>(const KvCache& pool)>;
+
 // The KV pool takes as many blocks as kv_cache_memory_gib holds. InvalidArgument for
 // settings out of range, ResourceExhausted when the budget holds no block or the backend
 // cannot allocate it. `model` must outlive the engine, which is returned not yet started.
 Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
-                                                   const EngineConfig& config);
+                                                   const EngineConfig& config,
+                                                   const KvConnectorFactory& connector_factory = {});
 
 }  // namespace pdserve

@@ -1,0 +1,65 @@
+// A node's membership in a proxy's cluster: registers the node (POST /cluster/nodes with its
+// role, HTTP address, model, KV descriptor and capacity), then sends its load as a heartbeat
+// every interval (POST /cluster/nodes/ID/heartbeat). When the proxy forgets it (404: the proxy
+// restarted, or dropped the node after missed heartbeats) it registers again; when the proxy
+// is unreachable it keeps retrying. On destruction it leaves (DELETE /cluster/nodes/ID).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/core/status.h"
+#include "common/http/http_client.h"
+
+namespace pdserve {
+
+struct NodeAgentOptions {
+  std::string proxy_url;      // http://HOST:PORT
+  std::string cluster_token;
+  std::string role;           // "prefill" or "decode"
+  std::string http_url;       // where the proxy reaches this node
+  std::string model;          // the served model name
+  std::string kv_descriptor;  // this node's UCX worker address and pool key (base64)
+  int kv_blocks_total = 0;
+  std::chrono::milliseconds heartbeat_interval{1'000};
+};
+
+class NodeAgent {
+ public:
+  // `load` is called on the agent's thread for each heartbeat (a JSON object of gauges).
+  static Result<std::unique_ptr<NodeAgent>> start(NodeAgentOptions options,
+                                                  std::function<nlohmann::json()> load);
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // The id the proxy gave this node; empty while unregistered.
+  std::string node_id() const;
+
+ private:
+  NodeAgent(NodeAgentOptions options, http::BaseUrl proxy, std::function<nlohmann::json()> load,
+            std::unique_ptr<http::HttpClient> client);
+  void run();
+  void register_node();
+  void send_heartbeat();
+
+  NodeAgentOptions options_;
+  http::BaseUrl proxy_;
+  std::function<nlohmann::json()> load_;
+  std::unique_ptr<http::HttpClient> client_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::string node_id_;
+  bool stopping_ = false;
+  bool warned_unreachable_ = false;
+  std::thread thread_;
+};
+
+}  // namespace pdserve

@@ -1,0 +1,76 @@
+// How a disaggregated node moves KV in and out of its engine's paged pool, behind an interface
+// so that common/ stays free of UCX (the implementations live in kv_transfer/).
+//
+// Prefill side (export): when a request marked with `kv_export` has its prompt's KV computed
+// and its first token sampled, the engine pins the request's blocks and calls start_export();
+// the connector sends them and later reports kExportReleased, after which the engine unpins
+// them (so a block is never reused while a put may still read it).
+//
+// Decode side (import): a request marked with `kv_import` gets its blocks at once (refused
+// with ResourceExhausted when the pool is full, so the router can try another node), reusing
+// the local prefix cache; the engine pins them and calls start_import() with the blocks whose
+// KV must arrive. The connector reports kImportReady (the KV has landed; with the first token
+// sampled remotely) or kImportFailed, and kImportReleased once no remote write into those
+// blocks can still happen (it may come later than a failure: a lost sender's puts could still
+// be in flight until its deadline). Only then does the engine unpin.
+//
+// All methods are called on the engine thread; events are collected with poll(). The
+// connector calls the wakeup function (from any thread) when it has new events.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/engine/inference_service.h"
+#include "common/engine/remote_kv.h"
+#include "common/sampling/sampler_rng.h"
+
+namespace pdserve {
+
+// The remotely computed part of an imported request.
+struct RemotePrefillResult {
+  int32_t first_token = 0;
+  std::optional<SampledTokenLogprobs> first_logprobs;
+  SamplerRng::State rng_state{};  // the sampler's state after the first token
+  RemotePrefillStats stats;
+};
+
+enum class KvEventKind { kExportReleased, kImportReady, kImportFailed, kImportReleased };
+
+struct KvEvent {
+  KvEventKind kind = KvEventKind::kImportReady;
+  std::string request_id;
+  Status status;                              // kImportFailed: why
+  std::optional<RemotePrefillResult> result;  // kImportReady
+};
+
+class KvConnector {
+ public:
+  virtual ~KvConnector() = default;
+
+  // The engine's wakeup; called once before any other method.
+  virtual void set_wakeup(std::function<void()> wakeup) = 0;
+
+  // Prefill side. `block_table` covers the whole prompt (num_prompt_tokens tokens).
+  virtual Status start_export(const std::string& request_id, const KvExportTarget& target,
+                              std::span<const int32_t> block_table, int num_prompt_tokens) = 0;
+
+  // Decode side. The request's blocks are `block_table`; the first `num_cached_tokens` prompt
+  // tokens (whole blocks) are already in the pool.
+  virtual Status start_import(const InferenceRequest& request,
+                              std::span<const int32_t> block_table, int num_cached_tokens) = 0;
+  // The request is no longer wanted (its client left); the connector may stop early but must
+  // still report kImportReleased.
+  virtual void cancel_import(const std::string& request_id) = 0;
+
+  // Events since the previous call, in order.
+  virtual std::vector<KvEvent> poll() = 0;
+};
+
+}  // namespace pdserve

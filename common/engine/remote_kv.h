@@ -1,0 +1,54 @@
+// The plain data a request carries when its KV crosses nodes (see kv_connector.h): where a
+// prefill node sends it, where a decode node fetches it from, and how a transfer went.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/core/status.h"
+
+namespace pdserve {
+
+// What the sender learns about one export, for its caller (the prefill node's HTTP answer).
+struct KvTransferReport {
+  Status status;
+  uint64_t bytes = 0;
+  int blocks = 0;
+  double seconds = 0;  // from the start of the puts to the receiver's acknowledgement
+};
+
+// Where a prefilled request's KV goes (set by the prefill node's front end).
+struct KvExportTarget {
+  std::string peer_descriptor;      // the receiver's transfer descriptor (opaque bytes)
+  int peer_num_blocks = 0;          // the receiver pool's size in blocks (its layout)
+  std::vector<int32_t> peer_blocks;  // receiver block ids for prompt blocks first_block..
+  int first_block = 0;               // prompt blocks before it are already on the receiver
+  uint64_t transfer_tag = 0;         // the receiver's name for this transfer
+  std::chrono::milliseconds timeout{30'000};
+  // Called once, from the connector's thread, when the transfer is done or failed.
+  std::function<void(const KvTransferReport&)> on_finished;
+};
+
+// How an imported request's remote prefill went, for latency accounting.
+struct RemotePrefillStats {
+  std::string prefill_url;
+  int remote_cached_tokens = 0;  // prompt tokens the prefill node took from its prefix cache
+  int local_cached_tokens = 0;   // prompt blocks' tokens already here (not transferred)
+  double queue_seconds = 0;      // waiting on the prefill node
+  double compute_seconds = 0;    // its forward steps up to the first token
+  uint64_t transfer_bytes = 0;
+  int transfer_blocks = 0;
+  double transfer_seconds = 0;
+};
+
+// Where an imported request's prompt is prefilled (set by the decode node's front end).
+struct KvImportSource {
+  std::vector<std::string> prefill_urls;  // tried in order
+  // For the first token (prefill queue + compute); the KV then has its transfer timeout.
+  std::chrono::milliseconds prefill_timeout{120'000};
+};
+
+}  // namespace pdserve

@@ -1,0 +1,279 @@
+#include "common/http/http_client.h"
+
+#include <atomic>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/core/log.h"
+
+namespace pdserve::http {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = asio::ip::tcp;
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// One call: its connection (on a strand, so cancel() from any thread is safe) and callbacks.
+class Call : public ClientCall, public std::enable_shared_from_this<Call> {
+ public:
+  Call(asio::io_context& io, BaseUrl url, ClientRequest request, StreamCallbacks callbacks)
+      : strand_(asio::make_strand(io)),
+        stream_(strand_),
+        url_(std::move(url)),
+        request_(std::move(request)),
+        callbacks_(std::move(callbacks)) {}
+
+  void start() {
+    asio::co_spawn(strand_, run(shared_from_this()), asio::detached);
+  }
+
+  void cancel() override {
+    asio::post(strand_, [self = shared_from_this()] {
+      self->cancelled_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->stream_.close();
+    });
+  }
+
+ private:
+  std::string where() const {
+    return request_.method + " " + url_.to_string() + request_.target;
+  }
+
+  Status failure(const beast::error_code& ec, std::string_view stage) const {
+    if (cancelled_) return cancelled(where() + ": cancelled");
+    if (ec == beast::error::timeout) {
+      return deadline_exceeded(where() + ": " + std::string(stage) + ": deadline exceeded");
+    }
+    return unavailable(where() + ": " + std::string(stage) + ": " + ec.message());
+  }
+
+  void done(const Status& outcome) {
+    if (finished_) return;
+    finished_ = true;
+    if (callbacks_.on_done) callbacks_.on_done(outcome);
+  }
+
+  static asio::awaitable<void> run(std::shared_ptr<Call> self) {
+    co_await self->exchange();
+  }
+
+  asio::awaitable<void> exchange() {
+    beast::error_code ec;
+    stream_.expires_after(request_.timeout);
+    tcp::resolver resolver(strand_);
+    auto endpoints = co_await resolver.async_resolve(
+        url_.host, url_.port, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || cancelled_) co_return done(failure(ec, "resolve"));
+    co_await stream_.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || cancelled_) co_return done(failure(ec, "connect"));
+
+    const auto verb = bhttp::string_to_verb(request_.method);
+    bhttp::request<bhttp::string_body> message(verb, request_.target, 11);
+    message.set(bhttp::field::host, url_.host);
+    message.keep_alive(false);
+    for (const auto& [name, value] : request_.headers) message.set(name, value);
+    if (!request_.body.empty() || verb == bhttp::verb::post) {
+      message.set(bhttp::field::content_type, request_.content_type);
+      message.body() = request_.body;
+    }
+    message.prepare_payload();
+    co_await bhttp::async_write(stream_, message, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || cancelled_) co_return done(failure(ec, "send"));
+
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    beast::flat_buffer buffer;
+    co_await bhttp::async_read_header(stream_, buffer, parser,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || cancelled_) co_return done(failure(ec, "read the response head"));
+    if (callbacks_.on_head) {
+      HeaderList headers;
+      for (const auto& field : parser.get()) {
+        headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+      }
+      callbacks_.on_head(static_cast<int>(parser.get().result_int()), headers);
+    }
+    const bool chunked = parser.chunked();
+    auto forward_chunk = [this](std::uint64_t, beast::string_view body, beast::error_code&) {
+      if (callbacks_.on_body) callbacks_.on_body(std::string_view(body.data(), body.size()));
+      return body.size();
+    };
+    if (chunked) parser.on_chunk_body(forward_chunk);
+    while (!parser.is_done()) {
+      co_await bhttp::async_read_some(stream_, buffer, parser,
+                                      asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || cancelled_) co_return done(failure(ec, "read the response body"));
+    }
+    if (!chunked && callbacks_.on_body && !parser.get().body().empty()) {
+      callbacks_.on_body(parser.get().body());
+    }
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    done(Status::ok_status());
+  }
+
+  asio::strand<asio::io_context::executor_type> strand_;
+  beast::tcp_stream stream_;
+  BaseUrl url_;
+  ClientRequest request_;
+  StreamCallbacks callbacks_;
+  bool cancelled_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+std::optional<std::string_view> ClientResponse::header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (iequals(key, name)) return value;
+  }
+  return std::nullopt;
+}
+
+Result<BaseUrl> parse_base_url(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  const std::string quoted = "'" + std::string(url) + "'";
+  if (!url.starts_with(kScheme)) {
+    return invalid_argument("the URL " + quoted + " must start with http://");
+  }
+  std::string_view rest = url.substr(kScheme.size());
+  while (rest.ends_with('/')) rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) {
+    return invalid_argument("the URL " + quoted + " takes no path, only http://HOST[:PORT]");
+  }
+  BaseUrl base;
+  const size_t colon = rest.rfind(':');
+  base.host = std::string(rest.substr(0, colon));
+  if (colon != std::string_view::npos) {
+    const std::string_view port = rest.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        port.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!digits || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
+      return invalid_argument("the URL " + quoted + " has an invalid port '" +
+                              std::string(port) + "'");
+    }
+    base.port = std::string(port);
+  }
+  if (base.host.empty() || base.host.find_first_of(" \t\r\n@") != std::string::npos) {
+    return invalid_argument("the URL " + quoted + " has no valid host");
+  }
+  return base;
+}
+
+struct HttpClient::Impl {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::vector<std::weak_ptr<Call>> calls;  // for cancellation at shutdown
+
+  void track(const std::shared_ptr<Call>& call) {
+    std::lock_guard lock(mutex);
+    std::erase_if(calls, [](const std::weak_ptr<Call>& weak) { return weak.expired(); });
+    calls.push_back(call);
+  }
+};
+
+Result<std::unique_ptr<HttpClient>> HttpClient::create(int threads) {
+  if (threads < 1) return invalid_argument("http client: threads must be >= 1");
+  auto impl = std::make_unique<Impl>();
+  for (int i = 0; i < threads; ++i) {
+    impl->threads.emplace_back([io = &impl->io] {
+      try {
+        io->run();
+      } catch (const std::exception& e) {
+        PDS_LOG_ERROR(std::string("http client: an I/O thread stopped on an exception: ") +
+                      e.what());
+      }
+    });
+  }
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+}
+
+HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpClient::~HttpClient() {
+  std::vector<std::shared_ptr<Call>> live;
+  {
+    std::lock_guard lock(impl_->mutex);
+    for (const auto& weak : impl_->calls) {
+      if (auto call = weak.lock()) live.push_back(std::move(call));
+    }
+  }
+  for (const auto& call : live) call->cancel();
+  live.clear();
+  impl_->work.reset();
+  for (std::thread& thread : impl_->threads) thread.join();
+}
+
+std::shared_ptr<ClientCall> HttpClient::stream(const BaseUrl& url, ClientRequest request,
+                                               StreamCallbacks callbacks) {
+  auto call = std::make_shared<Call>(impl_->io, url, std::move(request), std::move(callbacks));
+  impl_->track(call);
+  call->start();
+  return call;
+}
+
+void HttpClient::fetch(const BaseUrl& url, ClientRequest request,
+                       std::function<void(Result<ClientResponse>)> done) {
+  auto response = std::make_shared<ClientResponse>();
+  StreamCallbacks callbacks;
+  callbacks.on_head = [response](int status, const HeaderList& headers) {
+    response->status = status;
+    response->headers = headers;
+  };
+  callbacks.on_body = [response](std::string_view bytes) { response->body.append(bytes); };
+  callbacks.on_done = [response, done = std::move(done)](const Status& outcome) {
+    if (outcome.ok()) {
+      done(std::move(*response));
+    } else {
+      done(outcome);
+    }
+  };
+  stream(url, std::move(request), std::move(callbacks));
+}
+
+Result<ClientResponse> HttpClient::fetch_and_wait(const BaseUrl& url, ClientRequest request) {
+  const auto limit = request.timeout + std::chrono::seconds(1);
+  auto promise = std::make_shared<std::promise<Result<ClientResponse>>>();
+  std::future<Result<ClientResponse>> future = promise->get_future();
+  fetch(url, std::move(request),
+        [promise](Result<ClientResponse> result) { promise->set_value(std::move(result)); });
+  if (future.wait_for(limit) != std::future_status::ready) {
+    return deadline_exceeded("http client: no answer from " + url.to_string());
+  }
+  return future.get();
+}
+
+}  // namespace pdserve::http

@@ -1,0 +1,91 @@
+// An HTTP/1.1 client on Boost.Asio/Beast for the cluster's internal calls (proxy -> nodes,
+// decode -> prefill, node -> proxy registration): its own I/O threads, one connection per
+// call, a deadline on every call covering connect, send and the whole response, responses
+// streamed to callbacks as they arrive, and cancellation from any thread. Callbacks run on the
+// client's I/O threads and must not block.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/core/status.h"
+#include "common/http/http_message.h"
+
+namespace pdserve::http {
+
+// http://HOST[:PORT] (a trailing slash is allowed, a path is not).
+struct BaseUrl {
+  std::string host;
+  std::string port = "80";
+
+  std::string to_string() const { return "http://" + host + ":" + port; }
+  bool operator==(const BaseUrl&) const = default;
+};
+// InvalidArgument naming what is wrong with `url`.
+Result<BaseUrl> parse_base_url(std::string_view url);
+
+struct ClientRequest {
+  std::string method = "GET";
+  std::string target = "/";
+  HeaderList headers;
+  std::string body;
+  std::string content_type = "application/json";
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
+};
+
+struct ClientResponse {
+  int status = 0;
+  HeaderList headers;
+  std::string body;
+
+  std::optional<std::string_view> header(std::string_view name) const;
+};
+
+// How a streamed call reports. on_head once (status and headers), on_body for each piece of
+// the body as it arrives, then on_done once with the outcome: OK when the whole response was
+// read, Cancelled after cancel(), DeadlineExceeded, Unavailable for connection failures. When
+// the call fails before the head, on_done is the only callback.
+struct StreamCallbacks {
+  std::function<void(int status, const HeaderList& headers)> on_head;
+  std::function<void(std::string_view bytes)> on_body;
+  std::function<void(const Status& outcome)> on_done;
+};
+
+// A call in flight.
+class ClientCall {
+ public:
+  virtual ~ClientCall() = default;
+  // Closes the connection; on_done reports Cancelled (unless it already ran). Thread-safe.
+  virtual void cancel() = 0;
+};
+
+class HttpClient {
+ public:
+  // InvalidArgument unless threads >= 1.
+  static Result<std::unique_ptr<HttpClient>> create(int threads);
+  // Cancels the calls in flight and joins the I/O threads (their on_done runs first).
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  std::shared_ptr<ClientCall> stream(const BaseUrl& url, ClientRequest request,
+                                     StreamCallbacks callbacks);
+  // The whole response (any status); errors as in StreamCallbacks::on_done.
+  void fetch(const BaseUrl& url, ClientRequest request,
+             std::function<void(Result<ClientResponse>)> done);
+  // fetch() that waits for the answer (never past the request's timeout plus a second).
+  Result<ClientResponse> fetch_and_wait(const BaseUrl& url, ClientRequest request);
+
+  struct Impl;
+
+ private:
+  explicit HttpClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve::http

@@ -1,0 +1,319 @@
+#include "common/protocol/prefill_protocol.h"
+
+#include <limits>
+#include <utility>
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads the fields of one JSON object, remembering the first problem.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  template <typename T>
+  T get(const char* name, T fallback, bool required = true) {
+    const auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) {
+      if (required) fail(std::string("'") + name + "' is missing");
+      return fallback;
+    }
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) return fail_type(name, "a boolean", fallback);
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!it->is_number_integer()) return fail_type(name, "an integer", fallback);
+      if (it->is_number_unsigned() ? it->template get<uint64_t>() >
+                                         static_cast<uint64_t>(std::numeric_limits<T>::max())
+                                   : (it->template get<int64_t>() <
+                                          static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+                                      (std::is_signed_v<T> &&
+                                       it->template get<int64_t>() >
+                                           static_cast<int64_t>(std::numeric_limits<T>::max())))) {
+        return fail_type(name, "an integer in range", fallback);
+      }
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!it->is_number()) return fail_type(name, "a number", fallback);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!it->is_string()) return fail_type(name, "a string", fallback);
+    }
+    return it->template get<T>();
+  }
+
+  std::vector<int32_t> get_ids(const char* name) {
+    std::vector<int32_t> ids;
+    const auto it = object_.find(name);
+    if (it == object_.end() || !it->is_array()) {
+      fail(std::string("'") + name + "' must be an array of integers");
+      return ids;
+    }
+    ids.reserve(it->size());
+    for (const Json& value : *it) {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+          value.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        fail(std::string("'") + name + "' must hold non-negative 32-bit integers");
+        return {};
+      }
+      ids.push_back(value.get<int32_t>());
+    }
+    return ids;
+  }
+
+  const Json* object(const char* name) {
+    const auto it = object_.find(name);
+    if (it == object_.end() || !it->is_object()) {
+      fail(std::string("'") + name + "' must be an object");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  void fail(std::string message) {
+    if (status_.ok()) status_ = invalid_argument(where_ + ": " + std::move(message));
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  template <typename T>
+  T fail_type(const char* name, const char* what, T fallback) {
+    fail(std::string("'") + name + "' must be " + what);
+    return fallback;
+  }
+
+  const Json& object_;
+  std::string where_;
+  Status status_;
+};
+
+Json sampling_to_json(const SamplingParams& params) {
+  Json json{{"temperature", params.temperature},
+            {"top_p", params.top_p},
+            {"top_k", params.top_k},
+            {"min_p", params.min_p},
+            {"repetition_penalty", params.repetition_penalty},
+            {"presence_penalty", params.presence_penalty},
+            {"frequency_penalty", params.frequency_penalty},
+            {"logprobs", params.logprobs},
+            {"want_logprobs", params.want_logprobs},
+            {"max_tokens", params.max_tokens},
+            {"min_tokens", params.min_tokens},
+            {"ignore_eos", params.ignore_eos},
+            {"stop_token_ids", params.stop_token_ids}};
+  if (params.seed) json["seed"] = *params.seed;
+  return json;
+}
+
+SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
+  SamplingParams params;
+  params.temperature = reader.get<float>("temperature", params.temperature);
+  params.top_p = reader.get<float>("top_p", params.top_p);
+  params.top_k = reader.get<int>("top_k", params.top_k);
+  params.min_p = reader.get<float>("min_p", params.min_p);
+  params.repetition_penalty = reader.get<float>("repetition_penalty", params.repetition_penalty);
+  params.presence_penalty = reader.get<float>("presence_penalty", params.presence_penalty);
+  params.frequency_penalty = reader.get<float>("frequency_penalty", params.frequency_penalty);
+  params.logprobs = reader.get<int>("logprobs", params.logprobs);
+  params.want_logprobs = reader.get<bool>("want_logprobs", params.want_logprobs);
+  params.max_tokens = reader.get<int>("max_tokens", params.max_tokens);
+  params.min_tokens = reader.get<int>("min_tokens", params.min_tokens);
+  params.ignore_eos = reader.get<bool>("ignore_eos", params.ignore_eos);
+  params.stop_token_ids = reader.get_ids("stop_token_ids");
+  const bool sampling_has_seed = json.contains("seed") && !json["seed"].is_null();
+  const uint64_t seed = reader.get<uint64_t>("seed", 0, /*required=*/false);
+  if (sampling_has_seed) params.seed = seed;
+  return params;
+}
+
+const char* event_name(PrefillEvent::Kind kind) {
+  switch (kind) {
+    case PrefillEvent::Kind::kFirstToken:
+      return "first_token";
+    case PrefillEvent::Kind::kKvSent:
+      return "kv_sent";
+    case PrefillEvent::Kind::kKvFailed:
+      return "kv_failed";
+    case PrefillEvent::Kind::kError:
+      return "error";
+  }
+  return "error";
+}
+
+}  // namespace
+
+std::string KvBlockLayout::to_string() const {
+  return std::to_string(num_layers) + " layers x " + std::to_string(block_size) +
+         " tokens x " + std::to_string(num_kv_heads) + " kv heads x " + std::to_string(head_dim) +
+         " " + dtype;
+}
+
+Json prefill_work_to_json(const PrefillWork& work) {
+  return Json{{"request_id", work.request_id},
+              {"transfer_tag", work.transfer_tag},
+              {"prompt_token_ids", work.prompt_token_ids},
+              {"sampling", sampling_to_json(work.sampling)},
+              {"kv",
+               {{"descriptor", work.kv_descriptor},
+                {"num_blocks", work.kv_num_blocks},
+                {"layout",
+                 {{"num_layers", work.kv_layout.num_layers},
+                  {"block_size", work.kv_layout.block_size},
+                  {"num_kv_heads", work.kv_layout.num_kv_heads},
+                  {"head_dim", work.kv_layout.head_dim},
+                  {"dtype", work.kv_layout.dtype}}},
+                {"first_block", work.first_block},
+                {"block_ids", work.block_ids}}},
+              {"timeout_ms", work.timeout_ms}};
+}
+
+Result<PrefillWork> parse_prefill_work(std::string_view body) {
+  const Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return invalid_argument("prefill work: the body is not a JSON object");
+  }
+  PrefillWork work;
+  FieldReader reader(json, "prefill work");
+  work.request_id = reader.get<std::string>("request_id", "");
+  work.transfer_tag = reader.get<uint64_t>("transfer_tag", 0);
+  work.prompt_token_ids = reader.get_ids("prompt_token_ids");
+  work.timeout_ms = reader.get<int64_t>("timeout_ms", 0);
+  if (const Json* sampling = reader.object("sampling")) {
+    FieldReader sampling_reader(*sampling, "prefill work: sampling");
+    work.sampling = sampling_from_json(*sampling, sampling_reader);
+    PDS_RETURN_IF_ERROR(sampling_reader.status());
+  }
+  if (const Json* kv = reader.object("kv")) {
+    FieldReader kv_reader(*kv, "prefill work: kv");
+    work.kv_descriptor = kv_reader.get<std::string>("descriptor", "");
+    work.kv_num_blocks = kv_reader.get<int>("num_blocks", 0);
+    work.first_block = kv_reader.get<int>("first_block", 0);
+    work.block_ids = kv_reader.get_ids("block_ids");
+    if (const Json* layout = kv_reader.object("layout")) {
+      FieldReader layout_reader(*layout, "prefill work: kv.layout");
+      work.kv_layout.num_layers = layout_reader.get<int>("num_layers", 0);
+      work.kv_layout.block_size = layout_reader.get<int>("block_size", 0);
+      work.kv_layout.num_kv_heads = layout_reader.get<int>("num_kv_heads", 0);
+      work.kv_layout.head_dim = layout_reader.get<int>("head_dim", 0);
+      work.kv_layout.dtype = layout_reader.get<std::string>("dtype", "");
+      PDS_RETURN_IF_ERROR(layout_reader.status());
+    }
+    PDS_RETURN_IF_ERROR(kv_reader.status());
+  }
+  PDS_RETURN_IF_ERROR(reader.status());
+  if (work.request_id.empty()) return invalid_argument("prefill work: 'request_id' is empty");
+  if (work.prompt_token_ids.empty()) {
+    return invalid_argument("prefill work: 'prompt_token_ids' is empty");
+  }
+  if (work.timeout_ms < 1) return invalid_argument("prefill work: 'timeout_ms' must be >= 1");
+  const KvBlockLayout& layout = work.kv_layout;
+  if (layout.block_size < 1 || layout.num_layers < 1 || layout.num_kv_heads < 1 ||
+      layout.head_dim < 1) {
+    return invalid_argument("prefill work: kv.layout must have positive sizes");
+  }
+  const int64_t prompt_blocks =
+      (static_cast<int64_t>(work.prompt_token_ids.size()) + layout.block_size - 1) /
+      layout.block_size;
+  if (work.first_block < 0 || work.first_block >= prompt_blocks) {
+    return invalid_argument("prefill work: kv.first_block " + std::to_string(work.first_block) +
+                            " is outside the prompt's " + std::to_string(prompt_blocks) +
+                            " blocks");
+  }
+  if (static_cast<int64_t>(work.block_ids.size()) != prompt_blocks - work.first_block) {
+    return invalid_argument("prefill work: kv.block_ids has " +
+                            std::to_string(work.block_ids.size()) + " blocks, the prompt needs " +
+                            std::to_string(prompt_blocks - work.first_block));
+  }
+  for (int32_t block : work.block_ids) {
+    if (block >= work.kv_num_blocks) {
+      return invalid_argument("prefill work: kv block " + std::to_string(block) +
+                              " is outside the decode pool's " +
+                              std::to_string(work.kv_num_blocks) + " blocks");
+    }
+  }
+  return work;
+}
+
+std::string prefill_event_line(const PrefillEvent& event) {
+  Json json{{"event", event_name(event.kind)}};
+  switch (event.kind) {
+    case PrefillEvent::Kind::kFirstToken: {
+      json["token"] = event.token;
+      if (event.logprob) json["logprob"] = *event.logprob;
+      Json top = Json::array();
+      for (const TokenLogprob& entry : event.top_logprobs) {
+        top.push_back(Json::array({entry.token, entry.logprob}));
+      }
+      json["top_logprobs"] = std::move(top);
+      json["rng_state"] = event.rng_state;
+      json["cached_tokens"] = event.cached_tokens;
+      json["queue_ms"] = event.queue_ms;
+      json["compute_ms"] = event.compute_ms;
+      break;
+    }
+    case PrefillEvent::Kind::kKvSent:
+      json["bytes"] = event.bytes;
+      json["blocks"] = event.blocks;
+      json["transfer_ms"] = event.transfer_ms;
+      break;
+    case PrefillEvent::Kind::kKvFailed:
+    case PrefillEvent::Kind::kError:
+      json["error"] = event.error;
+      break;
+  }
+  return json.dump() + "\n";
+}
+
+Result<PrefillEvent> parse_prefill_event(std::string_view line) {
+  const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return invalid_argument("prefill event: not a JSON object: " +
+                            std::string(line.substr(0, 200)));
+  }
+  FieldReader reader(json, "prefill event");
+  const std::string name = reader.get<std::string>("event", "");
+  PDS_RETURN_IF_ERROR(reader.status());
+  PrefillEvent event;
+  if (name == "first_token") {
+    event.kind = PrefillEvent::Kind::kFirstToken;
+    event.token = reader.get<int32_t>("token", 0);
+    if (json.contains("logprob")) event.logprob = reader.get<float>("logprob", 0.0f);
+    event.cached_tokens = reader.get<int>("cached_tokens", 0);
+    event.queue_ms = reader.get<double>("queue_ms", 0);
+    event.compute_ms = reader.get<double>("compute_ms", 0);
+    const auto state = json.find("rng_state");
+    if (state == json.end() || !state->is_array() || state->size() != 4) {
+      return invalid_argument("prefill event: 'rng_state' must hold 4 integers");
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      if (!(*state)[i].is_number_unsigned()) {
+        return invalid_argument("prefill event: 'rng_state' must hold 4 unsigned integers");
+      }
+      event.rng_state[i] = (*state)[i].get<uint64_t>();
+    }
+    const auto top = json.find("top_logprobs");
+    if (top != json.end()) {
+      if (!top->is_array()) return invalid_argument("prefill event: 'top_logprobs' is no array");
+      for (const Json& entry : *top) {
+        if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_integer() ||
+            !entry[1].is_number()) {
+          return invalid_argument("prefill event: 'top_logprobs' entries are [token, logprob]");
+        }
+        event.top_logprobs.push_back({entry[0].get<int32_t>(), entry[1].get<float>()});
+      }
+    }
+  } else if (name == "kv_sent") {
+    event.kind = PrefillEvent::Kind::kKvSent;
+    event.bytes = reader.get<uint64_t>("bytes", 0);
+    event.blocks = reader.get<int>("blocks", 0);
+    event.transfer_ms = reader.get<double>("transfer_ms", 0);
+  } else if (name == "kv_failed" || name == "error") {
+    event.kind = name == "error" ? PrefillEvent::Kind::kError : PrefillEvent::Kind::kKvFailed;
+    event.error = reader.get<std::string>("error", "");
+  } else {
+    return invalid_argument("prefill event: unknown event '" + name + "'");
+  }
+  PDS_RETURN_IF_ERROR(reader.status());
+  return event;
+}
+
+}  // namespace pdserve

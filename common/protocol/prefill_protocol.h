@@ -1,0 +1,78 @@
+// The internal protocol between a decode node and a prefill node (disaggregation).
+//
+// The decode node POSTs a PrefillWork as JSON to the prefill node's /internal/v1/prefill
+// (with the cluster token). The prefill node answers 200 with a stream of newline-delimited
+// JSON events: first `first_token` (as soon as it is sampled: the request's TTFT does not wait
+// for the transfer), then `kv_sent` or `kv_failed`; or a single `error` event when the prefill
+// itself failed. A non-200 answer is an OpenAI-style error body.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/core/status.h"
+#include "common/sampling/sampler.h"
+#include "common/sampling/sampler_rng.h"
+#include "common/sampling/sampling_params.h"
+
+namespace pdserve {
+
+// The geometry both pools must share for a block to mean the same bytes on both sides.
+struct KvBlockLayout {
+  int num_layers = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::string dtype;  // "bfloat16", "float32"
+
+  bool operator==(const KvBlockLayout&) const = default;
+  std::string to_string() const;
+};
+
+struct PrefillWork {
+  std::string request_id;
+  uint64_t transfer_tag = 0;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;  // as the decode node resolved it (max_tokens is the request's)
+  std::string kv_descriptor;  // the decode node's transfer descriptor, base64
+  int kv_num_blocks = 0;      // the decode pool's size in blocks
+  KvBlockLayout kv_layout;
+  int first_block = 0;              // prompt blocks before it are already on the decode node
+  std::vector<int32_t> block_ids;   // decode-node blocks for prompt blocks first_block..
+  int64_t timeout_ms = 30'000;      // for the transfer
+};
+
+nlohmann::json prefill_work_to_json(const PrefillWork& work);
+// InvalidArgument naming the field that is missing, mistyped or out of range.
+Result<PrefillWork> parse_prefill_work(std::string_view body);
+
+struct PrefillEvent {
+  enum class Kind { kFirstToken, kKvSent, kKvFailed, kError };
+  Kind kind = Kind::kError;
+  // kFirstToken
+  int32_t token = 0;
+  std::optional<float> logprob;           // when logprobs were requested
+  std::vector<TokenLogprob> top_logprobs;
+  SamplerRng::State rng_state{};
+  int cached_tokens = 0;
+  double queue_ms = 0;
+  double compute_ms = 0;
+  // kKvSent
+  uint64_t bytes = 0;
+  int blocks = 0;
+  double transfer_ms = 0;
+  // kKvFailed, kError
+  std::string error;
+};
+
+// One line, ending with '\n'.
+std::string prefill_event_line(const PrefillEvent& event);
+// One line without its '\n'. InvalidArgument for anything malformed.
+Result<PrefillEvent> parse_prefill_event(std::string_view line);
+
+}  // namespace pdserve

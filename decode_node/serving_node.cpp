@@ -1,0 +1,141 @@
+#include "decode_node/serving_node.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "common/core/log.h"
+#include "kv_transfer/pool_connector.h"
+
+namespace pdserve {
+
+void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
+  app.add_option("--model", options.model, "Model folder, or a hub id in the local HF cache")->required();
+  app.add_option("--device", options.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--dtype", options.dtype, "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's)");
+  app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger gets 413")->capture_default_str();
+  app.add_option("--header-timeout-ms", options.header_timeout_ms,
+                 "Deadline for a request's headers (drops slowloris clients)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--idle-timeout-ms", options.idle_timeout_ms, "Keep-alive idle deadline")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--served-model-name", options.engine.served_model_name, "Model name in the API (default: the model folder's name)");
+  app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib, "Memory for the paged KV cache")->capture_default_str();
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                 "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+      ->capture_default_str();
+  app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", options.engine.max_num_batched_tokens, "Token budget of one engine step")->capture_default_str();
+  app.add_option("--max-num-seqs", options.engine.max_num_seqs, "Most sequences running at once")->capture_default_str();
+  app.add_option("--max-waiting", options.engine.max_num_waiting, "Most queued requests; more get 429 with Retry-After")->capture_default_str();
+  app.add_option("--max-model-len", options.engine.max_model_len, "Context length (0: the model's max_position_embeddings)")->capture_default_str();
+  app.add_option("--proxy", options.proxy_url, "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats");
+  app.add_option("--cluster-token", options.cluster_token,
+                 "Shared secret for internal endpoints (registration, KV); also read from $PDSERVE_CLUSTER_TOKEN")
+      ->envname("PDSERVE_CLUSTER_TOKEN");
+  app.add_option("--advertise-host", options.advertise_host, "Address other nodes use to reach this one (default: --host)");
+  app.add_option("--ucx-tls", options.ucx_tls, "UCX transports for KV blocks, e.g. tcp or sm,self (default: UCX's choice)");
+  app.add_option("--kv-transfer-timeout-ms", options.kv_transfer_timeout_ms, "Deadline of one KV transfer")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms, "Heartbeats to the proxy")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 60'000));
+}
+
+sigset_t block_shutdown_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int wait_for_shutdown_signal(const sigset_t& signals) {
+  int received = 0;
+  sigwait(&signals, &received);
+  return received;
+}
+
+Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
+                                                        bool with_kv_transfer) {
+  ModelLoadOptions load_options;
+  PDS_ASSIGN_OR_RETURN(load_options.backend.device, parse_device_kind(options.device));
+  load_options.backend.num_threads = options.threads;
+  if (!options.dtype.empty()) {
+    PDS_ASSIGN_OR_RETURN(DType dtype, parse_dtype(options.dtype));
+    load_options.dtype = dtype;
+  }
+  EngineConfig engine_config = options.engine;
+  PDS_ASSIGN_OR_RETURN(engine_config.kv_cache_dtype, parse_kv_cache_dtype(options.kv_cache_dtype));
+  PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));
+  PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(loaded.model_dir));
+  auto node = std::make_unique<ServingNode>(std::move(loaded), std::move(tokenizer));
+  KvConnectorFactory factory;
+  if (with_kv_transfer) {
+    if (options.cluster_token.empty()) {
+      PDS_LOG_WARN("no --cluster-token: internal endpoints accept anyone who can reach them");
+    }
+    kv_transfer::UcxKvConnectorOptions connector_options;
+    connector_options.transports = options.ucx_tls;
+    connector_options.cluster_token = options.cluster_token;
+    connector_options.transfer_timeout = std::chrono::milliseconds(options.kv_transfer_timeout_ms);
+    factory = [&node, connector_options](const KvCache& pool) -> Result<std::unique_ptr<KvConnector>> {
+      PDS_ASSIGN_OR_RETURN(std::unique_ptr<kv_transfer::UcxKvConnector> connector,
+                           kv_transfer::make_pool_connector(pool, connector_options));
+      node->connector = connector.get();
+      return std::unique_ptr<KvConnector>(std::move(connector));
+    };
+  }
+  PDS_ASSIGN_OR_RETURN(node->engine,
+                       make_llm_engine(node->model, node->tokenizer, engine_config, factory));
+  PDS_RETURN_IF_ERROR(node->engine->start());
+  return node;
+}
+
+http::ServerOptions http_server_options(const ServingNodeOptions& options) {
+  http::ServerOptions server;
+  server.host = options.host;
+  server.port = static_cast<uint16_t>(options.port);
+  server.threads = options.http_threads;
+  server.max_body_bytes = options.max_body_bytes;
+  server.header_timeout = std::chrono::milliseconds(options.header_timeout_ms);
+  server.idle_timeout = std::chrono::milliseconds(options.idle_timeout_ms);
+  return server;
+}
+
+nlohmann::json node_load(const ServiceStats& stats) {
+  return {{"num_running", stats.num_running},
+          {"num_waiting", stats.num_waiting},
+          {"kv_blocks_total", stats.kv_blocks_total},
+          {"kv_blocks_used", stats.kv_blocks_used},
+          {"prompt_tokens_total", stats.prompt_tokens_total},
+          {"generation_tokens_total", stats.generation_tokens_total}};
+}
+
+Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
+                                                const std::string& role, uint16_t port,
+                                                const ServingNode& node) {
+  if (options.proxy_url.empty()) return std::unique_ptr<NodeAgent>();
+  NodeAgentOptions agent;
+  agent.proxy_url = options.proxy_url;
+  agent.cluster_token = options.cluster_token;
+  agent.role = role;
+  const std::string host = options.advertise_host.empty() ? options.host : options.advertise_host;
+  agent.http_url = "http://" + host + ":" + std::to_string(port);
+  agent.model = node.engine->model_info().name;
+  if (node.connector != nullptr) agent.kv_descriptor = node.connector->descriptor_base64();
+  agent.kv_blocks_total = node.engine->stats().kv_blocks_total;
+  agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
+  LlmEngine* engine = node.engine.get();
+  return NodeAgent::start(std::move(agent), [engine] { return node_load(engine->stats()); });
+}
+
+}  // namespace pdserve

@@ -1,0 +1,456 @@
+#include "kv_transfer/ucx_kv_connector.h"
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "common/core/log.h"
+
+namespace pdserve::kv_transfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One import in flight on the decode side.
+struct Import {
+  std::string request_id;
+  uint64_t tag = 0;
+  PrefillWork work;
+  std::vector<std::string> urls;
+  size_t url_index = 0;
+  std::shared_ptr<http::ClientCall> call;
+  int http_status = 0;
+  std::string pending_bytes;  // of the event stream, up to the next '\n'
+  std::string error_body;     // of a non-200 answer
+  std::optional<PrefillEvent> first_token;
+  std::optional<PrefillEvent> kv_sent;
+  bool landed = false;     // the completion message arrived
+  bool finished = false;   // ready or failed was reported
+  Clock::time_point started;
+  Clock::time_point deadline;                  // for the first token and the KV
+  std::optional<Clock::time_point> release_at;  // after a failure: when the blocks are safe
+};
+
+}  // namespace
+
+std::size_t PoolLayout::layer_block_bytes() const {
+  return static_cast<std::size_t>(block.block_size) * static_cast<std::size_t>(block.num_kv_heads) *
+         static_cast<std::size_t>(block.head_dim) * element_bytes;
+}
+
+std::uint64_t PoolLayout::offset(int layer, int block_id, bool value_half) const {
+  const std::uint64_t per_half = static_cast<std::uint64_t>(block.num_layers) *
+                                 static_cast<std::uint64_t>(num_blocks) * layer_block_bytes();
+  return (value_half ? per_half : 0) +
+         (static_cast<std::uint64_t>(layer) * static_cast<std::uint64_t>(num_blocks) +
+          static_cast<std::uint64_t>(block_id)) *
+             layer_block_bytes();
+}
+
+struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl> {
+  UcxKvConnectorOptions options;
+  PoolLayout layout;
+
+  std::mutex mutex;
+  std::function<void()> wakeup;
+  std::vector<KvEvent> events;
+  std::map<std::string, Import> imports;       // by request id
+  std::map<uint64_t, std::string> tag_owners;  // transfer tag -> request id
+  uint64_t next_tag = 1;
+
+  // Declared last: destroyed first, so no callback runs into destroyed state.
+  std::unique_ptr<http::HttpClient> http;
+  std::unique_ptr<KvTransferService> service;
+
+  void wake() {
+    std::function<void()> fn;
+    {
+      std::lock_guard lock(mutex);
+      fn = wakeup;
+    }
+    if (fn) fn();
+  }
+
+  // ---- import side; all with the mutex held -------------------------------------------
+
+  void fail(Import& import, const Status& status, bool release_now) {
+    if (!import.finished) {
+      import.finished = true;
+      events.push_back({KvEventKind::kImportFailed, import.request_id, status, std::nullopt});
+    }
+    const Clock::time_point safe =
+        release_now ? Clock::now()
+                    : Clock::now() + options.transfer_timeout + options.release_grace;
+    if (!import.release_at || *import.release_at > safe) import.release_at = safe;
+    if (import.call) import.call->cancel();
+  }
+
+  void maybe_ready(Import& import) {
+    if (import.finished || !import.first_token || !import.landed) return;
+    import.finished = true;
+    RemotePrefillResult result;
+    const PrefillEvent& first = *import.first_token;
+    result.first_token = first.token;
+    if (first.logprob) {
+      result.first_logprobs = SampledTokenLogprobs{first.token, *first.logprob, first.top_logprobs};
+    }
+    result.rng_state = first.rng_state;
+    result.stats.prefill_url = import.urls[import.url_index];
+    result.stats.remote_cached_tokens = first.cached_tokens;
+    result.stats.queue_seconds = first.queue_ms / 1000.0;
+    result.stats.compute_seconds = first.compute_ms / 1000.0;
+    if (import.kv_sent) {
+      result.stats.transfer_bytes = import.kv_sent->bytes;
+      result.stats.transfer_blocks = import.kv_sent->blocks;
+      result.stats.transfer_seconds = import.kv_sent->transfer_ms / 1000.0;
+    } else {
+      result.stats.transfer_blocks = static_cast<int>(import.work.block_ids.size());
+    }
+    events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
+                      std::move(result)});
+    import.release_at = Clock::now();
+  }
+
+  void handle_line(Import& import, std::string_view line) {
+    if (import.finished && import.first_token) {
+      // Only kv_sent's figures are still of interest after the import is ready.
+    }
+    Result<PrefillEvent> event = parse_prefill_event(line);
+    if (!event.ok()) {
+      fail(import, event.status().with_context("prefill node " + import.urls[import.url_index]),
+           /*release_now=*/false);
+      return;
+    }
+    switch (event->kind) {
+      case PrefillEvent::Kind::kFirstToken:
+        import.first_token = std::move(*event);
+        // The KV follows; give it the transfer's own deadline from now.
+        import.deadline = Clock::now() + options.transfer_timeout + options.release_grace;
+        maybe_ready(import);
+        break;
+      case PrefillEvent::Kind::kKvSent:
+        import.kv_sent = std::move(*event);
+        maybe_ready(import);
+        break;
+      case PrefillEvent::Kind::kKvFailed:
+        // The sender closed its endpoint: nothing more can land.
+        fail(import, unavailable("prefill node " + import.urls[import.url_index] +
+                                 ": the KV transfer failed: " + event->error),
+             /*release_now=*/true);
+        break;
+      case PrefillEvent::Kind::kError:
+        fail(import,
+             unavailable("prefill node " + import.urls[import.url_index] + ": " + event->error),
+             /*release_now=*/true);
+        break;
+    }
+  }
+
+  void send_work(Import& import) {
+    import.http_status = 0;
+    import.pending_bytes.clear();
+    import.error_body.clear();
+    Result<http::BaseUrl> url = http::parse_base_url(import.urls[import.url_index]);
+    if (!url.ok()) {
+      fail(import, url.status().with_context("prefill node"), /*release_now=*/true);
+      return;
+    }
+    http::ClientRequest request;
+    request.method = "POST";
+    request.target = "/internal/v1/prefill";
+    request.headers.emplace_back("Authorization", "Bearer " + options.cluster_token);
+    request.body = prefill_work_to_json(import.work).dump();
+    request.timeout = std::chrono::duration_cast<Clock::duration>(import.deadline - Clock::now()) +
+                      options.transfer_timeout;
+    const std::string id = import.request_id;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    http::StreamCallbacks callbacks;
+    callbacks.on_head = [weak, id](int status, const http::HeaderList&) {
+      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
+          target.http_status = status;
+        });
+    };
+    callbacks.on_body = [weak, id](std::string_view bytes) {
+      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
+          if (target.http_status != 200) {
+            if (target.error_body.size() < 4096) target.error_body.append(bytes);
+            return;
+          }
+          target.pending_bytes.append(bytes);
+          size_t end;
+          while ((end = target.pending_bytes.find('\n')) != std::string::npos) {
+            const std::string line = target.pending_bytes.substr(0, end);
+            target.pending_bytes.erase(0, end + 1);
+            if (!line.empty()) self->handle_line(target, line);
+          }
+        });
+    };
+    callbacks.on_done = [weak, id](const Status& outcome) {
+      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
+          self->call_ended(target, outcome);
+        });
+    };
+    import.call = http->stream(*url, std::move(request), std::move(callbacks));
+  }
+
+  void call_ended(Import& import, const Status& outcome) {
+    import.call.reset();
+    if (import.finished) return;
+    const std::string& url = import.urls[import.url_index];
+    const bool answered = import.http_status != 0;
+    if (import.http_status != 0 && import.http_status != 200) {
+      // Refused before any work started: try the next prefill node.
+      const Status refused = unavailable("prefill node " + url + " answered HTTP " +
+                                         std::to_string(import.http_status) + ": " +
+                                         import.error_body.substr(0, 300));
+      if (import.url_index + 1 < import.urls.size()) {
+        PDS_LOG_WARN(refused.message() + "; trying the next prefill node");
+        ++import.url_index;
+        send_work(import);
+        return;
+      }
+      fail(import, refused, /*release_now=*/true);
+      return;
+    }
+    if (!answered && !outcome.ok()) {
+      if (import.url_index + 1 < import.urls.size()) {
+        PDS_LOG_WARN(outcome.message() + "; trying the next prefill node");
+        ++import.url_index;
+        send_work(import);
+        return;
+      }
+      fail(import, outcome, /*release_now=*/true);
+      return;
+    }
+    if (!import.first_token) {
+      fail(import,
+           unavailable("prefill node " + url + " ended the exchange without a first token" +
+                       (outcome.ok() ? std::string() : ": " + outcome.message())),
+           /*release_now=*/false);
+    }
+    // With the first token here, the completion message may still be on its way: the
+    // deadline in poll() covers it.
+  }
+
+  template <typename Fn>
+  void with_import(const std::string& id, Fn&& fn) {
+    bool signal = false;
+    {
+      std::lock_guard lock(mutex);
+      auto it = imports.find(id);
+      if (it == imports.end()) return;
+      const size_t before = events.size();
+      fn(it->second);
+      signal = events.size() != before;
+    }
+    if (signal) wake();
+  }
+
+  void on_received(const ReceivedTransfer& received) {
+    bool signal = false;
+    {
+      std::lock_guard lock(mutex);
+      auto owner = tag_owners.find(received.request_tag);
+      if (owner == tag_owners.end()) {
+        PDS_LOG_WARN("KV transfer: a completion message with tag " +
+                        std::to_string(received.request_tag) +
+                        " matches no pending request; ignored");
+        return;
+      }
+      Import& import = imports.at(owner->second);
+      import.landed = true;
+      const size_t before = events.size();
+      maybe_ready(import);
+      signal = events.size() != before;
+    }
+    if (signal) wake();
+  }
+};
+
+Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(
+    const UcxKvConnectorOptions& options, void* pool_base, std::size_t pool_bytes,
+    const PoolLayout& layout) {
+  if (layout.element_bytes == 0 || layout.num_blocks < 1 || layout.block.num_layers < 1) {
+    return invalid_argument("KV connector: an empty pool layout");
+  }
+  if (layout.offset(0, 0, true) * 2 != pool_bytes) {
+    return invalid_argument("KV connector: the pool has " + std::to_string(pool_bytes) +
+                            " bytes, its layout says " +
+                            std::to_string(layout.offset(0, 0, true) * 2));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  impl->layout = layout;
+  PDS_ASSIGN_OR_RETURN(impl->http, http::HttpClient::create(options.http_threads));
+  Impl* raw = impl.get();
+  KvTransferOptions transfer_options;
+  transfer_options.transports = options.transports;
+  PDS_ASSIGN_OR_RETURN(impl->service,
+                       KvTransferService::create(transfer_options, pool_base, pool_bytes,
+                                                 [raw](const ReceivedTransfer& received) {
+                                                   raw->on_received(received);
+                                                 }));
+  return std::unique_ptr<UcxKvConnector>(new UcxKvConnector(std::move(impl)));
+}
+
+UcxKvConnector::UcxKvConnector(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UcxKvConnector::~UcxKvConnector() {
+  // Stop the threads before the state they call into goes away.
+  impl_->service.reset();
+  impl_->http.reset();
+}
+
+const PoolLayout& UcxKvConnector::layout() const {
+  return impl_->layout;
+}
+
+const std::string& UcxKvConnector::descriptor_base64() const {
+  return impl_->service->descriptor_base64();
+}
+
+void UcxKvConnector::set_wakeup(std::function<void()> wakeup) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->wakeup = std::move(wakeup);
+}
+
+Status UcxKvConnector::start_export(const std::string& request_id, const KvExportTarget& target,
+                                    std::span<const int32_t> block_table, int num_prompt_tokens) {
+  const PoolLayout& local = impl_->layout;
+  const int block_size = local.block.block_size;
+  const int prompt_blocks = (num_prompt_tokens + block_size - 1) / block_size;
+  if (static_cast<int>(block_table.size()) < prompt_blocks) {
+    return internal_error("KV export of '" + request_id + "': the block table is shorter than the prompt");
+  }
+  if (target.first_block < 0 || target.first_block >= prompt_blocks ||
+      static_cast<int>(target.peer_blocks.size()) != prompt_blocks - target.first_block) {
+    return invalid_argument("KV export of '" + request_id + "': the receiver offered " +
+                            std::to_string(target.peer_blocks.size()) + " blocks from block " +
+                            std::to_string(target.first_block) + " for a prompt of " +
+                            std::to_string(prompt_blocks) + " blocks");
+  }
+  PoolLayout remote = local;
+  remote.num_blocks = target.peer_num_blocks;
+  for (int32_t block : target.peer_blocks) {
+    if (block < 0 || block >= remote.num_blocks) {
+      return invalid_argument("KV export of '" + request_id + "': receiver block " +
+                              std::to_string(block) + " is outside its pool");
+    }
+  }
+  // One put per run of blocks consecutive on both sides, per layer and half.
+  std::vector<BlockCopy> copies;
+  const std::uint64_t run_unit = local.layer_block_bytes();
+  for (int layer = 0; layer < local.block.num_layers; ++layer) {
+    for (bool value_half : {false, true}) {
+      for (int i = target.first_block; i < prompt_blocks;) {
+        int run = 1;
+        while (i + run < prompt_blocks &&
+               block_table[static_cast<size_t>(i + run)] == block_table[static_cast<size_t>(i)] + run &&
+               target.peer_blocks[static_cast<size_t>(i + run - target.first_block)] ==
+                   target.peer_blocks[static_cast<size_t>(i - target.first_block)] + run) {
+          ++run;
+        }
+        copies.push_back(
+            {local.offset(layer, block_table[static_cast<size_t>(i)], value_half),
+             remote.offset(layer, target.peer_blocks[static_cast<size_t>(i - target.first_block)],
+                           value_half),
+             run_unit * static_cast<std::uint64_t>(run)});
+        i += run;
+      }
+    }
+  }
+  const int num_blocks = prompt_blocks - target.first_block;
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->service->send(
+      target.peer_descriptor, std::move(copies), target.transfer_tag, target.timeout,
+      [weak, request_id, num_blocks, on_finished = target.on_finished](KvTransferReport report) {
+        report.blocks = num_blocks;
+        if (on_finished) on_finished(report);
+        if (auto self = weak.lock()) {
+          {
+            std::lock_guard lock(self->mutex);
+            self->events.push_back(
+                {KvEventKind::kExportReleased, request_id, report.status, std::nullopt});
+          }
+          self->wake();
+        }
+      });
+  return Status::ok_status();
+}
+
+Status UcxKvConnector::start_import(const InferenceRequest& request,
+                                    std::span<const int32_t> block_table, int num_cached_tokens) {
+  const PoolLayout& layout = impl_->layout;
+  const int block_size = layout.block.block_size;
+  const int prompt_tokens = static_cast<int>(request.prompt_tokens.size());
+  const int prompt_blocks = (prompt_tokens + block_size - 1) / block_size;
+  const int first_block = num_cached_tokens / block_size;
+  if (!request.kv_import || request.kv_import->prefill_urls.empty()) {
+    return invalid_argument("KV import of '" + request.id + "': no prefill node");
+  }
+  if (static_cast<int>(block_table.size()) < prompt_blocks || first_block >= prompt_blocks) {
+    return internal_error("KV import of '" + request.id + "': the block table does not cover the prompt");
+  }
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->imports.contains(request.id)) {
+    return invalid_argument("KV import of '" + request.id + "' is already in flight");
+  }
+  Import import;
+  import.request_id = request.id;
+  import.tag = impl_->next_tag++;
+  import.urls = request.kv_import->prefill_urls;
+  import.started = Clock::now();
+  import.deadline = import.started + request.kv_import->prefill_timeout;
+  PrefillWork& work = import.work;
+  work.request_id = request.id;
+  work.transfer_tag = import.tag;
+  work.prompt_token_ids = request.prompt_tokens;
+  work.sampling = request.sampling;
+  work.kv_descriptor = impl_->service->descriptor_base64();
+  work.kv_num_blocks = layout.num_blocks;
+  work.kv_layout = layout.block;
+  work.first_block = first_block;
+  work.block_ids.assign(block_table.begin() + first_block, block_table.begin() + prompt_blocks);
+  work.timeout_ms = impl_->options.transfer_timeout.count();
+  auto [it, inserted] = impl_->imports.emplace(request.id, std::move(import));
+  impl_->tag_owners.emplace(it->second.tag, request.id);
+  impl_->send_work(it->second);
+  return Status::ok_status();
+}
+
+void UcxKvConnector::cancel_import(const std::string& request_id) {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->imports.find(request_id);
+  if (it == impl_->imports.end()) return;
+  Import& import = it->second;
+  impl_->fail(import, cancelled("request '" + request_id + "' was cancelled"),
+              /*release_now=*/import.landed);
+}
+
+std::vector<KvEvent> UcxKvConnector::poll() {
+  std::lock_guard lock(impl_->mutex);
+  const Clock::time_point now = Clock::now();
+  for (auto it = impl_->imports.begin(); it != impl_->imports.end();) {
+    Import& import = it->second;
+    if (!import.finished && now > import.deadline) {
+      impl_->fail(import,
+                  deadline_exceeded("request '" + import.request_id + "': no " +
+                                    (import.first_token ? "KV" : "first token") +
+                                    " from prefill node " + import.urls[import.url_index] +
+                                    " in time"),
+                  /*release_now=*/false);
+    }
+    if (import.release_at && now >= *import.release_at && !import.call) {
+      impl_->events.push_back(
+          {KvEventKind::kImportReleased, import.request_id, Status::ok_status(), std::nullopt});
+      impl_->tag_owners.erase(import.tag);
+      it = impl_->imports.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return std::exchange(impl_->events, {});
+}
+
+}  // namespace pdserve::kv_transfer

@@ -1,0 +1,72 @@
+// The KvConnector of a disaggregated node over a KvTransferService (UCX), both sides:
+//  * export (prefill node): turns the prompt's block table into one-sided puts into the decode
+//    node's blocks (per layer, K and V, consecutive blocks merged into one put), and reports
+//    the outcome to the request's on_finished and, with kExportReleased, to the engine;
+//  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
+//    cluster token), reads its events (first token, then kv_sent / kv_failed), and reports
+//    kImportReady when both the first token and the transfer's completion message are here.
+// Blocks of a failed import are released at once when the prefill node said no put can still
+// come (it never started, or it reported kv_failed after closing its endpoint); otherwise only
+// after the transfer's deadline plus a grace period.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/engine/kv_connector.h"
+#include "common/http/http_client.h"
+#include "common/protocol/prefill_protocol.h"
+#include "kv_transfer/kv_transfer_service.h"
+
+namespace pdserve::kv_transfer {
+
+// A node's pool as the transfer layer sees it (kernels/model/kv_cache.h: K then V, each
+// [layers][blocks][block_size][kv_heads][head_dim]).
+struct PoolLayout {
+  KvBlockLayout block;
+  int num_blocks = 0;
+  std::size_t element_bytes = 0;
+
+  std::size_t layer_block_bytes() const;
+  // Byte offset of (layer, block) in the K (value_half false) or V half.
+  std::uint64_t offset(int layer, int block, bool value_half) const;
+};
+
+struct UcxKvConnectorOptions {
+  std::string transports;  // UCX_TLS ("tcp", "sm,self"; empty: UCX decides)
+  std::string cluster_token;
+  std::chrono::milliseconds transfer_timeout{30'000};
+  // After a failed import whose sender may still be writing: deadline + this, then release.
+  std::chrono::milliseconds release_grace{2'000};
+  int http_threads = 1;
+};
+
+class UcxKvConnector : public KvConnector {
+ public:
+  // Registers [pool_base, pool_base + pool_bytes) with UCX. Unavailable when UCX cannot start.
+  static Result<std::unique_ptr<UcxKvConnector>> create(const UcxKvConnectorOptions& options,
+                                                        void* pool_base, std::size_t pool_bytes,
+                                                        const PoolLayout& layout);
+  ~UcxKvConnector() override;
+
+  const PoolLayout& layout() const;
+  const std::string& descriptor_base64() const;
+
+  void set_wakeup(std::function<void()> wakeup) override;
+  Status start_export(const std::string& request_id, const KvExportTarget& target,
+                      std::span<const int32_t> block_table, int num_prompt_tokens) override;
+  Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
+                      int num_cached_tokens) override;
+  void cancel_import(const std::string& request_id) override;
+  std::vector<KvEvent> poll() override;
+
+  struct Impl;
+
+ private:
+  explicit UcxKvConnector(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve::kv_transfer

@@ -1,0 +1,62 @@
+// pdserve-prefill: the prefill side of a disaggregated cluster. Decode nodes send it prompts
+// (POST /internal/v1/prefill); it batches and chunks them with the engine's scheduler, keeps a
+// prefix cache, answers each with its first token at once and writes the prompt's KV over UCX
+// straight into the decode node's blocks.
+#include <cstdio>
+#include <string>
+
+#include "common/core/cli.h"
+#include "common/core/log.h"
+#include "decode_node/serving_node.h"
+#include "kv_transfer/pool_connector.h"
+#include "prefill_node/prefill_server.h"
+
+namespace pdserve {
+namespace {
+
+Status run(const ServingNodeOptions& options) {
+  const sigset_t signals = block_shutdown_signals();
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
+                       start_serving_node(options, /*with_kv_transfer=*/true));
+  PrefillServer prefill(*node->engine, node->connector->layout().block, options.cluster_token);
+  http::Router router;
+  prefill.register_routes(router);
+  Result<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::start(http_server_options(options), std::move(router));
+  if (!server.ok()) {
+    node->engine->stop();
+    return server.status();
+  }
+  Result<std::unique_ptr<NodeAgent>> agent =
+      join_cluster(options, "prefill", (*server)->port(), *node);
+  if (!agent.ok()) {
+    (*server)->stop();
+    node->engine->stop();
+    return agent.status();
+  }
+  std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
+              node->engine->model_info().name.c_str(), options.host.c_str(), (*server)->port(),
+              options.device.c_str(), node->connector->layout().block.to_string().c_str());
+  std::fflush(stdout);
+
+  const int received = wait_for_shutdown_signal(signals);
+  PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
+  agent->reset();
+  (*server)->stop();
+  node->engine->stop();
+  return {};
+}
+
+}  // namespace
+}  // namespace pdserve
+
+int main(int argc, char** argv) {
+  pdserve::ServingNodeOptions options;
+  options.port = 8100;
+  options.engine.max_num_seqs = 64;
+  CLI::App app{"pdserve-prefill: the prefill node of a disaggregated cluster"};
+  pdserve::add_serving_node_options(app, options);
+  if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
+  pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
+  return status.ok() ? 0 : pdserve::report_cli_error(status);
+}

@@ -1,0 +1,43 @@
+// The prefill node's HTTP API: POST /internal/v1/prefill (cluster token) takes a PrefillWork
+// from a decode node (common/protocol/prefill_protocol.h), runs the prompt through the engine
+// (batched and chunked with other prompts, with the node's prefix cache) up to its first
+// token, streams that token back at once, and ships the prompt's KV into the decode node's
+// blocks; then reports kv_sent or kv_failed. GET /health, GET /metrics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/engine/inference_service.h"
+#include "common/http/router.h"
+#include "common/metrics/metrics.h"
+#include "common/protocol/prefill_protocol.h"
+
+namespace pdserve {
+
+class PrefillServer {
+ public:
+  // `service` must outlive the server and be stopped before it is destroyed. `layout` is this
+  // node's KV block layout; work for another layout is refused.
+  PrefillServer(InferenceService& service, KvBlockLayout layout, std::string cluster_token);
+
+  void register_routes(http::Router& router);
+  metrics::Registry& metrics() { return metrics_; }
+
+  struct Exchange;  // one prefill in flight (defined in prefill_server.cpp)
+
+ private:
+  void handle_prefill(const http::HttpRequest& request,
+                      const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
+
+  InferenceService& service_;
+  KvBlockLayout layout_;
+  std::string cluster_token_;
+  metrics::Registry metrics_;
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace pdserve

@@ -1,0 +1,131 @@
+// pdserve-proxy: the front door of a disaggregated cluster. Serves the OpenAI API, routes each
+// request to a decode node and its prefill to a prefill node, and tracks the nodes that
+// register with it (or are listed with --prefill / --decode).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/core/cli.h"
+#include "common/core/log.h"
+#include "common/http/http_server.h"
+#include "proxy/node_registry.h"
+#include "proxy/proxy_server.h"
+
+namespace pdserve::proxy {
+namespace {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int http_threads = 2;
+  int upstream_threads = 2;
+  std::vector<std::string> prefill_urls;
+  std::vector<std::string> decode_urls;
+  std::string cluster_token;
+  int heartbeat_timeout_ms = 3'000;
+  int request_timeout_s = 600;
+  size_t max_body_bytes = size_t{16} << 20;
+};
+
+Status run(const Options& options) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (options.cluster_token.empty()) {
+    PDS_LOG_WARN("no --cluster-token: anyone who can reach the proxy can register a node");
+  }
+  RegistryOptions registry_options;
+  registry_options.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
+  NodeRegistry registry(registry_options);
+  for (const std::string& url : options.prefill_urls) {
+    PDS_RETURN_IF_ERROR(registry.add_static(NodeRole::kPrefill, url).status().with_context("--prefill"));
+  }
+  for (const std::string& url : options.decode_urls) {
+    PDS_RETURN_IF_ERROR(registry.add_static(NodeRole::kDecode, url).status().with_context("--decode"));
+  }
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpClient> client,
+                       http::HttpClient::create(options.upstream_threads));
+  ProxyOptions proxy_options;
+  proxy_options.cluster_token = options.cluster_token;
+  proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
+  ProxyServer proxy(registry, *client, proxy_options);
+  http::Router router;
+  proxy.register_routes(router);
+  http::ServerOptions server_options;
+  server_options.host = options.host;
+  server_options.port = static_cast<uint16_t>(options.port);
+  server_options.threads = options.http_threads;
+  server_options.max_body_bytes = options.max_body_bytes;
+  // Streams can be quiet for long while a prefill runs.
+  server_options.write_timeout = std::chrono::seconds(options.request_timeout_s);
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
+                       http::HttpServer::start(server_options, std::move(router)));
+  std::printf("pdserve-proxy: listening on http://%s:%u (%zu prefill, %zu decode static nodes)\n",
+              options.host.c_str(), server->port(), options.prefill_urls.size(),
+              options.decode_urls.size());
+  std::fflush(stdout);
+
+  // Drops silent nodes even when no request comes to trigger it.
+  std::mutex mutex;
+  std::condition_variable stop_expiry;
+  bool stopping = false;
+  std::thread expiry([&] {
+    std::unique_lock lock(mutex);
+    while (!stop_expiry.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; })) {
+      registry.expire(std::chrono::steady_clock::now());
+    }
+  });
+
+  int received = 0;
+  sigwait(&signals, &received);
+  PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
+  {
+    std::lock_guard lock(mutex);
+    stopping = true;
+  }
+  stop_expiry.notify_all();
+  expiry.join();
+  server->stop();
+  client.reset();
+  return {};
+}
+
+}  // namespace
+}  // namespace pdserve::proxy
+
+int main(int argc, char** argv) {
+  pdserve::proxy::Options options;
+  CLI::App app{"pdserve-proxy: OpenAI API front end that routes requests by phase across prefill and decode nodes"};
+  app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads for clients")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--upstream-threads", options.upstream_threads, "I/O threads for calls to the nodes")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--prefill", options.prefill_urls, "Static prefill node(s): http://HOST:PORT");
+  app.add_option("--decode", options.decode_urls, "Static decode node(s): http://HOST:PORT");
+  app.add_option("--cluster-token", options.cluster_token,
+                 "Shared secret that nodes present to register and that the proxy presents to them; also read from $PDSERVE_CLUSTER_TOKEN")
+      ->envname("PDSERVE_CLUSTER_TOKEN");
+  app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms, "Drop a registered node after this long without a heartbeat")
+      ->capture_default_str()
+      ->check(CLI::Range(50, 3'600'000));
+  app.add_option("--request-timeout-s", options.request_timeout_s, "Deadline of one forwarded request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
+  app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger gets 413")->capture_default_str();
+  if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
+  pdserve::Status status = pdserve::capture_status([&] { return pdserve::proxy::run(options); });
+  return status.ok() ? 0 : pdserve::report_cli_error(status);
+}

@@ -1,0 +1,238 @@
+#include "proxy/node_registry.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+
+Result<NodeRole> parse_role(const Json& value) {
+  if (value == "prefill") return NodeRole::kPrefill;
+  if (value == "decode") return NodeRole::kDecode;
+  return invalid_argument("'role' must be \"prefill\" or \"decode\"");
+}
+
+int json_int(const Json& object, const char* name) {
+  const auto it = object.find(name);
+  return it != object.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
+}  // namespace
+
+std::string_view node_role_name(NodeRole role) {
+  return role == NodeRole::kPrefill ? "prefill" : "decode";
+}
+
+std::string_view node_state_name(NodeState state) {
+  switch (state) {
+    case NodeState::kUp:
+      return "up";
+    case NodeState::kDown:
+      return "down";
+    case NodeState::kDraining:
+      return "draining";
+  }
+  return "down";
+}
+
+NodeRegistry::Node* NodeRegistry::find(const std::string& id) {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+Result<std::string> NodeRegistry::add_static(NodeRole role, const std::string& url) {
+  PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(url));
+  std::lock_guard lock(mutex_);
+  Node node;
+  node.id = std::string(node_role_name(role)) + "-" + std::to_string(next_id_++);
+  node.role = role;
+  node.url = base.to_string();
+  node.base = std::move(base);
+  node.is_static = true;
+  node.last_heartbeat = Clock::now();
+  const std::string id = node.id;
+  nodes_.emplace(id, std::move(node));
+  return id;
+}
+
+Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_point now) {
+  if (!body.is_object()) return invalid_argument("registration: the body is not a JSON object");
+  PDS_ASSIGN_OR_RETURN(const NodeRole role, parse_role(body.value("role", Json())));
+  const Json url_value = body.value("url", Json());
+  if (!url_value.is_string()) return invalid_argument("registration: 'url' must be a string");
+  PDS_ASSIGN_OR_RETURN(http::BaseUrl base,
+                       http::parse_base_url(url_value.get<std::string>()));
+  const Json descriptor = body.value("kv_descriptor", Json(""));
+  if (!descriptor.is_string()) {
+    return invalid_argument("registration: 'kv_descriptor' must be a string");
+  }
+  std::lock_guard lock(mutex_);
+  const std::string url = base.to_string();
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    if (it->second.url != url) continue;
+    const bool live = it->second.state != NodeState::kDown &&
+                      now - it->second.last_heartbeat < options_.heartbeat_timeout;
+    if (live && !it->second.is_static) {
+      return failed_precondition("registration: node " + it->first + " is already live at " + url);
+    }
+    nodes_.erase(it);  // a restarted node's stale entry (or a static entry it now owns)
+    break;
+  }
+  Node node;
+  node.id = std::string(node_role_name(role)) + "-" + std::to_string(next_id_++);
+  node.role = role;
+  node.url = url;
+  node.base = std::move(base);
+  node.model = body.value("model", Json("")).is_string() ? body.value("model", std::string()) : "";
+  node.has_kv_descriptor = !descriptor.get<std::string>().empty();
+  node.last_heartbeat = now;
+  node.load.kv_blocks_total = json_int(body, "kv_blocks_total");
+  const std::string id = node.id;
+  nodes_.emplace(id, std::move(node));
+  return id;
+}
+
+Status NodeRegistry::heartbeat(const std::string& id, const Json& body, Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  Node* node = find(id);
+  if (node == nullptr) return not_found("heartbeat from unknown node '" + id + "'");
+  node->last_heartbeat = now;
+  if (node->state == NodeState::kDown) node->state = NodeState::kUp;
+  const Json load = body.is_object() ? body.value("load", Json::object()) : Json::object();
+  if (load.is_object()) {
+    node->load.num_running = json_int(load, "num_running");
+    node->load.num_waiting = json_int(load, "num_waiting");
+    node->load.kv_blocks_total = json_int(load, "kv_blocks_total");
+    node->load.kv_blocks_used = json_int(load, "kv_blocks_used");
+  }
+  return Status::ok_status();
+}
+
+Status NodeRegistry::remove(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  if (nodes_.erase(id) == 0) return not_found("unknown node '" + id + "'");
+  return Status::ok_status();
+}
+
+Status NodeRegistry::drain(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  Node* node = find(id);
+  if (node == nullptr) return not_found("unknown node '" + id + "'");
+  node->state = NodeState::kDraining;
+  return Status::ok_status();
+}
+
+void NodeRegistry::expire(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(nodes_, [&](const auto& entry) {
+    const Node& node = entry.second;
+    if (node.state == NodeState::kDraining) return node.in_flight == 0;
+    return !node.is_static && now - node.last_heartbeat > options_.heartbeat_timeout;
+  });
+}
+
+void NodeRegistry::mark_down(const std::string& id, Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  Node* node = find(id);
+  if (node == nullptr || node->state == NodeState::kDraining) return;
+  node->state = NodeState::kDown;
+  if (node->is_static) node->down_until = now + options_.static_down_cooldown;
+}
+
+bool NodeRegistry::routable(const Node& node, Clock::time_point now) const {
+  if (node.state == NodeState::kDraining) return false;
+  if (node.is_static) {
+    return node.state == NodeState::kUp || (node.down_until && now >= *node.down_until);
+  }
+  return node.state == NodeState::kUp && now - node.last_heartbeat <= options_.heartbeat_timeout;
+}
+
+std::optional<NodeRef> NodeRegistry::pick_decode(const std::vector<std::string>& excluded,
+                                                 Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  const Node* best = nullptr;
+  auto key = [](const Node& node) {
+    return std::make_tuple(node.load.kv_usage(),
+                           node.load.num_running + node.load.num_waiting + node.in_flight);
+  };
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kDecode || !routable(node, now)) continue;
+    if (std::ranges::find(excluded, id) != excluded.end()) continue;
+    if (best == nullptr || key(node) < key(*best)) best = &node;
+  }
+  if (best == nullptr) return std::nullopt;
+  return NodeRef{best->id, best->url, best->base};
+}
+
+std::vector<NodeRef> NodeRegistry::rank_prefill(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  std::vector<const Node*> candidates;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kPrefill && routable(node, now)) candidates.push_back(&node);
+  }
+  std::ranges::stable_sort(candidates, {}, [](const Node* node) {
+    return std::make_tuple(node->in_flight_prompt_tokens, node->load.num_waiting, node->in_flight);
+  });
+  std::vector<NodeRef> ranked;
+  for (const Node* node : candidates) ranked.push_back({node->id, node->url, node->base});
+  return ranked;
+}
+
+void NodeRegistry::begin_request(const std::string& decode_id, const std::string& prefill_id,
+                                 int64_t prompt_tokens) {
+  std::lock_guard lock(mutex_);
+  if (Node* node = find(decode_id)) ++node->in_flight;
+  if (Node* node = find(prefill_id)) {
+    ++node->in_flight;
+    node->in_flight_prompt_tokens += prompt_tokens;
+  }
+}
+
+void NodeRegistry::end_request(const std::string& decode_id, const std::string& prefill_id,
+                               int64_t prompt_tokens) {
+  std::lock_guard lock(mutex_);
+  if (Node* node = find(decode_id)) node->in_flight = std::max(0, node->in_flight - 1);
+  if (Node* node = find(prefill_id)) {
+    node->in_flight = std::max(0, node->in_flight - 1);
+    node->in_flight_prompt_tokens = std::max<int64_t>(0, node->in_flight_prompt_tokens - prompt_tokens);
+  }
+}
+
+bool NodeRegistry::has_node(NodeRole role, Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  return std::ranges::any_of(nodes_, [&](const auto& entry) {
+    return entry.second.role == role && routable(entry.second, now);
+  });
+}
+
+Json NodeRegistry::to_json(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  Json nodes = Json::array();
+  for (const auto& [id, node] : nodes_) {
+    const bool routed = routable(node, now);
+    nodes.push_back(
+        {{"id", id},
+         {"role", node_role_name(node.role)},
+         {"url", node.url},
+         {"model", node.model},
+         {"state", routed || node.state == NodeState::kDraining ? node_state_name(node.state)
+                                                                : std::string_view("down")},
+         {"static", node.is_static},
+         {"kv_transfer", node.has_kv_descriptor},
+         {"last_heartbeat_ms_ago",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_heartbeat).count()},
+         {"load",
+          {{"num_running", node.load.num_running},
+           {"num_waiting", node.load.num_waiting},
+           {"kv_blocks_total", node.load.kv_blocks_total},
+           {"kv_blocks_used", node.load.kv_blocks_used},
+           {"kv_usage", node.load.kv_usage()},
+           {"proxy_in_flight", node.in_flight},
+           {"proxy_in_flight_prompt_tokens", node.in_flight_prompt_tokens}}}});
+  }
+  return Json{{"nodes", std::move(nodes)}};
+}
+
+}  // namespace pdserve::proxy

@@ -1,0 +1,119 @@
+// The proxy's view of its cluster: prefill and decode nodes, registered at start (POST
+// /cluster/nodes) or listed on the command line (static), their heartbeats and load, and the
+// routing choices made from them:
+//  * decode: the up node with the lowest KV usage, then the fewest sequences (its reported
+//    running + waiting plus the requests this proxy has in flight there);
+//  * prefill: up nodes ordered by outstanding prefill work (reported waiting plus the prompt
+//    tokens this proxy has in flight there); the decode node tries them in that order.
+// A registered node that misses heartbeats for heartbeat_timeout is dropped; a node whose
+// connection fails is marked down at once (a registered node comes back with its next
+// heartbeat, a static one after a cool-down). Draining nodes get no new work and leave when
+// their requests are done. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/core/status.h"
+#include "common/http/http_client.h"
+
+namespace pdserve::proxy {
+
+enum class NodeRole { kPrefill, kDecode };
+enum class NodeState { kUp, kDown, kDraining };
+
+std::string_view node_role_name(NodeRole role);
+std::string_view node_state_name(NodeState state);
+
+struct NodeLoad {
+  int num_running = 0;
+  int num_waiting = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  double kv_usage() const {
+    return kv_blocks_total > 0 ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0.0;
+  }
+};
+
+// A routing choice: the node's id and address.
+struct NodeRef {
+  std::string id;
+  std::string url;
+  http::BaseUrl base;
+};
+
+struct RegistryOptions {
+  std::chrono::milliseconds heartbeat_timeout{3'000};
+  std::chrono::milliseconds static_down_cooldown{2'000};
+};
+
+class NodeRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit NodeRegistry(RegistryOptions options) : options_(options) {}
+
+  // A node from the command line: never expires. InvalidArgument for a bad URL.
+  Result<std::string> add_static(NodeRole role, const std::string& url);
+  // POST /cluster/nodes body: {"role", "url", "model", "kv_descriptor", "kv_blocks_total"}.
+  // InvalidArgument for a malformed body or URL; AlreadyExists-like FailedPrecondition when a
+  // live node already has this URL (a restarted node's stale entry, down or silent, is replaced).
+  Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
+  // NotFound for an unknown id (the node must register again).
+  Status heartbeat(const std::string& id, const nlohmann::json& body, Clock::time_point now);
+  Status remove(const std::string& id);
+  // Stops new work to the node; it is removed once nothing is in flight there.
+  Status drain(const std::string& id);
+  // Drops registered nodes whose heartbeats stopped, and drained nodes with nothing in flight.
+  void expire(Clock::time_point now);
+  void mark_down(const std::string& id, Clock::time_point now);
+
+  std::optional<NodeRef> pick_decode(const std::vector<std::string>& excluded,
+                                     Clock::time_point now);
+  // Up prefill nodes, least loaded first.
+  std::vector<NodeRef> rank_prefill(Clock::time_point now);
+
+  // The proxy's own accounting of work it sent (released by end_request).
+  void begin_request(const std::string& decode_id, const std::string& prefill_id,
+                     int64_t prompt_tokens);
+  void end_request(const std::string& decode_id, const std::string& prefill_id,
+                   int64_t prompt_tokens);
+
+  bool has_node(NodeRole role, Clock::time_point now);
+  // GET /cluster.
+  nlohmann::json to_json(Clock::time_point now);
+
+ private:
+  struct Node {
+    std::string id;
+    NodeRole role = NodeRole::kDecode;
+    std::string url;
+    http::BaseUrl base;
+    std::string model;
+    bool is_static = false;
+    bool has_kv_descriptor = false;
+    NodeState state = NodeState::kUp;
+    Clock::time_point last_heartbeat;
+    std::optional<Clock::time_point> down_until;  // static nodes after a failure
+    NodeLoad load;
+    int in_flight = 0;                 // requests this proxy has there
+    int64_t in_flight_prompt_tokens = 0;
+  };
+
+  bool routable(const Node& node, Clock::time_point now) const;
+  Node* find(const std::string& id);
+
+  RegistryOptions options_;
+  std::mutex mutex_;
+  std::map<std::string, Node> nodes_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace pdserve::proxy

@@ -1,0 +1,345 @@
+#include "proxy/proxy_server.h"
+
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/cluster/cluster_auth.h"
+#include "common/core/log.h"
+#include "common/protocol/openai_error.h"
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                             0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                             1.0,    2.5,     5.0,    10.0,  20.0,   40.0,
+                                             80.0,   160.0};
+
+http::HttpResponse error_response(const ApiError& error) {
+  http::HttpResponse response{error.http_status, "application/json", {}, error.body()};
+  if (error.retry_after_seconds) {
+    response.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_seconds));
+  }
+  return response;
+}
+
+http::HttpResponse json_response(int status, const Json& body) {
+  return {status, "application/json", {}, body.dump()};
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+struct ProxyServer::Exchange {
+  std::shared_ptr<http::ResponseChannel> channel;
+  std::string target;
+  std::string body;
+  http::HeaderList forward_headers;
+  int64_t prompt_estimate = 0;
+  Clock::time_point arrival = Clock::now();
+
+  std::mutex mutex;
+  std::vector<std::string> tried;  // decode node ids
+  int attempts = 0;
+  bool over = false;  // answered, or the client left
+  // The current attempt.
+  std::shared_ptr<http::ClientCall> call;
+  NodeRef decode;
+  std::string prefill_id;
+  int status = 0;
+  bool retry = false;       // refused before answering: try another decode node
+  bool streaming = false;   // forwarding a stream
+  bool first_byte = false;
+  std::string content_type;
+  std::string buffered;
+};
+
+ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options)
+    : registry_(registry), client_(client), options_(std::move(options)) {}
+
+void ProxyServer::count_response(int status) {
+  metrics_
+      .counter("pdserve:proxy_http_requests_total", "Proxy responses by status code.",
+               {{"status", std::to_string(status)}})
+      .inc();
+}
+
+void ProxyServer::register_routes(http::Router& router) {
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    router.add("POST", path,
+               [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                 handle_generation(request, ch);
+               });
+  }
+  router.add("GET", "/v1/models",
+             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               handle_models(ch);
+             });
+  router.add("GET", "/health",
+             [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               ch->send({200, "application/json", {}, "{}"});
+             });
+  router.add("GET", "/metrics",
+             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               ch->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
+             });
+  router.add("GET", "/cluster",
+             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               const auto now = Clock::now();
+               registry_.expire(now);
+               ch->send(json_response(200, registry_.to_json(now)));
+             });
+  router.add("POST", "/cluster/nodes",
+             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+               if (!cluster_token_matches(request, options_.cluster_token)) {
+                 PDS_LOG_WARN("registration without the cluster token refused");
+                 ch->send(error_response(unauthorized("registration needs the cluster token")));
+                 return;
+               }
+               const Json body = Json::parse(request.body, nullptr, false);
+               Result<std::string> id = registry_.register_node(body, Clock::now());
+               if (!id.ok()) {
+                 PDS_LOG_WARN("registration refused: " + id.status().message());
+                 ApiError error = api_error_from_status(id.status());
+                 if (id.status().code() == StatusCode::kFailedPrecondition) error.http_status = 409;
+                 ch->send(error_response(error));
+                 return;
+               }
+               PDS_LOG_INFO("node " + *id + " registered: " + body.dump());
+               ch->send(json_response(200, Json{{"id", *id}}));
+             });
+  for (const char* method : {"POST", "DELETE"}) {
+    router.add_prefix(method, "/cluster/nodes/",
+                      [this](const http::HttpRequest& request,
+                             std::shared_ptr<http::ResponseChannel> ch) {
+                        handle_node_call(request, ch);
+                      });
+  }
+}
+
+void ProxyServer::handle_node_call(const http::HttpRequest& request,
+                                   const std::shared_ptr<http::ResponseChannel>& channel) {
+  if (!cluster_token_matches(request, options_.cluster_token)) {
+    channel->send(error_response(unauthorized("cluster calls need the cluster token")));
+    return;
+  }
+  std::string_view rest = std::string_view(request.path).substr(std::string_view("/cluster/nodes/").size());
+  const size_t slash = rest.find('/');
+  const std::string id(rest.substr(0, slash));
+  const std::string_view action =
+      slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  Status status;
+  if (request.method == "DELETE" && action.empty()) {
+    status = registry_.remove(id);
+    if (status.ok()) PDS_LOG_INFO("node " + id + " left the cluster");
+  } else if (request.method == "POST" && action == "heartbeat") {
+    const Json body = Json::parse(request.body, nullptr, false);
+    status = registry_.heartbeat(id, body, Clock::now());
+    if (!status.ok()) PDS_LOG_WARN(status.message());
+  } else if (request.method == "POST" && action == "drain") {
+    status = registry_.drain(id);
+    if (status.ok()) PDS_LOG_INFO("node " + id + " is draining");
+  } else {
+    channel->send(error_response(route_not_found(request.method, request.path)));
+    return;
+  }
+  if (!status.ok()) {
+    channel->send(error_response(api_error_from_status(status)));
+    return;
+  }
+  channel->send(json_response(200, Json{{"id", id}, {"ok", true}}));
+}
+
+void ProxyServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
+  std::optional<NodeRef> decode = registry_.pick_decode({}, Clock::now());
+  if (!decode) {
+    channel->send(error_response(service_unavailable("no decode node is available", 1)));
+    return;
+  }
+  http::ClientRequest request;
+  request.method = "GET";
+  request.target = "/v1/models";
+  request.timeout = std::chrono::seconds(10);
+  client_.fetch(decode->base, std::move(request),
+                [channel](Result<http::ClientResponse> response) {
+                  if (!response.ok()) {
+                    channel->send(error_response(service_unavailable(response.status().message(), 1)));
+                    return;
+                  }
+                  channel->send({response->status, "application/json", {}, std::move(response->body)});
+                });
+}
+
+void ProxyServer::handle_generation(const http::HttpRequest& request,
+                                    const std::shared_ptr<http::ResponseChannel>& channel) {
+  auto exchange = std::make_shared<Exchange>();
+  exchange->channel = channel;
+  exchange->target = request.path;
+  exchange->body = request.body;
+  // A rough token count for load accounting; the nodes tokenize.
+  exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
+  if (auto traceparent = request.header("traceparent")) {
+    exchange->forward_headers.emplace_back("traceparent", std::string(*traceparent));
+  }
+  exchange->forward_headers.emplace_back("Authorization",
+                                         cluster_auth_header_value(options_.cluster_token));
+  channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
+    if (auto ex = weak.lock()) {
+      std::lock_guard lock(ex->mutex);
+      ex->over = true;
+      if (ex->call) ex->call->cancel();
+    }
+  });
+  attempt(exchange);
+}
+
+void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
+  const Clock::time_point now = Clock::now();
+  registry_.expire(now);
+  std::lock_guard lock(exchange->mutex);
+  if (exchange->over) return;
+  std::optional<NodeRef> decode = exchange->attempts < options_.max_attempts
+                                      ? registry_.pick_decode(exchange->tried, now)
+                                      : std::nullopt;
+  if (!decode) {
+    exchange->over = true;
+    const std::string message =
+        exchange->tried.empty()
+            ? "no decode node is available"
+            : "no decode node could take the request (tried " +
+                  std::to_string(exchange->tried.size()) + ")";
+    count_response(503);
+    exchange->channel->send(error_response(service_unavailable(message, 1)));
+    return;
+  }
+  ++exchange->attempts;
+  exchange->tried.push_back(decode->id);
+  exchange->decode = *decode;
+  exchange->status = 0;
+  exchange->retry = false;
+  exchange->streaming = false;
+  exchange->buffered.clear();
+  const std::vector<NodeRef> prefill = registry_.rank_prefill(now);
+  exchange->prefill_id = prefill.empty() ? std::string() : prefill.front().id;
+  registry_.begin_request(decode->id, exchange->prefill_id, exchange->prompt_estimate);
+
+  http::ClientRequest upstream;
+  upstream.method = "POST";
+  upstream.target = exchange->target;
+  upstream.body = exchange->body;
+  upstream.headers = exchange->forward_headers;
+  upstream.timeout = options_.request_timeout;
+  if (!prefill.empty()) {
+    std::string urls;
+    for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
+    upstream.headers.emplace_back("X-Pdserve-Prefill", std::move(urls));
+  }
+  metrics_.histogram("pdserve:proxy_routing_seconds", "Arrival to the upstream request.",
+                     kLatencyBuckets)
+      .observe(seconds_since(exchange->arrival));
+
+  // The callbacks own the exchange until the call ends (on_done drops the call).
+  const std::shared_ptr<Exchange>& strong = exchange;
+  const bool can_retry = exchange->attempts < options_.max_attempts;
+  http::StreamCallbacks callbacks;
+  callbacks.on_head = [this, ex = strong, can_retry](int status, const http::HeaderList& headers) {
+    std::lock_guard guard(ex->mutex);
+    ex->status = status;
+    for (const auto& [name, value] : headers) {
+      if (name.size() == 12 && (name[0] == 'C' || name[0] == 'c') &&
+          std::equal(name.begin() + 1, name.end(), std::string_view("ontent-Type").begin(),
+                     [](char a, char b) { return std::tolower(a) == std::tolower(b); })) {
+        ex->content_type = value;
+      }
+    }
+    if ((status == 429 || status == 503) && can_retry) {
+      ex->retry = true;
+      return;
+    }
+    if (ex->over) return;
+    if (ex->content_type.starts_with("text/event-stream")) {
+      ex->streaming = true;
+      ex->channel->start_stream(status, ex->content_type, {});
+    }
+  };
+  callbacks.on_body = [this, ex = strong](std::string_view bytes) {
+    std::lock_guard guard(ex->mutex);
+    if (ex->retry || ex->over) return;
+    if (!ex->first_byte) {
+      ex->first_byte = true;
+      metrics_
+          .histogram("pdserve:proxy_time_to_first_byte_seconds",
+                     "Arrival to the first response byte from the decode node.", kLatencyBuckets)
+          .observe(seconds_since(ex->arrival));
+    }
+    if (!ex->streaming) {
+      ex->buffered.append(bytes);
+    } else if (!ex->channel->write(std::string(bytes)) && ex->call) {
+      ex->call->cancel();  // the client is gone or cannot keep up
+    }
+  };
+  callbacks.on_done = [this, ex = strong](const Status& outcome) {
+    bool again = false;
+    {
+      std::lock_guard guard(ex->mutex);
+      ex->call.reset();
+      registry_.end_request(ex->decode.id, ex->prefill_id, ex->prompt_estimate);
+      if (ex->over) return;
+      if (ex->retry && outcome.ok()) {
+        metrics_.counter("pdserve:proxy_retries_total", "Requests sent to another decode node.")
+            .inc();
+        again = true;
+      } else if (!outcome.ok() && ex->status == 0) {
+        // Never answered: the node is gone. Try another one.
+        PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url +
+                     ") failed: " + outcome.message());
+        registry_.mark_down(ex->decode.id, Clock::now());
+        metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
+            .inc();
+        again = true;
+      } else if (!outcome.ok()) {
+        PDS_LOG_WARN("decode node " + ex->decode.id + " failed mid-response: " + outcome.message());
+        registry_.mark_down(ex->decode.id, Clock::now());
+        metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
+            .inc();
+        ex->over = true;
+        const ApiError error = service_unavailable(
+            "the decode node serving this request failed: " + outcome.message(), 1);
+        if (ex->streaming) {
+          ex->channel->write("data: " + error.body() + "\n\n");
+          ex->channel->write("data: [DONE]\n\n");
+          ex->channel->end_stream();
+        } else {
+          count_response(503);
+          ex->channel->send(error_response(error));
+        }
+      } else {
+        ex->over = true;
+        count_response(ex->status);
+        metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
+                           "Arrival to the end of the response.", kLatencyBuckets)
+            .observe(seconds_since(ex->arrival));
+        if (ex->streaming) {
+          ex->channel->end_stream();
+        } else {
+          ex->channel->send({ex->status,
+                             ex->content_type.empty() ? "application/json" : ex->content_type,
+                             {},
+                             std::move(ex->buffered)});
+        }
+      }
+    }
+    if (again) attempt(ex);
+  };
+  exchange->call = client_.stream(decode->base, std::move(upstream), std::move(callbacks));
+}
+
+}  // namespace pdserve::proxy

@@ -1,0 +1,62 @@
+// pdserve-proxy's HTTP front end: the OpenAI API (POST /v1/completions and
+// /v1/chat/completions, streaming or not; GET /v1/models) routed by phase, and the cluster API:
+//   POST   /cluster/nodes                 register a node (cluster token) -> {"id": ...}
+//   POST   /cluster/nodes/ID/heartbeat    load report (cluster token); 404 for unknown ids
+//   DELETE /cluster/nodes/ID              a node leaves (cluster token)
+//   POST   /cluster/nodes/ID/drain        no new work; removed when its requests are done
+//   GET    /cluster                       nodes with role, state and load
+// plus GET /health and GET /metrics.
+//
+// A generation request goes to the least loaded decode node with the header
+// X-Pdserve-Prefill listing the prefill nodes, least loaded first (none: the decode node
+// prefills itself). The proxy holds no model: the decode node validates the request, so error
+// bodies are the engine's. A decode node that refuses before answering (429/503: KV pool or
+// queue full, prefill nodes unreachable) or cannot be reached is skipped and the next one
+// tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
+// at once, and is marked down. The response streams through as it arrives.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/http/http_client.h"
+#include "common/http/router.h"
+#include "common/metrics/metrics.h"
+#include "proxy/node_registry.h"
+
+namespace pdserve::proxy {
+
+struct ProxyOptions {
+  std::string cluster_token;
+  std::chrono::milliseconds request_timeout{600'000};  // one upstream exchange, whole
+  int max_attempts = 3;                                // decode nodes tried per request
+};
+
+class ProxyServer {
+ public:
+  // `registry` and `client` must outlive the server and every exchange it started.
+  ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options);
+
+  void register_routes(http::Router& router);
+  metrics::Registry& metrics() { return metrics_; }
+
+  struct Exchange;  // one client request being forwarded (defined in proxy_server.cpp)
+
+ private:
+  void handle_generation(const http::HttpRequest& request,
+                         const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_models(const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_node_call(const http::HttpRequest& request,
+                        const std::shared_ptr<http::ResponseChannel>& channel);
+  void attempt(const std::shared_ptr<Exchange>& exchange);
+  void count_response(int status);
+
+  NodeRegistry& registry_;
+  http::HttpClient& client_;
+  ProxyOptions options_;
+  metrics::Registry metrics_;
+};
+
+}  // namespace pdserve::proxy

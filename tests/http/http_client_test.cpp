@@ -1,0 +1,140 @@
+// The cluster's HTTP client against the server: whole and streamed responses, errors, the
+// deadline, cancellation, and many calls at once.
+#include "common/http/http_client.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "common/http/http_server.h"
+
+namespace pdserve::http {
+namespace {
+
+using namespace std::chrono_literals;
+
+class HttpClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Router router;
+    router.add("POST", "/echo", [](const HttpRequest& request, std::shared_ptr<ResponseChannel> ch) {
+      std::string auth(request.header("Authorization").value_or(""));
+      ch->send({201, "application/json", {{"X-Auth", auth}}, request.body});
+    });
+    router.add("GET", "/stream", [](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+      ch->start_stream(200, "text/event-stream", {});
+      std::thread([ch] {
+        for (int i = 0; i < 5; ++i) {
+          ch->write("data: " + std::to_string(i) + "\n\n");
+          std::this_thread::sleep_for(5ms);
+        }
+        ch->end_stream();
+      }).detach();
+    });
+    router.add("GET", "/silent", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+      parked_ = ch;  // never answers
+    });
+    ServerOptions options;
+    options.port = 0;
+    auto server = HttpServer::start(options, std::move(router));
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+    url_ = {"127.0.0.1", std::to_string(server_->port())};
+    auto client = HttpClient::create(2);
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    client_.reset();
+    parked_.reset();
+    if (server_) server_->stop();
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<HttpClient> client_;
+  std::shared_ptr<ResponseChannel> parked_;
+  BaseUrl url_;
+};
+
+TEST_F(HttpClientTest, FetchesAWholeResponseWithHeaders) {
+  for (int i = 0; i < 50; ++i) {
+    ClientRequest request;
+    request.method = "POST";
+    request.target = "/echo";
+    request.body = R"({"n":)" + std::to_string(i) + "}";
+    request.headers.emplace_back("Authorization", "Bearer t");
+    Result<ClientResponse> response = client_->fetch_and_wait(url_, request);
+    ASSERT_TRUE(response.ok()) << response.status().to_string();
+    EXPECT_EQ(response->status, 201);
+    EXPECT_EQ(response->body, request.body);
+    EXPECT_EQ(response->header("x-auth").value_or(""), "Bearer t");
+  }
+}
+
+TEST_F(HttpClientTest, StreamsChunksAsTheyArrive) {
+  std::promise<Status> done;
+  std::string body;
+  int pieces = 0;
+  StreamCallbacks callbacks;
+  callbacks.on_head = [](int status, const HeaderList&) { EXPECT_EQ(status, 200); };
+  callbacks.on_body = [&](std::string_view bytes) {
+    body.append(bytes);
+    ++pieces;
+  };
+  callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
+  ClientRequest request;
+  request.target = "/stream";
+  client_->stream(url_, request, callbacks);
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(future.get().ok());
+  EXPECT_EQ(body, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
+  EXPECT_GE(pieces, 2);  // not all buffered into one piece
+}
+
+TEST_F(HttpClientTest, ReportsTheDeadlineAndCancellation) {
+  ClientRequest request;
+  request.target = "/silent";
+  request.timeout = 200ms;
+  const auto start = std::chrono::steady_clock::now();
+  Result<ClientResponse> response = client_->fetch_and_wait(url_, request);
+  EXPECT_EQ(response.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  std::promise<Status> done;
+  StreamCallbacks callbacks;
+  callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
+  request.timeout = 30s;
+  auto call = client_->stream(url_, request, callbacks);
+  std::this_thread::sleep_for(50ms);
+  call->cancel();
+  auto future = done.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(future.get().code(), StatusCode::kCancelled);
+}
+
+TEST_F(HttpClientTest, ConnectionRefusedIsUnavailable) {
+  server_->stop();
+  ClientRequest request;
+  request.target = "/echo";
+  Result<ClientResponse> response = client_->fetch_and_wait(url_, request);
+  EXPECT_EQ(response.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(BaseUrlTest, ParsesAndRejects) {
+  auto url = parse_base_url("http://127.0.0.1:8080/");
+  ASSERT_TRUE(url.ok());
+  EXPECT_EQ(url->host, "127.0.0.1");
+  EXPECT_EQ(url->port, "8080");
+  EXPECT_EQ(parse_base_url("http://example")->port, "80");
+  for (const char* bad : {"https://a:1", "http://a:0", "http://a:99999", "http://a/b", "http://:80",
+                          "ftp://x", "http://a b:80"}) {
+    EXPECT_FALSE(parse_base_url(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::http
