@@ -10,6 +10,15 @@ Result<DeviceBuffer> allocate_matrix(Backend& backend, int64_t rows, int64_t col
   return backend.allocate(static_cast<size_t>(rows * cols) * dtype_size(dtype));
 }
 
+// The tensor's bytes in `dtype`: the tensor itself, or a converted copy in `scratch`.
+const std::byte* bytes_in(const HostTensor& tensor, DType dtype, std::vector<std::byte>& scratch) {
+  if (tensor.dtype == dtype) return tensor.data;
+  scratch.resize(static_cast<size_t>(tensor.numel()) * dtype_size(dtype));
+  convert_elements(tensor.data, tensor.dtype, scratch.data(), dtype,
+                   static_cast<size_t>(tensor.numel()));
+  return scratch.data();
+}
+
 template <typename T>
 Status upload(Backend& backend, const std::vector<T>& host, DeviceBuffer& device) {
   return backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(T));
@@ -61,14 +70,39 @@ Result<ForwardContext> ForwardContext::create(Backend& backend, const ModelConfi
 
 Result<MatrixView> Qwen3Model::place_matrix(const HostTensor& tensor) {
   if (tensor.shape.size() != 2) return invalid_argument("expected a matrix");
-  void* data = const_cast<std::byte*>(tensor.data);
-  if (!backend_.shares_host_memory()) {
-    PDS_ASSIGN_OR_RETURN(DeviceBuffer buffer, backend_.allocate(tensor.nbytes()));
-    PDS_RETURN_IF_ERROR(backend_.copy_to_device(buffer.data(), tensor.data, tensor.nbytes()));
-    data = buffer.data();
-    device_weights_.push_back(std::move(buffer));
+  if (backend_.shares_host_memory()) {
+    return MatrixView::dense(const_cast<std::byte*>(tensor.data), tensor.dtype, tensor.shape[0],
+                             tensor.shape[1]);
   }
-  return MatrixView::dense(data, tensor.dtype, tensor.shape[0], tensor.shape[1]);
+  return place_concatenated({&tensor});
+}
+
+Result<MatrixView> Qwen3Model::place_concatenated(std::initializer_list<const HostTensor*> parts) {
+  const DType dtype = backend_.activation_dtype();
+  const int64_t cols = (*parts.begin())->shape[1];
+  int64_t rows = 0;
+  for (const HostTensor* part : parts) {
+    if (part->shape.size() != 2 || part->shape[1] != cols) {
+      return invalid_argument("cannot concatenate weight matrices of different widths");
+    }
+    rows += part->shape[0];
+  }
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(dtype);
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                       backend_.allocate(static_cast<size_t>(rows) * row_bytes));
+  std::vector<std::byte> scratch;
+  size_t offset = 0;
+  for (const HostTensor* part : parts) {
+    const size_t bytes = static_cast<size_t>(part->shape[0]) * row_bytes;
+    PDS_RETURN_IF_ERROR(backend_.copy_to_device(buffer.as<std::byte>() + offset,
+                                                bytes_in(*part, dtype, scratch), bytes));
+    // The copy may still read `scratch` until the stream reaches it.
+    PDS_RETURN_IF_ERROR(backend_.synchronize());
+    offset += bytes;
+  }
+  const MatrixView view = MatrixView::dense(buffer.data(), dtype, rows, cols);
+  device_weights_.push_back(std::move(buffer));
+  return view;
 }
 
 Result<VectorView> Qwen3Model::place_vector(const HostTensor& tensor) {
@@ -95,12 +129,19 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Backend& backend, Qwen3We
                          model->place_vector(layer.post_attention_layernorm));
     PDS_ASSIGN_OR_RETURN(views.q_norm, model->place_vector(layer.q_norm));
     PDS_ASSIGN_OR_RETURN(views.k_norm, model->place_vector(layer.k_norm));
-    PDS_ASSIGN_OR_RETURN(views.q_proj, model->place_matrix(layer.q_proj));
-    PDS_ASSIGN_OR_RETURN(views.k_proj, model->place_matrix(layer.k_proj));
-    PDS_ASSIGN_OR_RETURN(views.v_proj, model->place_matrix(layer.v_proj));
+    if (backend.shares_host_memory()) {
+      PDS_ASSIGN_OR_RETURN(views.q_proj, model->place_matrix(layer.q_proj));
+      PDS_ASSIGN_OR_RETURN(views.k_proj, model->place_matrix(layer.k_proj));
+      PDS_ASSIGN_OR_RETURN(views.v_proj, model->place_matrix(layer.v_proj));
+      PDS_ASSIGN_OR_RETURN(views.gate_proj, model->place_matrix(layer.gate_proj));
+      PDS_ASSIGN_OR_RETURN(views.up_proj, model->place_matrix(layer.up_proj));
+    } else {
+      PDS_ASSIGN_OR_RETURN(
+          views.qkv_proj, model->place_concatenated({&layer.q_proj, &layer.k_proj, &layer.v_proj}));
+      PDS_ASSIGN_OR_RETURN(views.gate_up_proj,
+                           model->place_concatenated({&layer.gate_proj, &layer.up_proj}));
+    }
     PDS_ASSIGN_OR_RETURN(views.o_proj, model->place_matrix(layer.o_proj));
-    PDS_ASSIGN_OR_RETURN(views.gate_proj, model->place_matrix(layer.gate_proj));
-    PDS_ASSIGN_OR_RETURN(views.up_proj, model->place_matrix(layer.up_proj));
     PDS_ASSIGN_OR_RETURN(views.down_proj, model->place_matrix(layer.down_proj));
     model->layers_.push_back(views);
   }
@@ -194,9 +235,13 @@ Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache
       PDS_RETURN_IF_ERROR(
           backend_.add_rms_norm(hidden, residual, layer.input_norm, config.rms_norm_eps));
     }
-    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.q_proj, q));
-    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.k_proj, k));
-    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.v_proj, v));
+    if (layer.qkv_proj.data != nullptr) {
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.qkv_proj, qkv));
+    } else {
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.q_proj, q));
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.k_proj, k));
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.v_proj, v));
+    }
     rope.q_norm_weight = layer.q_norm;
     rope.k_norm_weight = layer.k_norm;
     PDS_RETURN_IF_ERROR(
@@ -206,8 +251,12 @@ Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache
     PDS_RETURN_IF_ERROR(backend_.linear(attention_out, layer.o_proj, hidden));
     PDS_RETURN_IF_ERROR(
         backend_.add_rms_norm(hidden, residual, layer.post_attention_norm, config.rms_norm_eps));
-    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.gate_proj, gate));
-    PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.up_proj, up));
+    if (layer.gate_up_proj.data != nullptr) {
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.gate_up_proj, gate_up));
+    } else {
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.gate_proj, gate));
+      PDS_RETURN_IF_ERROR(backend_.linear(hidden, layer.up_proj, up));
+    }
     PDS_RETURN_IF_ERROR(backend_.silu_mul(gate, up, mlp_act));
     PDS_RETURN_IF_ERROR(backend_.linear(mlp_act, layer.down_proj, hidden));
   }

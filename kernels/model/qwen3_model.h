@@ -3,6 +3,7 @@
 // over a packed batch that mixes prefill chunks and decode tokens.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -44,7 +45,9 @@ class ForwardContext {
 class Qwen3Model {
  public:
   // Places the weights on the backend: in place when the backend shares host memory,
-  // copied otherwise. The weights' keep-alive handles are held for the model's lifetime.
+  // copied otherwise (converted to the backend's activation dtype, with q/k/v and gate/up
+  // each concatenated into one matrix so they run as one GEMM). The weights' keep-alive
+  // handles are held for the model's lifetime.
   static Result<std::unique_ptr<Qwen3Model>> create(Backend& backend, Qwen3Weights weights);
 
   const ModelConfig& config() const { return weights_.config; }
@@ -60,12 +63,16 @@ class Qwen3Model {
   struct LayerViews {
     VectorView input_norm, post_attention_norm, q_norm, k_norm;
     MatrixView q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+    // Fused [q; k; v] and [gate; up] rows on copying backends; data == nullptr otherwise.
+    MatrixView qkv_proj, gate_up_proj;
   };
 
   Qwen3Model(Backend& backend, Qwen3Weights weights)
       : backend_(backend), weights_(std::move(weights)) {}
   Result<MatrixView> place_matrix(const HostTensor& tensor);
   Result<VectorView> place_vector(const HostTensor& tensor);
+  // One device matrix holding the rows of `parts` in order (copying backends only).
+  Result<MatrixView> place_concatenated(std::initializer_list<const HostTensor*> parts);
   Status upload_batch(ForwardContext& context, AttentionBatch& batch);
 
   Backend& backend_;

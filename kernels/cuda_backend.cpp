@@ -1,0 +1,280 @@
+#include "kernels/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+#include <string>
+
+#include "kernels/cuda_attention_plan.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/linear_cuda.h"
+#include "kernels/op_checks.h"
+
+namespace pdserve {
+namespace {
+
+Status require_activation(MatrixView m, const char* op) {
+  if (m.dtype != DType::kBF16 && m.dtype != DType::kF32) {
+    return unimplemented(std::string(op) +
+                         " (cuda): activations must be bfloat16 or float32, not " +
+                         std::string(dtype_name(m.dtype)));
+  }
+  return {};
+}
+
+cuda::Matrix dev(MatrixView m) {
+  return {m.data, m.dtype, m.rows, m.cols, m.row_stride};
+}
+cuda::Vector dev(VectorView v) {
+  return {v.data, v.dtype, v.size};
+}
+
+cuda::KvPool dev(const KvCacheView& c) {
+  return {c.k, c.v, c.dtype, c.num_layers, c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim};
+}
+
+cuda::Batch dev(const AttentionBatch& b) {
+  return {b.num_seqs,     b.num_tokens,   b.max_blocks_per_seq, b.query_start,
+          b.context_lens, b.block_tables, b.positions,          b.slot_mapping};
+}
+
+cuda::RopeArgs dev(const QkNormRopeParams& p) {
+  return {dev(p.q_norm_weight), dev(p.k_norm_weight), p.rms_norm_eps, p.rope_theta,
+          p.num_heads,          p.num_kv_heads,       p.head_dim};
+}
+
+cuda::AttentionLaunch dev(const AttentionPlan& p) {
+  return {p.group, p.num_splits, p.keys_per_split, p.grid_x, p.shared_bytes};
+}
+
+std::string describe_device_errors(unsigned bits) {
+  std::string text;
+  const auto add = [&](unsigned bit, const char* what) {
+    if ((bits & bit) == 0) return;
+    if (!text.empty()) text += ", ";
+    text += what;
+  };
+  add(cuda::kTokenIdOutOfRange, "a token id outside the vocabulary (embedding)");
+  add(cuda::kKvSlotOutOfRange, "a KV slot or position outside the pool (qk_norm_rope_kv_write)");
+  add(cuda::kBlockIdOutOfRange, "a block id outside the pool (paged_attention)");
+  add(cuda::kRowIndexOutOfRange, "a row index outside the input (gather_rows)");
+  return text;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  ~CudaBackend() override {
+    // Errors cannot be reported from a destructor; the device is being let go anyway.
+    if (stream_ != nullptr) static_cast<void>(cudaStreamSynchronize(stream_));
+    if (workspace_ != nullptr) static_cast<void>(cudaFree(workspace_));
+    if (error_word_ != nullptr) static_cast<void>(cudaFree(error_word_));
+    if (cublas_ != nullptr) static_cast<void>(cublasDestroy(cublas_));
+    if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
+  }
+
+  static Result<std::unique_ptr<Backend>> create(int device_index) {
+    std::unique_ptr<CudaBackend> backend(new CudaBackend(device_index));
+    PDS_RETURN_IF_ERROR(backend->init());
+    return std::unique_ptr<Backend>(std::move(backend));
+  }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string description() const override { return description_; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  bool shares_host_memory() const override { return false; }
+
+  cudaStream_t stream() const { return stream_; }
+  int multiprocessors() const { return multiprocessors_; }
+
+  Result<DeviceBuffer> allocate(size_t bytes) override {
+    void* data = nullptr;
+    const cudaError_t error = cudaMalloc(&data, bytes == 0 ? 1 : bytes);
+    if (error != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // not sticky: clear it for the next call
+      return resource_exhausted("cannot allocate " + std::to_string(bytes) + " bytes on " +
+                                description_ + ": " + cudaGetErrorString(error));
+    }
+    return DeviceBuffer(this, data, bytes);
+  }
+  void release(void* data) noexcept override { static_cast<void>(cudaFree(data)); }
+  Status copy_to_device(void* dst, const void* src, size_t bytes) override {
+    // Pageable sources are staged before the call returns, so the caller may reuse them.
+    PDS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    return {};
+  }
+  Status copy_to_host(void* dst, const void* src, size_t bytes) override {
+    PDS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return {};
+  }
+  Status synchronize() override {
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    unsigned bits = 0;
+    PDS_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&bits, error_word_, sizeof(bits), cudaMemcpyDeviceToHost, stream_));
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (bits != 0) {
+      PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
+      return invalid_argument("cuda kernels met " + describe_device_errors(bits) +
+                              "; the outputs of this step are not valid");
+    }
+    return {};
+  }
+
+  Status embedding(MatrixView table, const int32_t* ids, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_embedding(table, out));
+    PDS_RETURN_IF_ERROR(require_activation(out, "embedding"));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::embedding(dev(table), ids, dev(out), error_word_, stream_));
+    return {};
+  }
+  Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_rms_norm(in, weight, out));
+    PDS_RETURN_IF_ERROR(require_activation(in, "rms_norm"));
+    PDS_RETURN_IF_ERROR(require_activation(out, "rms_norm"));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::rms_norm(dev(in), {}, {}, dev(weight), eps, dev(out), stream_));
+    return {};
+  }
+  Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps) override {
+    PDS_RETURN_IF_ERROR(check_rms_norm(x, weight, residual));
+    PDS_RETURN_IF_ERROR(require_activation(x, "add_rms_norm"));
+    PDS_RETURN_IF_ERROR(require_activation(residual, "add_rms_norm"));
+    PDS_CUDA_RETURN_IF_ERROR(
+        cuda::rms_norm(dev(residual), dev(x), dev(residual), dev(weight), eps, dev(x), stream_));
+    return {};
+  }
+  Status linear(MatrixView in, MatrixView weight, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_linear(in, weight, out));
+    return linear_cuda(cublas_, in, weight, out);
+  }
+  Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v,
+                               const QkNormRopeParams& params, const AttentionBatch& batch,
+                               const KvCacheView& cache, int layer) override {
+    PDS_RETURN_IF_ERROR(check_qk_norm_rope(q, k, v, params, batch, cache, layer));
+    PDS_RETURN_IF_ERROR(require_activation(q, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_activation(k, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_activation(v, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_kv_dtype(cache));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::qk_norm_rope_kv_write(
+        dev(q), dev(k), dev(v), dev(params), dev(batch), dev(cache), layer, error_word_, stream_));
+    return {};
+  }
+  Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
+                         int layer, int num_heads, float scale, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_attention(q, batch, cache, layer, num_heads, out));
+    PDS_RETURN_IF_ERROR(require_activation(q, "paged_attention"));
+    PDS_RETURN_IF_ERROR(require_activation(out, "paged_attention"));
+    PDS_RETURN_IF_ERROR(require_kv_dtype(cache));
+    if (batch.num_tokens == 0) return {};
+    AttentionShape shape;
+    shape.num_seqs = batch.num_seqs;
+    shape.num_tokens = batch.num_tokens;
+    shape.max_query_len = batch.max_query_len;
+    shape.max_context_len = batch.max_context_len;
+    shape.num_heads = num_heads;
+    shape.num_kv_heads = cache.num_kv_heads;
+    shape.head_dim = cache.head_dim;
+    PDS_ASSIGN_OR_RETURN(AttentionPlan plan, plan_paged_attention(shape, multiprocessors_));
+    PDS_RETURN_IF_ERROR(reserve_workspace(plan.workspace_floats * sizeof(float)));
+    PDS_CUDA_RETURN_IF_ERROR(
+        cuda::paged_attention(dev(q), dev(batch), dev(cache), layer, num_heads, scale, dev(plan),
+                              static_cast<float*>(workspace_), dev(out), error_word_, stream_));
+    return {};
+  }
+  Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
+    PDS_RETURN_IF_ERROR(check_same_shape(gate, up, "silu_mul"));
+    PDS_RETURN_IF_ERROR(check_same_shape(gate, out, "silu_mul"));
+    PDS_RETURN_IF_ERROR(require_activation(out, "silu_mul"));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::silu_mul(dev(gate), dev(up), dev(out), stream_));
+    return {};
+  }
+  Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) override {
+    if (in.cols != out.cols) return invalid_argument("gather_rows: width mismatch");
+    PDS_RETURN_IF_ERROR(require_activation(in, "gather_rows"));
+    PDS_RETURN_IF_ERROR(require_activation(out, "gather_rows"));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::gather_rows(dev(in), indices, dev(out), error_word_, stream_));
+    return {};
+  }
+
+ private:
+  explicit CudaBackend(int device_index) : device_index_(device_index) {}
+
+  Status init() {
+    PDS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
+    cudaDeviceProp properties{};
+    PDS_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device_index_));
+    if (properties.major < 8) {
+      return unavailable("--device cuda: device " + std::to_string(device_index_) + " (" +
+                         properties.name + ") has compute capability " +
+                         std::to_string(properties.major) + "." + std::to_string(properties.minor) +
+                         "; bfloat16 kernels need 8.0+");
+    }
+    multiprocessors_ = properties.multiProcessorCount;
+    description_ = "cuda:" + std::to_string(device_index_) + " (" + properties.name + ", " +
+                   std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    PDS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+    PDS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&error_word_, sizeof(unsigned)));
+    PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
+    return synchronize();
+  }
+
+  static Status require_kv_dtype(const KvCacheView& cache) {
+    if (cache.dtype != DType::kBF16 && cache.dtype != DType::kF32) {
+      return unimplemented("cuda: the KV cache must be bfloat16 or float32");
+    }
+    return {};
+  }
+
+  // Grows the split-K workspace; never while a graph is being captured (allocation would
+  // break the capture), so graphs must be captured after an eager step of the same shape.
+  Status reserve_workspace(size_t bytes) {
+    if (bytes <= workspace_bytes_) return {};
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      return failed_precondition("paged_attention (cuda): the split-K workspace must grow to " +
+                                 std::to_string(bytes) +
+                                 " bytes during graph capture; run the shape eagerly first");
+    }
+    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (workspace_ != nullptr) PDS_CUDA_RETURN_IF_ERROR(cudaFree(workspace_));
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+    PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
+    workspace_bytes_ = bytes;
+    return {};
+  }
+
+  int device_index_;
+  int multiprocessors_ = 0;
+  std::string description_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  unsigned* error_word_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index) {
+  return CudaBackend::create(device_index);
+}
+
+Result<cudaStream_t> cuda_stream_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return invalid_argument("not a CUDA backend: " + backend.description());
+  return cuda->stream();
+}
+
+Result<CudaMemoryInfo> cuda_memory_info(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return invalid_argument("not a CUDA backend: " + backend.description());
+  CudaMemoryInfo info;
+  PDS_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  info.multiprocessors = cuda->multiprocessors();
+  return info;
+}
+
+}  // namespace pdserve

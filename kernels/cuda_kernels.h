@@ -1,0 +1,108 @@
+// Launchers of the CUDA kernels. They take views of device memory and a stream, validate
+// nothing the shared op checks already validated, never allocate, and return the launch's
+// cudaError_t. Indices that can only be checked on the device (token ids, KV slots, block
+// ids, gather rows) set a bit in `error_word`, which the backend reports at synchronize().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/core/dtype_enum.h"
+
+namespace pdserve::cuda {
+
+// Device code is C++17 (see the top-level CMakeLists.txt) and cannot include backend.h, so
+// the launchers take these mirrors of its views; cuda_backend.cpp converts field by field.
+struct Matrix {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+};
+
+struct Vector {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t size = 0;
+};
+
+struct KvPool {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
+  int num_layers = 0;
+  int num_blocks = 0;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+
+  __host__ __device__ int64_t token_elements() const {
+    return static_cast<int64_t>(num_kv_heads) * head_dim;
+  }
+  __host__ __device__ int64_t layer_elements() const {
+    return static_cast<int64_t>(num_blocks) * block_size * token_elements();
+  }
+};
+
+struct Batch {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int max_blocks_per_seq = 0;
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* slot_mapping = nullptr;
+};
+
+struct RopeArgs {
+  Vector q_norm_weight;
+  Vector k_norm_weight;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// The host plan's launch figures (cuda_attention_plan.h).
+struct AttentionLaunch {
+  int group = 0;
+  int num_splits = 1;
+  int keys_per_split = 0;
+  int grid_x = 0;
+  size_t shared_bytes = 0;
+};
+
+enum DeviceErrorBit : unsigned {
+  kTokenIdOutOfRange = 1u << 0,
+  kKvSlotOutOfRange = 1u << 1,
+  kBlockIdOutOfRange = 1u << 2,
+  kRowIndexOutOfRange = 1u << 3,
+};
+
+cudaError_t embedding(Matrix table, const int32_t* ids, Matrix out, unsigned* error_word,
+                      cudaStream_t stream);
+cudaError_t silu_mul(Matrix gate, Matrix up, Matrix out, cudaStream_t stream);
+cudaError_t gather_rows(Matrix in, const int32_t* indices, Matrix out, unsigned* error_word,
+                        cudaStream_t stream);
+
+// out = rmsnorm(in) * weight; with `add` set: sum = in + add is stored to `sum_out` first and
+// normalized instead (the fused residual update; in/out and add/sum_out may alias).
+cudaError_t rms_norm(Matrix in, Matrix add, Matrix sum_out, Vector weight, float eps, Matrix out,
+                     cudaStream_t stream);
+
+cudaError_t qk_norm_rope_kv_write(Matrix q, Matrix k, Matrix v, const RopeArgs& params,
+                                  const Batch& batch, const KvPool& cache, int layer,
+                                  unsigned* error_word, cudaStream_t stream);
+
+// `workspace` holds the plan's workspace_floats floats (unused when plan.num_splits == 1).
+cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, int layer,
+                            int num_heads, float scale, const AttentionLaunch& plan,
+                            float* workspace, Matrix out, unsigned* error_word,
+                            cudaStream_t stream);
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,70 @@
+// Embedding lookup, SwiGLU activation and row gather on CUDA.
+#include <algorithm>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.h"
+
+namespace pdserve::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int grid_for(int64_t count) {
+  return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535 * 8));
+}
+
+// One block per output row: a bad id marks the error word and leaves the row unwritten.
+__global__ void copy_rows_kernel(Matrix in, const int32_t* indices, Matrix out,
+                                 unsigned* error_word, unsigned error_bit) {
+  const int64_t row = blockIdx.x;
+  const int32_t source = indices[row];
+  if (source < 0 || source >= in.rows) {
+    if (threadIdx.x == 0) atomicOr(error_word, error_bit);
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < out.cols; j += blockDim.x) {
+    store_float(out.data, out.dtype, row * out.row_stride + j,
+                load_float(in.data, in.dtype, source * in.row_stride + j));
+  }
+}
+
+__global__ void silu_mul_kernel(Matrix gate, Matrix up, Matrix out) {
+  const int64_t count = out.rows * out.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / out.cols;
+    const int64_t c = i % out.cols;
+    const float g = load_float(gate.data, gate.dtype, r * gate.row_stride + c);
+    const float u = load_float(up.data, up.dtype, r * up.row_stride + c);
+    store_float(out.data, out.dtype, r * out.row_stride + c, g / (1.0f + expf(-g)) * u);
+  }
+}
+
+cudaError_t copy_rows(Matrix in, const int32_t* indices, Matrix out, unsigned* error_word,
+                      unsigned error_bit, cudaStream_t stream) {
+  if (out.rows == 0) return cudaSuccess;
+  copy_rows_kernel<<<static_cast<unsigned>(out.rows), kThreads, 0, stream>>>(in, indices, out,
+                                                                             error_word, error_bit);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t embedding(Matrix table, const int32_t* ids, Matrix out, unsigned* error_word,
+                      cudaStream_t stream) {
+  return copy_rows(table, ids, out, error_word, kTokenIdOutOfRange, stream);
+}
+
+cudaError_t gather_rows(Matrix in, const int32_t* indices, Matrix out, unsigned* error_word,
+                        cudaStream_t stream) {
+  return copy_rows(in, indices, out, error_word, kRowIndexOutOfRange, stream);
+}
+
+cudaError_t silu_mul(Matrix gate, Matrix up, Matrix out, cudaStream_t stream) {
+  const int64_t count = out.rows * out.cols;
+  if (count == 0) return cudaSuccess;
+  silu_mul_kernel<<<grid_for(count), kThreads, 0, stream>>>(gate, up, out);
+  return cudaGetLastError();
+}
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,90 @@
+#include "kernels/model/gpu_memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace pdserve {
+namespace {
+
+std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return text;
+}
+
+}  // namespace
+
+Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& in) {
+  if (!(in.utilization > 0.0 && in.utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                            std::to_string(in.utilization));
+  }
+  if (in.total_bytes == 0 || in.free_bytes > in.total_bytes || in.kv_bytes_per_block == 0 ||
+      in.blocks_per_sequence <= 0) {
+    return invalid_argument("GPU memory plan: inconsistent inputs (total " + gib(in.total_bytes) +
+                            ", free " + gib(in.free_bytes) + ")");
+  }
+  GpuMemoryPlan plan;
+  plan.budget_bytes =
+      static_cast<size_t>(std::floor(static_cast<double>(in.total_bytes) * in.utilization));
+  plan.other_processes_bytes = in.total_bytes - in.free_bytes;
+  const size_t needed = plan.other_processes_bytes + in.weight_bytes + in.workspace_bytes;
+  if (needed >= plan.budget_bytes) {
+    return resource_exhausted("model does not fit: weights " + gib(in.weight_bytes) +
+                              " + workspace " + gib(in.workspace_bytes) +
+                              " + memory held by other processes " +
+                              gib(plan.other_processes_bytes) + " exceed the budget of " +
+                              gib(plan.budget_bytes) + " (--gpu-memory-utilization " +
+                              std::to_string(in.utilization) + " of " + gib(in.total_bytes) + ")");
+  }
+  const size_t blocks = (plan.budget_bytes - needed) / in.kv_bytes_per_block;
+  if (blocks < static_cast<size_t>(in.blocks_per_sequence)) {
+    return resource_exhausted("no room for one sequence: " + gib(plan.budget_bytes - needed) +
+                              " left for the KV cache " + "hold " + std::to_string(blocks) +
+                              " blocks, one max_model_len sequence needs " +
+                              std::to_string(in.blocks_per_sequence) +
+                              " (raise --gpu-memory-utilization or lower --max-model-len)");
+  }
+  plan.num_blocks = static_cast<int>(std::min<size_t>(blocks, 0x7fffffff));
+  plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.kv_bytes_per_block;
+  return plan;
+}
+
+size_t qwen3_weight_bytes(const ModelConfig& c, DType dtype) {
+  const size_t hidden = static_cast<size_t>(c.hidden_size);
+  const size_t q_width = static_cast<size_t>(c.num_attention_heads) * c.head_dim;
+  const size_t kv_width = static_cast<size_t>(c.num_key_value_heads) * c.head_dim;
+  const size_t inter = static_cast<size_t>(c.intermediate_size);
+  const size_t per_layer = 2 * hidden                             // the two layer norms
+                           + 2 * static_cast<size_t>(c.head_dim)  // q_norm, k_norm
+                           + hidden * q_width * 2                 // q_proj, o_proj
+                           + hidden * kv_width * 2                // k_proj, v_proj
+                           + hidden * inter * 3;                  // gate, up, down
+  const size_t embeddings = static_cast<size_t>(c.vocab_size) * hidden;
+  const size_t elements = embeddings * (c.tie_word_embeddings ? 1 : 2) + hidden +
+                          per_layer * static_cast<size_t>(c.num_hidden_layers);
+  return elements * dtype_size(dtype);
+}
+
+size_t forward_workspace_bytes(const ModelConfig& c, const ForwardLimits& limits, int block_size,
+                               DType activation) {
+  const size_t tokens = static_cast<size_t>(limits.max_num_tokens);
+  const size_t seqs = static_cast<size_t>(limits.max_num_seqs);
+  const size_t q_width = static_cast<size_t>(c.num_attention_heads) * c.head_dim;
+  const size_t kv_width = static_cast<size_t>(c.num_key_value_heads) * c.head_dim;
+  const size_t hidden = static_cast<size_t>(c.hidden_size);
+  const size_t inter = static_cast<size_t>(c.intermediate_size);
+  const size_t blocks_per_seq =
+      (static_cast<size_t>(limits.max_model_len) + block_size - 1) / block_size;
+  // hidden, residual, qkv, attention_out, gate_up, mlp_act, last_hidden (activations)
+  const size_t activations =
+      tokens * (2 * hidden + q_width + 2 * kv_width + q_width + 3 * inter) + seqs * hidden;
+  const size_t logits = seqs * static_cast<size_t>(c.vocab_size) * sizeof(float);
+  // token ids, positions, slots; query_start, context_lens, block tables, logits rows
+  const size_t ints = 3 * tokens + (seqs + 1) + seqs + seqs * blocks_per_seq + seqs;
+  return activations * dtype_size(activation) + logits + ints * sizeof(int32_t);
+}
+
+}  // namespace pdserve

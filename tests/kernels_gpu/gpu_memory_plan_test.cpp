@@ -1,0 +1,172 @@
+// The GPU memory plan against hand-computed budgets, and its weight/workspace estimates
+// against independent sources: the bytes the synthetic checkpoint writer reports, and the
+// bytes ForwardContext::create actually allocates.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/model/model_config.h"
+#include "common/model/synthetic_checkpoint.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/model/gpu_memory_plan.h"
+#include "kernels/model/qwen3_model.h"
+
+namespace pdserve {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+GpuMemoryInputs h100_like() {
+  GpuMemoryInputs in;
+  in.total_bytes = 80 * kGiB;
+  in.free_bytes = 79 * kGiB;  // 1 GiB held by the driver context / another process
+  in.weight_bytes = 16 * kGiB;
+  in.workspace_bytes = 2 * kGiB;
+  in.utilization = 0.9;
+  in.kv_bytes_per_block = 2 * 1024 * 1024;  // 2 MiB
+  in.blocks_per_sequence = 256;
+  return in;
+}
+
+TEST(GpuMemoryPlan, KvPoolTakesWhatTheBudgetLeaves) {
+  const GpuMemoryPlan plan = plan_gpu_memory(h100_like()).value();
+  // 72 GiB budget - 1 GiB other - 16 GiB weights - 2 GiB workspace = 53 GiB = 27136 blocks.
+  EXPECT_EQ(plan.budget_bytes, 72 * kGiB);
+  EXPECT_EQ(plan.other_processes_bytes, 1 * kGiB);
+  EXPECT_EQ(plan.num_blocks, 27136);
+  EXPECT_EQ(plan.kv_bytes, 53 * kGiB);
+}
+
+TEST(GpuMemoryPlan, PartialBlocksAreDroppedAndUtilizationOneUsesAll) {
+  GpuMemoryInputs in = h100_like();
+  in.free_bytes = in.total_bytes;
+  in.utilization = 1.0;
+  in.kv_bytes_per_block = 3 * 1024 * 1024;
+  const GpuMemoryPlan plan = plan_gpu_memory(in).value();
+  EXPECT_EQ(plan.num_blocks, static_cast<int>((62 * kGiB) / in.kv_bytes_per_block));
+  EXPECT_LE(plan.kv_bytes + in.weight_bytes + in.workspace_bytes, in.total_bytes);
+}
+
+TEST(GpuMemoryPlan, ModelThatDoesNotFitIsResourceExhausted) {
+  GpuMemoryInputs in = h100_like();
+  in.weight_bytes = 70 * kGiB;
+  const Status status = plan_gpu_memory(in).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("model does not fit"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("70.00 GiB"), std::string::npos) << status.to_string();
+}
+
+TEST(GpuMemoryPlan, NoRoomForOneSequenceIsResourceExhausted) {
+  GpuMemoryInputs in = h100_like();
+  in.weight_bytes = 68 * kGiB;  // leaves 1 GiB = 512 blocks
+  in.blocks_per_sequence = 513;
+  const Status status = plan_gpu_memory(in).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("no room for one sequence"), std::string::npos);
+  in.blocks_per_sequence = 512;
+  EXPECT_EQ(plan_gpu_memory(in).value().num_blocks, 512);
+}
+
+TEST(GpuMemoryPlan, BadUtilizationAndInputsAreInvalidArgument) {
+  for (double utilization : {0.0, -0.5, 1.01, std::nan("")}) {
+    GpuMemoryInputs in = h100_like();
+    in.utilization = utilization;
+    EXPECT_EQ(plan_gpu_memory(in).status().code(), StatusCode::kInvalidArgument) << utilization;
+  }
+  GpuMemoryInputs in = h100_like();
+  in.free_bytes = in.total_bytes + 1;
+  EXPECT_EQ(plan_gpu_memory(in).status().code(), StatusCode::kInvalidArgument);
+  in = h100_like();
+  in.kv_bytes_per_block = 0;
+  EXPECT_EQ(plan_gpu_memory(in).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The checkpoint writer counts the tensor bytes it wrote; the estimate must agree exactly.
+TEST(GpuMemoryPlan, WeightBytesMatchAWrittenCheckpoint) {
+  for (bool tie : {true, false}) {
+    SyntheticCheckpointOptions options;
+    options.config_path =
+        std::filesystem::path(PDSERVE_TEST_DATA_DIR) / "reference/configs/hd64_gqa4.json";
+    options.out_dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" /
+                      ("gpu-plan-" + std::to_string(::getpid()) + (tie ? "-tied" : "-untied"));
+    options.num_layers = 2;
+    options.dtype = DType::kBF16;
+    options.tie_word_embeddings = tie;
+    options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+    const SyntheticCheckpoint written = write_synthetic_checkpoint(options).value();
+    EXPECT_EQ(qwen3_weight_bytes(written.config, DType::kBF16), written.weight_bytes) << tie;
+    std::filesystem::remove_all(options.out_dir);
+  }
+}
+
+TEST(GpuMemoryPlan, WeightBytesOfQwen3_0_6BArePublishedParameterCount) {
+  const ModelConfig config =
+      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
+          .value();
+  // Qwen3-0.6B: 596,049,920 parameters (tied embeddings), as the Hub's safetensors report.
+  EXPECT_EQ(qwen3_weight_bytes(config, DType::kBF16), size_t{596049920} * 2);
+}
+
+TEST(GpuMemoryPlan, WorkspaceBytesMatchWhatForwardContextAllocates) {
+  const ModelConfig config =
+      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
+          .value();
+  ForwardLimits limits;
+  limits.max_num_tokens = 64;
+  limits.max_num_seqs = 8;
+  limits.max_model_len = 1000;
+  // A backend that records each allocation (memory from the CPU backend) and claims bf16
+  // activations, as the CUDA backend does.
+  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  size_t allocated = 0;
+  class Recording final : public Backend {
+   public:
+    Recording(Backend& inner, size_t& total) : inner_(inner), total_(total) {}
+    DeviceKind kind() const override { return inner_.kind(); }
+    std::string description() const override { return "recording"; }
+    DType activation_dtype() const override { return DType::kBF16; }
+    bool shares_host_memory() const override { return true; }
+    Result<DeviceBuffer> allocate(size_t bytes) override {
+      total_ += bytes;
+      PDS_ASSIGN_OR_RETURN(DeviceBuffer inner, inner_.allocate(bytes));
+      void* data = inner.data();
+      held_.push_back(std::move(inner));
+      return DeviceBuffer(nullptr, data, bytes);  // the inner buffer keeps ownership
+    }
+    void release(void*) noexcept override {}
+    Status copy_to_device(void*, const void*, size_t) override { return {}; }
+    Status copy_to_host(void*, const void*, size_t) override { return {}; }
+    Status synchronize() override { return {}; }
+    Status embedding(MatrixView, const int32_t*, MatrixView) override { return {}; }
+    Status rms_norm(MatrixView, VectorView, float, MatrixView) override { return {}; }
+    Status add_rms_norm(MatrixView, MatrixView, VectorView, float) override { return {}; }
+    Status linear(MatrixView, MatrixView, MatrixView) override { return {}; }
+    Status qk_norm_rope_kv_write(MatrixView, MatrixView, MatrixView, const QkNormRopeParams&,
+                                 const AttentionBatch&, const KvCacheView&, int) override {
+      return {};
+    }
+    Status paged_attention(MatrixView, const AttentionBatch&, const KvCacheView&, int, int, float,
+                           MatrixView) override {
+      return {};
+    }
+    Status silu_mul(MatrixView, MatrixView, MatrixView) override { return {}; }
+    Status gather_rows(MatrixView, const int32_t*, MatrixView) override { return {}; }
+
+   private:
+    Backend& inner_;
+    size_t& total_;
+    std::vector<DeviceBuffer> held_;
+  };
+  Recording recording(*cpu, allocated);
+  {
+    const ForwardContext context = ForwardContext::create(recording, config, limits, 16).value();
+    EXPECT_EQ(context.max_blocks_per_seq(), 63);
+  }
+  EXPECT_EQ(forward_workspace_bytes(config, limits, 16, DType::kBF16), allocated);
+}
+
+}  // namespace
+}  // namespace pdserve
