@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <string>
+#include <vector>
 
 #include "kernels/cuda_attention_plan.h"
 #include "kernels/cuda_check.h"
@@ -12,6 +13,9 @@
 
 namespace pdserve {
 namespace {
+
+// What cuBLAS recommends for Hopper (and more than enough for Ampere).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 Status require_activation(MatrixView m, const char* op) {
   if (m.dtype != DType::kBF16 && m.dtype != DType::kF32) {
@@ -67,6 +71,8 @@ class CudaBackend final : public Backend {
     // Errors cannot be reported from a destructor; the device is being let go anyway.
     if (stream_ != nullptr) static_cast<void>(cudaStreamSynchronize(stream_));
     if (workspace_ != nullptr) static_cast<void>(cudaFree(workspace_));
+    for (void* retired : retired_workspaces_) static_cast<void>(cudaFree(retired));
+    if (cublas_workspace_ != nullptr) static_cast<void>(cudaFree(cublas_workspace_));
     if (error_word_ != nullptr) static_cast<void>(cudaFree(error_word_));
     if (cublas_ != nullptr) static_cast<void>(cublasDestroy(cublas_));
     if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
@@ -214,6 +220,11 @@ class CudaBackend final : public Backend {
     PDS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    // A fixed cuBLAS workspace (set after the stream, which resets it) so that GEMMs never
+    // allocate, which CUDA graph capture requires.
+    PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+    PDS_CUBLAS_RETURN_IF_ERROR(
+        cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&error_word_, sizeof(unsigned)));
     PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
     return synchronize();
@@ -228,6 +239,7 @@ class CudaBackend final : public Backend {
 
   // Grows the split-K workspace; never while a graph is being captured (allocation would
   // break the capture), so graphs must be captured after an eager step of the same shape.
+  // The outgrown buffer is kept until the backend goes: captured graphs may still use it.
   Status reserve_workspace(size_t bytes) {
     if (bytes <= workspace_bytes_) return {};
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -237,8 +249,7 @@ class CudaBackend final : public Backend {
                                  std::to_string(bytes) +
                                  " bytes during graph capture; run the shape eagerly first");
     }
-    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    if (workspace_ != nullptr) PDS_CUDA_RETURN_IF_ERROR(cudaFree(workspace_));
+    if (workspace_ != nullptr) retired_workspaces_.push_back(workspace_);
     workspace_ = nullptr;
     workspace_bytes_ = 0;
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
@@ -254,6 +265,8 @@ class CudaBackend final : public Backend {
   unsigned* error_word_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::vector<void*> retired_workspaces_;
+  void* cublas_workspace_ = nullptr;
 };
 
 }  // namespace

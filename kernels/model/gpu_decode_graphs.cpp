@@ -2,15 +2,15 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace pdserve {
 
 std::vector<int> decode_graph_buckets(int max_num_seqs) {
   std::vector<int> buckets;
-  for (int size = 1; max_num_seqs > 0; size *= 2) {
-    buckets.push_back(size);
-    if (size >= max_num_seqs || size >= kMaxDecodeGraphBatch) break;
-  }
+  const int largest = std::min(max_num_seqs, kMaxDecodeGraphBatch);
+  for (int size = 1; size < largest; size *= 2) buckets.push_back(size);
+  if (largest > 0) buckets.push_back(largest);
   return buckets;
 }
 
@@ -40,6 +40,21 @@ Status pad_decode_batch(HostBatch& batch, int bucket, int scratch_block, int blo
     return invalid_argument("pad_decode_batch: context of " +
                             std::to_string(batch.max_context_len) + " tokens exceeds the graph's " +
                             std::to_string(graph_context_len));
+  }
+  const int graph_blocks = (graph_context_len + block_size - 1) / block_size;
+  if (batch.max_blocks_per_seq > graph_blocks) {
+    return invalid_argument("pad_decode_batch: block tables of " +
+                            std::to_string(batch.max_blocks_per_seq) +
+                            " entries exceed the graph's " + std::to_string(graph_blocks));
+  }
+  if (batch.max_blocks_per_seq < graph_blocks) {
+    std::vector<int32_t> restrided(static_cast<size_t>(batch.num_seqs) * graph_blocks, 0);
+    for (int s = 0; s < batch.num_seqs; ++s) {
+      std::copy_n(batch.block_tables.begin() + int64_t{s} * batch.max_blocks_per_seq,
+                  batch.max_blocks_per_seq, restrided.begin() + int64_t{s} * graph_blocks);
+    }
+    batch.block_tables = std::move(restrided);
+    batch.max_blocks_per_seq = graph_blocks;
   }
   const int scratch_slot = scratch_block * block_size;
   for (int s = batch.num_seqs; s < bucket; ++s) {

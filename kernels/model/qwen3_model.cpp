@@ -21,7 +21,12 @@ const std::byte* bytes_in(const HostTensor& tensor, DType dtype, std::vector<std
 
 template <typename T>
 Status upload(Backend& backend, const std::vector<T>& host, DeviceBuffer& device) {
-  return backend.copy_to_device(device.data(), host.data(), host.size() * sizeof(T));
+  const size_t bytes = host.size() * sizeof(T);
+  if (bytes > device.size()) {
+    return out_of_range("forward: a batch array of " + std::to_string(host.size()) +
+                        " entries exceeds the forward context's limits");
+  }
+  return backend.copy_to_device(device.data(), host.data(), bytes);
 }
 
 }  // namespace
@@ -170,8 +175,8 @@ Status Qwen3Model::upload_batch(ForwardContext& context, AttentionBatch& batch) 
   return {};
 }
 
-Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache,
-                           ForwardContext& context, std::span<float> logits) {
+Status Qwen3Model::prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,
+                                 ForwardContext& context) const {
   const ModelConfig& config = weights_.config;
   const KvCacheView kv = cache.view();
   if (kv.num_layers != config.num_hidden_layers || kv.num_kv_heads != config.num_key_value_heads ||
@@ -187,13 +192,24 @@ Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache
   limits.vocab_size = config.vocab_size;
   limits.max_position_embeddings =
       std::min(config.max_position_embeddings, context.limits_.max_model_len);
-  PDS_RETURN_IF_ERROR(build_host_batch(slices, limits, context.host_batch_));
-  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  return build_host_batch(slices, limits, context.host_batch_);
+}
+
+Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache,
+                           ForwardContext& context, std::span<float> logits) {
+  const size_t vocab = static_cast<size_t>(weights_.config.vocab_size);
+  PDS_RETURN_IF_ERROR(prepare_batch(slices, cache, context));
   if (logits.size() < slices.size() * vocab)
     return invalid_argument("forward: logits buffer too small");
-
   AttentionBatch batch;
   PDS_RETURN_IF_ERROR(upload_batch(context, batch));
+  PDS_RETURN_IF_ERROR(compute(batch, cache.view(), context));
+  return fetch_logits(context, batch.num_seqs, logits);
+}
+
+Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
+                           ForwardContext& context) {
+  const ModelConfig& config = weights_.config;
   const int64_t tokens = batch.num_tokens;
   const DType act = backend_.activation_dtype();
   const int64_t hidden_size = config.hidden_size;
@@ -266,9 +282,17 @@ Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache
   PDS_RETURN_IF_ERROR(backend_.gather_rows(hidden, context.logits_rows_.as<int32_t>(), last));
   const MatrixView logits_device =
       MatrixView::dense(context.logits_.data(), DType::kF32, seqs, config.vocab_size);
-  PDS_RETURN_IF_ERROR(backend_.linear(last, lm_head_, logits_device));
-  PDS_RETURN_IF_ERROR(backend_.copy_to_host(logits.data(), logits_device.data,
-                                            static_cast<size_t>(seqs) * vocab * sizeof(float)));
+  return backend_.linear(last, lm_head_, logits_device);
+}
+
+Status Qwen3Model::fetch_logits(ForwardContext& context, int rows, std::span<float> logits) {
+  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(weights_.config.vocab_size);
+  if (rows < 0 || rows > context.limits_.max_num_seqs || logits.size() < count) {
+    return invalid_argument("fetch_logits: " + std::to_string(rows) +
+                            " rows do not fit the context or the logits buffer");
+  }
+  PDS_RETURN_IF_ERROR(
+      backend_.copy_to_host(logits.data(), context.logits_.data(), count * sizeof(float)));
   return backend_.synchronize();
 }
 

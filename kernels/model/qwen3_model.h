@@ -28,6 +28,9 @@ class ForwardContext {
                                        const ForwardLimits& limits, int block_size);
   const ForwardLimits& limits() const { return limits_; }
   int max_blocks_per_seq() const { return max_blocks_per_seq_; }
+  int block_size() const { return block_size_; }
+  // The host arrays of the step being prepared (see Qwen3Model::prepare_batch).
+  HostBatch& host_batch() { return host_batch_; }
 
  private:
   friend class Qwen3Model;
@@ -59,6 +62,18 @@ class Qwen3Model {
   Status forward(std::span<const SequenceSlice> slices, KvCache& cache, ForwardContext& context,
                  std::span<float> logits);
 
+  // forward() in phases, for a caller that replays the device phase as a CUDA graph:
+  // prepare_batch() validates the slices into context.host_batch() (which the caller may then
+  // pad), upload_batch() copies those arrays to the context's device arrays and describes
+  // them, compute() queues the whole step (embedding to logits) on the backend without host
+  // copies, allocations or waits, so it can be captured, and fetch_logits() copies the first
+  // `rows` logits rows to host memory and reports asynchronous failures.
+  Status prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,
+                       ForwardContext& context) const;
+  Status upload_batch(ForwardContext& context, AttentionBatch& batch);
+  Status compute(const AttentionBatch& batch, const KvCacheView& kv, ForwardContext& context);
+  Status fetch_logits(ForwardContext& context, int rows, std::span<float> logits);
+
  private:
   struct LayerViews {
     VectorView input_norm, post_attention_norm, q_norm, k_norm;
@@ -73,7 +88,6 @@ class Qwen3Model {
   Result<VectorView> place_vector(const HostTensor& tensor);
   // One device matrix holding the rows of `parts` in order (copying backends only).
   Result<MatrixView> place_concatenated(std::initializer_list<const HostTensor*> parts);
-  Status upload_batch(ForwardContext& context, AttentionBatch& batch);
 
   Backend& backend_;
   Qwen3Weights weights_;

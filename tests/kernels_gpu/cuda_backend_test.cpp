@@ -25,6 +25,9 @@
 #include "kernels/backend.h"
 #include "kernels/cuda_device.h"
 #include "kernels/model/kv_cache.h"
+#ifdef PDSERVE_WITH_CUDA
+#include "kernels/model/gpu_graph_runner.h"
+#endif
 #include "kernels/model/qwen3_model.h"
 
 namespace pdserve {
@@ -494,6 +497,72 @@ TEST_P(CudaModel, GreedyTokensMatchTheCpuInFloat32) {
 INSTANTIATE_TEST_SUITE_P(Configs, CudaModel,
                          ::testing::Values("configs/models/qwen3-0.6b/config.json",
                                            "tests/data/reference/configs/hd64_gqa4.json"));
+
+#ifdef PDSERVE_WITH_CUDA
+// Decode steps replayed from CUDA graphs (3 sequences padded to the bucket of 4) give the
+// logits of eager steps, and a prefill step falls back to the eager path.
+TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
+  SyntheticCheckpointOptions options;
+  options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
+                        "tests/data/reference/configs/hd64_gqa4.json";
+  options.out_dir = folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
+                    ("cuda-graphs-" + std::to_string(::getpid()));
+  options.num_layers = 2;
+  options.dtype = DType::kBF16;
+  options.tokenizer_dir = folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
+  Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
+  BackendOptions cuda_options;
+  cuda_options.device = DeviceKind::kCuda;
+  std::unique_ptr<Backend> cuda = std::move(create_backend(cuda_options)).value();
+  std::unique_ptr<Qwen3Model> model =
+      std::move(Qwen3Model::create(*cuda, load_qwen3_weights(checkpoint, DType::kBF16).value()))
+          .value();
+  const ModelConfig& config = model->config();
+  ForwardLimits limits;
+  limits.max_num_tokens = 128;
+  limits.max_num_seqs = 8;
+  limits.max_model_len = 256;
+  constexpr int kBlockSize = 16;
+  constexpr int kBlocks = 64;
+  ForwardContext eager_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
+  ForwardContext graph_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
+  KvCache eager_cache =
+      KvCache::create(*cuda, kv_cache_shape_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
+  KvCache graph_cache =
+      KvCache::create(*cuda, kv_cache_shape_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
+  std::unique_ptr<DecodeGraphRunner> runner =
+      std::move(DecodeGraphRunner::create(*cuda, *model, graph_cache, graph_context, kBlocks - 1))
+          .value();
+  EXPECT_EQ(runner->num_graphs(), 4);  // 1, 2, 4, 8
+
+  std::vector<std::vector<int32_t>> tables(3, std::vector<int32_t>(16));
+  for (int s = 0; s < 3; ++s) std::iota(tables[s].begin(), tables[s].end(), s * 16);
+  std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {9, 8, 7}, {100, 200, 300, 400}};
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  std::vector<float> eager(3 * vocab), graph(3 * vocab);
+  std::vector<SequenceSlice> prefill;
+  for (int s = 0; s < 3; ++s) prefill.push_back({prompts[s], 0, tables[s]});
+  ASSERT_TRUE(model->forward(prefill, eager_cache, eager_context, eager).ok());
+  ASSERT_TRUE(runner->forward(prefill, graph).ok());  // not decode-only: eager inside
+  expect_close(graph, eager, "prefill through the runner");
+  std::vector<int> cached = {5, 3, 4};
+  for (int step = 0; step < 5; ++step) {
+    std::vector<std::vector<int32_t>> tokens(3);
+    std::vector<SequenceSlice> decode;
+    for (int s = 0; s < 3; ++s) {
+      tokens[s] = {static_cast<int32_t>(step * 7 + s + 1)};
+      decode.push_back({tokens[s], cached[s], tables[s]});
+    }
+    ASSERT_TRUE(model->forward(decode, eager_cache, eager_context, eager).ok());
+    const Status status = runner->forward(decode, graph);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    expect_close(graph, eager, "decode step " + std::to_string(step) + " replayed vs eager");
+    for (int& c : cached) ++c;
+  }
+  std::filesystem::remove_all(options.out_dir);
+}
+#endif
 
 }  // namespace
 }  // namespace pdserve

@@ -18,7 +18,9 @@ namespace {
 TEST(DecodeGraphBuckets, PowersOfTwoUpToTheBatchLimitCappedAt256) {
   EXPECT_EQ(decode_graph_buckets(1), (std::vector<int>{1}));
   EXPECT_EQ(decode_graph_buckets(8), (std::vector<int>{1, 2, 4, 8}));
-  EXPECT_EQ(decode_graph_buckets(9), (std::vector<int>{1, 2, 4, 8, 16}));
+  // Never more than the forward context holds.
+  EXPECT_EQ(decode_graph_buckets(9), (std::vector<int>{1, 2, 4, 8, 9}));
+  EXPECT_EQ(decode_graph_buckets(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
   EXPECT_EQ(decode_graph_buckets(1000), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 256}));
   EXPECT_TRUE(decode_graph_buckets(0).empty());
 }
@@ -67,13 +69,26 @@ TEST(PadDecodeBatch, PaddingSequencesUseOnlyTheScratchBlock) {
   DecodeFixture f;
   const HostBatch original = f.batch;
   ASSERT_TRUE(
-      pad_decode_batch(f.batch, 8, DecodeFixture::kScratchBlock, DecodeFixture::kBlockSize, 16)
+      pad_decode_batch(f.batch, 8, DecodeFixture::kScratchBlock, DecodeFixture::kBlockSize, 24)
           .ok());
   EXPECT_EQ(f.batch.num_seqs, 8);
   EXPECT_EQ(f.batch.num_tokens, 8);
-  EXPECT_EQ(f.batch.max_context_len, 16);
+  EXPECT_EQ(f.batch.max_context_len, 24);
   ASSERT_EQ(f.batch.query_start.size(), 9u);
-  ASSERT_EQ(f.batch.block_tables.size(), 8u * static_cast<size_t>(f.batch.max_blocks_per_seq));
+  // Rows re-strided from 4 entries to the graph's 24 / 4 = 6, real entries kept.
+  EXPECT_EQ(original.max_blocks_per_seq, 4);
+  ASSERT_EQ(f.batch.max_blocks_per_seq, 6);
+  ASSERT_EQ(f.batch.block_tables.size(), 8u * 6u);
+  for (size_t s = 0; s < 3; ++s) {
+    const int used =
+        (original.context_lens[s] + DecodeFixture::kBlockSize - 1) / DecodeFixture::kBlockSize;
+    for (size_t b = 0; b < static_cast<size_t>(used); ++b) {
+      EXPECT_EQ(f.batch.block_tables[s * 6 + b], original.block_tables[s * 4 + b]);
+    }
+  }
+  for (size_t b = 0; b < 6; ++b) {
+    EXPECT_EQ(f.batch.block_tables[3 * 6 + b], DecodeFixture::kScratchBlock);
+  }
   for (int s = 0; s < 8; ++s) EXPECT_EQ(f.batch.query_start[static_cast<size_t>(s) + 1], s + 1);
   for (size_t s = 0; s < 3; ++s) {
     EXPECT_EQ(f.batch.slot_mapping[s], original.slot_mapping[s]);
@@ -127,7 +142,7 @@ TEST(PadDecodeBatch, RealSequencesGetTheSameAttentionOutputAndKvWhenPadded) {
   const auto run = [&](bool padded, std::vector<float>& k, std::vector<float>& v) {
     DecodeFixture f;
     if (padded) {
-      EXPECT_TRUE(pad_decode_batch(f.batch, 8, F::kScratchBlock, F::kBlockSize, 16).ok());
+      EXPECT_TRUE(pad_decode_batch(f.batch, 8, F::kScratchBlock, F::kBlockSize, 24).ok());
     }
     const int64_t tokens = f.batch.num_tokens;
     std::vector<float> q(static_cast<size_t>(tokens * F::kHeads * F::kHeadDim));
