@@ -1,0 +1,335 @@
+#!/usr/bin/python3
+"""End to end: proxy -> prefill -> UCX -> decode on real processes over loopback, launched
+with tools/cluster/pdserve-cluster. Greedy outputs of 32 concurrent requests of mixed lengths
+must be token-identical (same text, finish reason and usage) to a colocated pdserve-decode,
+over UCX tcp and shared memory, with 1P1D and 2P2D (a shared system prompt hitting the prefix
+caches); then faults: a decode node killed mid-stream (error event within 5 s, node marked
+down, later requests succeed), a dead prefill node (the next one takes over), a client that
+leaves mid-flight, and bad cluster calls. After each phase no KV block is left in use.
+
+Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase to run (or "all").
+"""
+import concurrent.futures
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+BUILD = os.environ["PDSERVE_BUILD_DIR"]
+SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
+CONFIG = os.path.join(SOURCE, "configs/models/qwen3-0.6b/config.json")
+TOKEN = "e2e-secret"
+
+
+def free_port_base():
+    """A base port with the next 400 free (the topologies use base+0..base+301)."""
+    for _ in range(50):
+        base = random.randrange(20000, 50000, 1000)
+        try:
+            for offset in (0, 100, 101, 200, 201):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", base + 8000 - 8000 + offset))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+def http(method, url, body=None, headers=None, timeout=60):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def metric(base_url, name):
+    _, text = http("GET", base_url + "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def make_model(directory):
+    model = os.path.join(directory, "model")
+    subprocess.run([os.path.join(BUILD, "tools/make_model/pdserve-make-model"), "--config", CONFIG,
+                    "--layers", "2", "--out", model, "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+    return model
+
+
+def workload(seed, count, shared_prefix=0):
+    rng = random.Random(seed)
+    prefix = [rng.randrange(1000, 100000) for _ in range(shared_prefix)]
+    requests = []
+    for _ in range(count):
+        length = rng.choice([3, 9, 16, 17, 40, 75, 130])
+        prompt = prefix + [rng.randrange(1000, 100000) for _ in range(length)]
+        requests.append({"prompt": prompt, "max_tokens": rng.choice([1, 2, 8, 20]), "temperature": 0,
+                         "ignore_eos": True})
+    return requests
+
+
+def complete(base_url, request):
+    status, body = http("POST", base_url + "/v1/completions", request, timeout=300)
+    if status != 200:
+        raise AssertionError(f"HTTP {status}: {body[:300]}")
+    answer = json.loads(body)
+    choice = answer["choices"][0]
+    return choice["text"], choice["finish_reason"], answer["usage"]["completion_tokens"]
+
+
+def run_all(base_url, requests):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        return list(pool.map(lambda r: complete(base_url, r), requests))
+
+
+class Cluster:
+    def __init__(self, topology, model, port_offset, ucx_tls, log_dir):
+        self.port_offset = port_offset
+        self.proxy = f"http://127.0.0.1:{topology['proxy']['port'] + port_offset}"
+        self.topology = topology
+        path = os.path.join(log_dir, f"topology-{port_offset}.json")
+        with open(path, "w") as handle:
+            json.dump(topology, handle)
+        self.process = subprocess.Popen(
+            [os.path.join(SOURCE, "tools/cluster/pdserve-cluster"), path, "--model", model,
+             "--build-dir", BUILD, "--port-offset", str(port_offset), "--ucx-tls", ucx_tls,
+             "--log-dir", os.path.join(log_dir, f"logs-{port_offset}")],
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
+        line = self.process.stdout.readline()
+        while line and "ready" not in line:
+            line = self.process.stdout.readline()
+        if "ready" not in line:
+            raise AssertionError(f"the cluster did not start; logs in {log_dir}")
+
+    def url(self, role, index):
+        return f"http://127.0.0.1:{self.topology[role][index]['port'] + self.port_offset}"
+
+    def nodes(self):
+        return json.loads(http("GET", self.proxy + "/cluster")[1])["nodes"]
+
+    def pids(self):
+        # The launcher's children, by their --port argument.
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.process.pid)],
+                             capture_output=True, text=True).stdout
+        return {line.split("--port ")[1].split()[0]: int(line.split()[0])
+                for line in out.splitlines() if "--port " in line}
+
+    def stop(self):
+        self.process.send_signal(signal.SIGINT)
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError("the launcher did not stop within 30 s of Ctrl-C")
+        return code
+
+
+def topology(prefill, decode, extra=()):
+    return {"proxy": {"port": 8000},
+            "node_args": ["--kv-cache-memory-gib", "0.25", "--threads", "1", "--max-model-len", "4096",
+                          "--kv-transfer-timeout-ms", "10000"] + list(extra),
+            "prefill": [{"port": 8100 + i} for i in range(prefill)],
+            "decode": [{"port": 8200 + i} for i in range(decode)]}
+
+
+def check_no_blocks_in_use(cluster, roles=("decode", "prefill")):
+    for role in roles:
+        for index in range(len(cluster.topology[role])):
+            url = cluster.url(role, index)
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    used = metric(url, "pdserve:kv_cache_usage_perc")
+                except OSError:
+                    break  # a node killed by the test
+                if used == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{role} {url} still holds KV blocks (usage {used})")
+                time.sleep(0.2)
+
+
+def expect_same(reference, got, what):
+    mismatches = [i for i, (a, b) in enumerate(zip(reference, got)) if a != b]
+    if mismatches:
+        i = mismatches[0]
+        raise AssertionError(f"{what}: {len(mismatches)} of {len(got)} answers differ from the colocated "
+                             f"node; first #{i}: {got[i]!r} vs {reference[i]!r}")
+    print(f"ok: {what}: {len(got)} answers identical to the colocated node", flush=True)
+
+
+def reference_answers(model, requests, log_dir):
+    port = free_port_base() + 7000
+    node = subprocess.Popen([os.path.join(BUILD, "decode_node/pdserve-decode"), "--model", model, "--port",
+                             str(port), "--threads", "1", "--kv-cache-memory-gib", "0.25"],
+                            stdout=subprocess.PIPE, stderr=open(os.path.join(log_dir, "colocated.log"), "w"),
+                            text=True)
+    try:
+        node.stdout.readline()
+        return run_all(f"http://127.0.0.1:{port}", requests)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=30)
+
+
+def phase_transport(model, log_dir, ucx_tls):
+    requests = workload(1, 32)
+    reference = reference_answers(model, requests, log_dir)
+    cluster = Cluster(topology(1, 1), model, free_port_base(), ucx_tls, log_dir)
+    try:
+        got = run_all(cluster.proxy, requests)
+        expect_same(reference, got, f"1P1D over UCX {ucx_tls}, 32 concurrent")
+        prefills = metric(cluster.url("prefill", 0), "pdserve:prefill_requests_total")
+        if prefills < len(requests):
+            raise AssertionError(f"only {prefills} of {len(requests)} prompts went to the prefill node")
+        check_no_blocks_in_use(cluster)
+    finally:
+        if cluster.stop() != 0:
+            raise AssertionError("the launcher did not stop cleanly")
+    print("ok: the launcher stopped the cluster cleanly on Ctrl-C", flush=True)
+
+
+def phase_2p2d(model, log_dir):
+    requests = workload(2, 32, shared_prefix=64)
+    reference = reference_answers(model, requests, log_dir)
+    cluster = Cluster(topology(2, 2), model, free_port_base(), "tcp", log_dir)
+    try:
+        # Two requests alone first, so each decode node has the shared prompt cached.
+        got = run_all(cluster.proxy, requests[:1]) + run_all(cluster.proxy, requests[1:2])
+        got += run_all(cluster.proxy, requests[2:])
+        expect_same(reference, got, "2P2D with a shared 64-token system prompt")
+        for role in ("prefill", "decode"):
+            served = [metric(cluster.url(role, i), "pdserve:prompt_tokens_total") for i in range(2)]
+            if min(served) == 0:
+                raise AssertionError(f"one {role} node got no work: {served}")
+        hits = sum(metric(cluster.url("decode", i), "pdserve:prefix_cache_hits_total") for i in range(2))
+        if hits == 0:
+            raise AssertionError("the decode nodes' prefix caches never hit on the shared prompt")
+        print(f"ok: both pools shared the work; decode prefix-cache hits: {int(hits)} tokens not transferred",
+              flush=True)
+        check_no_blocks_in_use(cluster)
+        faults(cluster, requests, reference)
+    finally:
+        cluster.stop()
+
+
+def stream_until_error(base_url, request):
+    """Streams a request; returns (events before the end, error event or None, seconds after last token)."""
+    body = json.dumps(dict(request, stream=True)).encode()
+    req = urllib.request.Request(base_url + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    events, error = [], None
+    with urllib.request.urlopen(req, timeout=150) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                error = (chunk, time.monotonic())
+            else:
+                events.append(time.monotonic())
+    return events, error
+
+
+def faults(cluster, requests, reference):
+    proxy = cluster.proxy
+    # Bad cluster calls.
+    auth = {"Authorization": "Bearer " + TOKEN}
+    checks = [
+        (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": "http://127.0.0.1:1"}), 401),
+        (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": "not a url"}, auth), 400),
+        (http("POST", proxy + "/cluster/nodes", {"role": "chef", "url": "http://127.0.0.1:1"}, auth), 400),
+        (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": cluster.url("decode", 0)}, auth), 409),
+        (http("POST", proxy + "/cluster/nodes/nobody/heartbeat", {"load": {}}, auth), 404),
+        (http("POST", proxy + "/cluster/nodes/nobody/drain", {}, auth), 404),
+        (http("POST", cluster.url("prefill", 0) + "/internal/v1/prefill", {"request_id": "x"}), 401),
+        (http("POST", cluster.url("prefill", 0) + "/internal/v1/prefill", {"request_id": "x"}, auth), 400),
+        (http("POST", cluster.url("decode", 0) + "/v1/completions", {"prompt": [1, 2], "max_tokens": 1},
+              {"X-Pdserve-Prefill": "http://127.0.0.1:1"}), 401),
+    ]
+    for (status, body), expected in checks:
+        if status != expected or '"error"' not in body:
+            raise AssertionError(f"expected HTTP {expected} with an error body, got {status}: {body[:200]}")
+    print(f"ok: {len(checks)} bad cluster calls refused with the right status and an error body", flush=True)
+
+    # A client that leaves while its request is in flight: no block stays in use.
+    for _ in range(4):
+        with socket.create_connection(("127.0.0.1", int(proxy.rsplit(":", 1)[1]))) as conn:
+            body = json.dumps({"prompt": requests[0]["prompt"] * 3, "max_tokens": 50, "stream": True}).encode()
+            conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            time.sleep(0.05)
+    time.sleep(1)
+    check_no_blocks_in_use(cluster)
+    print("ok: clients that left mid-flight left no KV block in use", flush=True)
+
+    # A prefill node dies: the decode node tries the next one.
+    pids = cluster.pids()
+    os.kill(pids[str(8100 + cluster.port_offset)], signal.SIGKILL)
+    got = run_all(proxy, requests[:8])
+    expect_same(reference[:8], got, "after kill -9 of a prefill node")
+
+    # A decode node dies mid-stream: the client gets an error event within 5 s.
+    long_request = dict(requests[0], max_tokens=800)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        streams = [pool.submit(stream_until_error, proxy, long_request) for _ in range(4)]
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        os.kill(pids[str(8200 + cluster.port_offset)], signal.SIGKILL)
+        outcomes = [s.result(timeout=150) for s in streams]
+    errors = [error for _, error in outcomes if error is not None]
+    if not errors:
+        raise AssertionError("no stream reported the killed decode node")
+    for chunk, at in errors:
+        if at - killed_at > 5:
+            raise AssertionError(f"the error event came {at - killed_at:.1f} s after the kill")
+    states = {n["url"]: n["state"] for n in cluster.nodes()}
+    if states.get(cluster.url("decode", 0), "down") != "down":
+        raise AssertionError(f"the proxy still routes to the killed decode node: {states}")
+    got = run_all(proxy, requests[:8])
+    expect_same(reference[:8], got, "after kill -9 of a decode node mid-stream")
+    check_no_blocks_in_use(cluster, roles=("decode",))
+    print("ok: the killed decode node's streams ended with an error event within 5 s; later requests succeeded",
+          flush=True)
+
+
+def main():
+    phase = sys.argv[1] if len(sys.argv) > 1 else "all"
+    with tempfile.TemporaryDirectory(prefix="pdserve-e2e-") as directory:
+        model = make_model(directory)
+        try:
+            if phase in ("tcp", "all"):
+                phase_transport(model, directory, "tcp")
+            if phase in ("sm", "all"):
+                phase_transport(model, directory, "sm")
+            if phase in ("2p2d", "all"):
+                phase_2p2d(model, directory)
+        except Exception:
+            for root, _, files in os.walk(directory):
+                for name in files:
+                    if name.endswith(".log"):
+                        with open(os.path.join(root, name), errors="replace") as handle:
+                            tail = handle.read()[-3000:]
+                        print(f"---- {name}\n{tail}", file=sys.stderr)
+            raise
+
+
+if __name__ == "__main__":
+    main()
