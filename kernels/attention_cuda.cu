@@ -217,6 +217,11 @@ __global__ void merge_splits_kernel(AttentionArgs a) {
 
 }  // namespace
 
+cudaError_t allow_attention_shared_memory(size_t bytes) {
+  return cudaFuncSetAttribute(paged_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
 cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, int layer,
                             int num_heads, float scale, const AttentionLaunch& plan,
                             float* workspace, Matrix out, unsigned* error_word,
@@ -237,10 +242,6 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.partial_ml = workspace + static_cast<size_t>(plan.num_splits) * batch.num_tokens *
                                     num_heads * cache.head_dim;
   args.error_word = error_word;
-  const cudaError_t attribute =
-      cudaFuncSetAttribute(paged_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(plan.shared_bytes));
-  if (attribute != cudaSuccess) return attribute;
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(cache.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   paged_attention_kernel<<<grid, kThreads, plan.shared_bytes, stream>>>(args);

@@ -225,6 +225,12 @@ class CudaBackend final : public Backend {
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
     PDS_CUBLAS_RETURN_IF_ERROR(
         cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+    AttentionShape widest;  // the largest head_dim the kernel takes sets the shared memory
+    widest.num_seqs = widest.num_tokens = widest.max_query_len = widest.max_context_len = 1;
+    widest.num_heads = widest.num_kv_heads = 1;
+    widest.head_dim = kAttentionMaxHeadDim;
+    PDS_ASSIGN_OR_RETURN(AttentionPlan widest_plan, plan_paged_attention(widest, 1));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::allow_attention_shared_memory(widest_plan.shared_bytes));
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&error_word_, sizeof(unsigned)));
     PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
     return synchronize();

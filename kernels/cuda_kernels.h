@@ -99,6 +99,11 @@ cudaError_t qk_norm_rope_kv_write(Matrix q, Matrix k, Matrix v, const RopeArgs& 
                                   const Batch& batch, const KvPool& cache, int layer,
                                   unsigned* error_word, cudaStream_t stream);
 
+// Lets the attention kernel use `bytes` of dynamic shared memory (the plan's shared_bytes for
+// the largest head_dim). Called once at backend creation, not per launch, so that launches
+// inside a CUDA graph capture make no function-attribute calls.
+cudaError_t allow_attention_shared_memory(size_t bytes);
+
 // `workspace` holds the plan's workspace_floats floats (unused when plan.num_splits == 1).
 cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, int layer,
                             int num_heads, float scale, const AttentionLaunch& plan,

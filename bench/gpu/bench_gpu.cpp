@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@
 #include "common/model/qwen3_weights.h"
 #include "kernels/backend.h"
 #include "kernels/model/gpu_memory_plan.h"
+#ifdef PDSERVE_WITH_CUDA
+#include "kernels/model/gpu_graph_runner.h"
+#endif
 #include "kernels/model/kv_cache.h"
 #include "kernels/model/qwen3_model.h"
 
@@ -152,8 +156,10 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   PDS_ASSIGN_OR_RETURN(ForwardContext context,
                        ForwardContext::create(backend, config, limits, kBlockSize));
   const int blocks_per_seq = (limits.max_model_len + kBlockSize - 1) / kBlockSize;
+  // One block more than the sequences use: the decode graphs' scratch block.
+  const int scratch_block = blocks_per_seq * max_batch;
   const KvCacheShape kv_shape =
-      kv_cache_shape_for(config, blocks_per_seq * max_batch, kBlockSize, DType::kBF16);
+      kv_cache_shape_for(config, scratch_block + 1, kBlockSize, DType::kBF16);
   PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(backend, kv_shape));
 
   const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));
@@ -172,22 +178,35 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   }
   const std::vector<int32_t> token = {42};
   std::vector<float> logits(static_cast<size_t>(max_batch) * config.vocab_size);
-  for (int batch : options.batches) {
-    // Every sequence decodes position `context` over `context` cached keys (the KV values are
-    // whatever the pool holds; the work does not depend on them).
-    std::vector<SequenceSlice> slices;
-    for (int s = 0; s < batch; ++s) slices.push_back({token, options.context, tables[s]});
-    PDS_ASSIGN_OR_RETURN(double step_seconds, time_per_run(backend, options.repeats, [&] {
-                           return model->forward(slices, cache, context, logits);
-                         }));
-    const double bytes = weight_bytes + batch * (options.context + 1.0) * kv_token_bytes;
-    const double memory_seconds = bytes / peaks.bytes_per_second;
-    const double compute_seconds = 2.0 * params * batch / peaks.flops_per_second;
-    const double bound = std::max(memory_seconds, compute_seconds);
-    std::printf("| decode batch %d, context %d | %.0f | %.0f | %.0f%% | %s |\n", batch,
-                options.context, batch / step_seconds, batch / bound, 100.0 * bound / step_seconds,
-                memory_seconds >= compute_seconds ? "HBM" : "GEMM");
-  }
+  // Every sequence decodes position `context` over `context` cached keys (the KV values are
+  // whatever the pool holds; the work does not depend on them).
+  const auto decode_rows = [&](const char* how, const auto& step) -> Status {
+    for (int batch : options.batches) {
+      std::vector<SequenceSlice> slices;
+      for (int s = 0; s < batch; ++s) slices.push_back({token, options.context, tables[s]});
+      PDS_ASSIGN_OR_RETURN(double step_seconds, time_per_run(backend, options.repeats, [&] {
+                             return step(std::span<const SequenceSlice>(slices));
+                           }));
+      const double bytes = weight_bytes + batch * (options.context + 1.0) * kv_token_bytes;
+      const double memory_seconds = bytes / peaks.bytes_per_second;
+      const double compute_seconds = 2.0 * params * batch / peaks.flops_per_second;
+      const double bound = std::max(memory_seconds, compute_seconds);
+      std::printf("| decode batch %d, context %d, %s | %.0f | %.0f | %.0f%% | %s |\n", batch,
+                  options.context, how, batch / step_seconds, batch / bound,
+                  100.0 * bound / step_seconds, memory_seconds >= compute_seconds ? "HBM" : "GEMM");
+    }
+    return {};
+  };
+  PDS_RETURN_IF_ERROR(decode_rows("eager", [&](std::span<const SequenceSlice> slices) {
+    return model->forward(slices, cache, context, logits);
+  }));
+#ifdef PDSERVE_WITH_CUDA
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<DecodeGraphRunner> graphs,
+                       DecodeGraphRunner::create(backend, *model, cache, context, scratch_block));
+  PDS_RETURN_IF_ERROR(decode_rows("CUDA graphs", [&](std::span<const SequenceSlice> slices) {
+    return graphs->forward(slices, logits);
+  }));
+#endif
 
   std::vector<int32_t> prompt(static_cast<size_t>(options.prompt), 42);
   const SequenceSlice prefill{prompt, 0, tables[0]};

@@ -22,7 +22,9 @@ Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(Backend& ba
   }
   std::unique_ptr<DecodeGraphRunner> runner(
       new DecodeGraphRunner(model, cache, context, stream, scratch_block));
-  runner->buckets_ = decode_graph_buckets(context.limits().max_num_seqs);
+  // A padded decode batch has one token per sequence: the context must hold both counts.
+  runner->buckets_ = decode_graph_buckets(
+      std::min(context.limits().max_num_seqs, context.limits().max_num_tokens));
   for (int bucket : runner->buckets_) PDS_RETURN_IF_ERROR(runner->capture(bucket));
   return runner;
 }

@@ -19,9 +19,9 @@ namespace pdserve {
 
 class DecodeGraphRunner {
  public:
-  // Captures every bucket up to the context's max_num_seqs. `scratch_block` must be a KV
-  // block that no sequence is ever given (hold it back from the block manager): padding
-  // sequences write their KV there. The backend must be the CUDA backend; model, cache and
+  // Captures every bucket up to the context's max_num_seqs (and max_num_tokens). `scratch_block`
+  // must be a KV block that no sequence is ever given (hold it back from the block manager):
+  // padding sequences write their KV there. The backend must be the CUDA backend; model, cache and
   // context must outlive the runner and not be used by others while it runs.
   static Result<std::unique_ptr<DecodeGraphRunner>> create(Backend& backend, Qwen3Model& model,
                                                            KvCache& cache, ForwardContext& context,
