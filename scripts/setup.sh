@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
-  python3 python3-torch python3-numpy curl
+  python3 python3-torch python3-numpy python3-matplotlib curl procps
 )
 
 missing=()
