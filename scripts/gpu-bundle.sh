@@ -83,7 +83,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 name=$1
 shift
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The CUDA runtime and cuBLAS are the machine's: its own LD_LIBRARY_PATH, then the usual
+# toolkit folders (the binaries' RUNPATH only names the build machine's).
+cuda_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 2>/dev/null | paste -sd: -)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}${cuda_dirs:+:$cuda_dirs}"
 export UCX_MODULE_DIR="$here/lib/ucx"
 export PDSERVE_SOURCE_DIR="$here/src"
 export PDSERVE_ASSETS_DIR="$here/src/configs/models"
@@ -103,6 +106,9 @@ mkdir -p "$results"
 : > "$results/summary.txt"
 status=0
 nvidia-smi > "$results/nvidia-smi.txt" 2>&1 || true
+# Which libraries the GPU test resolves to, for a failure to start.
+LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$here/bin/cuda_backend_test" \
+  > "$results/ldd-cuda_backend_test.txt" 2>&1 || true
 for test in cuda_backend_test kernels_gpu_plan_test kernels_test; do
   [[ -x "$here/bin/$test" ]] || continue
   "$here/run.sh" "$test" > "$results/$test.log" 2>&1
