@@ -38,6 +38,27 @@ struct AttentionArgs {
   unsigned* error_word;
 };
 
+// Loads 16 bytes at element `offset` of a bf16 or float32 array: 8 or 4 values into `out`.
+__device__ __forceinline__ void load16(const void* base, DType dtype, int64_t offset, float* out) {
+  if (dtype == DType::kBF16) {
+    const uint4 raw =
+        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + offset);
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 pair = __bfloat1622float2(pairs[p]);
+      out[2 * p] = pair.x;
+      out[2 * p + 1] = pair.y;
+    }
+  } else {
+    const float4 raw = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + offset);
+    out[0] = raw.x;
+    out[1] = raw.y;
+    out[2] = raw.z;
+    out[3] = raw.w;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
   const int head_dim = a.cache.head_dim;
@@ -98,12 +119,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
 
   for (int tile_start = key_begin; tile_start < key_end; tile_start += kKeysPerTile) {
     __syncthreads();  // the previous tile is consumed (first time: the Q tile is written)
-    for (int i = threadIdx.x; i < kKeysPerTile * head_dim; i += kThreads) {
-      const int j = i / head_dim;
-      const int d = i % head_dim;
+    // 16-byte loads: 8 bf16 or 4 float elements of one key per thread and step. Offsets are
+    // multiples of 8 elements (head_dim is a multiple of 32) and pools are cudaMalloc-aligned.
+    const int per_load = a.cache.dtype == DType::kBF16 ? 8 : 4;
+    const int loads_per_key = head_dim / per_load;
+    for (int i = threadIdx.x; i < kKeysPerTile * loads_per_key; i += kThreads) {
+      const int j = i / loads_per_key;
+      const int d = (i % loads_per_key) * per_load;
       const int key = tile_start + j;
-      float k_value = 0.0f;
-      float v_value = 0.0f;
+      float k_values[8] = {};
+      float v_values[8] = {};
       if (key < key_end) {
         const int block_index = key / block_size;
         const int block = block_index < a.batch.max_blocks_per_seq ? block_table[block_index] : -1;
@@ -114,12 +139,17 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
               a.layer_offset +
               (static_cast<int64_t>(block) * block_size + key % block_size) * token_elements +
               int64_t{kv_head} * head_dim + d;
-          k_value = load_float(a.cache.k, a.cache.dtype, offset);
-          v_value = load_float(a.cache.v, a.cache.dtype, offset);
+          load16(a.cache.k, a.cache.dtype, offset, k_values);
+          load16(a.cache.v, a.cache.dtype, offset, v_values);
         }
       }
-      k_tile[j * (head_dim + 1) + d] = k_value;
-      v_tile[j * head_dim + d] = v_value;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {  // constant bounds keep the arrays in registers
+        if (e < per_load) {
+          k_tile[j * (head_dim + 1) + d + e] = k_values[e];
+          v_tile[j * head_dim + d + e] = v_values[e];
+        }
+      }
     }
     __syncthreads();
 
