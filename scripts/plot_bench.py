@@ -108,6 +108,7 @@ def read_run(path):
     config = need(data, "config", path, lambda v: isinstance(v, dict), "an object")
     rate = need(config, "request_rate", f"{path}: config", number_or_null, "a number or null")
     slo = need(data, "slo", path, lambda v: isinstance(v, dict), "an object")
+
     def summary(key):
         return need(data, key, path, lambda v: isinstance(v, dict), "an object")
 
