@@ -1,5 +1,6 @@
 #include "decode_node/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iterator>
@@ -82,9 +83,9 @@ struct ApiServer::Generation {
   std::vector<Choice> choices;
   size_t remaining = 0;
   bool over = false;  // answered or failed: later deltas are dropped
-  // A stream's head is written with the first delta, so that a request failing before any
-  // token (e.g. its remote prefill was refused) still gets a plain HTTP error status, which a
-  // router can act on.
+  // A stream's head normally goes out at once (clients see 200 while queued). A remotely
+  // prefilled request's head waits for its first delta, so that a failure before any token
+  // (the prefill node refused, the KV pool is full) is a plain HTTP error the proxy can act on.
   bool started = false;
 
   // Called with the mutex held.
@@ -490,11 +491,13 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   }
   generation->remaining = requests.size();
 
+  const bool remote_prefill = std::ranges::any_of(
+      requests, [](const InferenceRequest& r) { return r.kv_import.has_value(); });
   std::vector<std::string> submitted_before_failure;
   std::optional<ApiError> submit_error;
   {
-    // Held while submitting so that engine_ids is complete when a failing delta looks up its
-    // siblings. Aborts happen
+    // Held while submitting so no delta is handled before the stream head and the role chunks,
+    // and engine_ids is complete when a failing delta looks up its siblings. Aborts happen
     // after it is released, so a service that answers an abort at once cannot deadlock here.
     std::lock_guard lock(generation->mutex);
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -513,6 +516,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       }
       generation->engine_ids.push_back(std::move(engine_id));
     }
+    if (!submit_error && !remote_prefill) generation->start();
   }
   if (submit_error) {
     abort_requests(submitted_before_failure);
