@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/http/api_error_response.h"
 #include "common/protocol/chat_prompt.h"
 #include "common/protocol/openai_error.h"
 #include "common/protocol/openai_request.h"
@@ -24,14 +25,6 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.0
 
 http::HttpResponse json_response(int status, std::string body) {
   return {status, "application/json", {}, std::move(body)};
-}
-
-http::HttpResponse error_response(const ApiError& error) {
-  http::HttpResponse response = json_response(error.http_status, error.body());
-  if (error.retry_after_seconds) {
-    response.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_seconds));
-  }
-  return response;
 }
 
 // Code points in UTF-8 text (bytes that do not continue a sequence), as the protocol layer
@@ -99,7 +92,7 @@ struct ApiServer::Generation {
       channel->write(sse_done());
       channel->end_stream();
     } else {
-      channel->send(error_response(error));
+      channel->send(http::api_error_response(error));
     }
     channel.reset();
   }
@@ -397,7 +390,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
                                   bool chat) {
   const auto reject = [&](const ApiError& error) {
     count_response(error.http_status);
-    channel->send(error_response(error));
+    channel->send(http::api_error_response(error));
   };
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);

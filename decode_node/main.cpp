@@ -9,9 +9,7 @@
 #include <string>
 
 #include "common/chat/chat_template.h"
-#include "common/cluster/cluster_auth.h"
 #include "common/core/cli.h"
-#include "common/core/log.h"
 #include "decode_node/api_server.h"
 #include "decode_node/remote_prefill_hook.h"
 #include "decode_node/serving_node.h"
@@ -31,9 +29,9 @@ Status run(const Options& options) {
   const bool disaggregated = options.kv_transfer || !options.node.proxy_url.empty();
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
                        start_serving_node(options.node, disaggregated));
-  PDS_ASSIGN_OR_RETURN(ChatTemplate chat_template,
-                       ChatTemplate::from_tokenizer_config(node->model.model_dir /
-                                                           "tokenizer_config.json"));
+  PDS_ASSIGN_OR_RETURN(
+      ChatTemplate chat_template,
+      ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
   ApiServer api(*node->engine, node->tokenizer, chat_template);
   if (disaggregated) {
     RemotePrefillPolicy policy;
@@ -44,31 +42,13 @@ Status run(const Options& options) {
   }
   http::Router router;
   api.register_routes(router);
-  Result<std::unique_ptr<http::HttpServer>> server =
-      http::HttpServer::start(http_server_options(options.node), std::move(router));
-  if (!server.ok()) {
-    node->engine->stop();
-    return server.status();
-  }
-  Result<std::unique_ptr<NodeAgent>> agent =
-      join_cluster(options.node, "decode", (*server)->port(), *node);
-  if (!agent.ok()) {
-    (*server)->stop();
-    node->engine->stop();
-    return agent.status();
-  }
-  std::printf("pdserve-decode: serving %s on http://%s:%u (device %s%s)\n",
-              node->engine->model_info().name.c_str(), options.node.host.c_str(),
-              (*server)->port(), options.node.device.c_str(),
-              disaggregated ? ", KV transfer on" : "");
-  std::fflush(stdout);
-
-  const int received = wait_for_shutdown_signal(signals);
-  PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
-  agent->reset();       // leaves the cluster first, so the proxy routes no new work here
-  (*server)->stop();    // closes connections: their requests are aborted
-  node->engine->stop();  // every request still in flight gets its final delta
-  return {};
+  return serve_until_shutdown(
+      options.node, signals, "decode", *node, std::move(router), [&](uint16_t port) {
+        std::printf("pdserve-decode: serving %s on http://%s:%u (device %s%s)\n",
+                    node->engine->model_info().name.c_str(), options.node.host.c_str(), port,
+                    options.node.device.c_str(), disaggregated ? ", KV transfer on" : "");
+        std::fflush(stdout);
+      });
 }
 
 }  // namespace
@@ -76,7 +56,9 @@ Status run(const Options& options) {
 
 int main(int argc, char** argv) {
   pdserve::Options options;
-  CLI::App app{"pdserve-decode: a serving node with the OpenAI HTTP API (colocated, or the decode side of a disaggregated cluster)"};
+  CLI::App app{
+      "pdserve-decode: a serving node with the OpenAI HTTP API (colocated, or the decode side of a "
+      "disaggregated cluster)"};
   pdserve::add_serving_node_options(app, options.node);
   app.add_flag("--kv-transfer", options.kv_transfer,
                "Accept remotely prefilled requests (implied by --proxy)");

@@ -1,7 +1,5 @@
 #include "decode_node/serving_node.h"
 
-#include <pthread.h>
-
 #include <utility>
 
 #include "common/core/log.h"
@@ -10,14 +8,23 @@
 namespace pdserve {
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
-  app.add_option("--model", options.model, "Model folder, or a hub id in the local HF cache")->required();
+  app.add_option("--model", options.model, "Model folder, or a hub id in the local HF cache")
+      ->required();
   app.add_option("--device", options.device, "cpu or cuda")->capture_default_str();
-  app.add_option("--dtype", options.dtype, "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's)");
-  app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")->capture_default_str();
+  app.add_option("--dtype", options.dtype,
+                 "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's)");
+  app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")
+      ->capture_default_str();
   app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
-  app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
-  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger gets 413")->capture_default_str();
+  app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--max-body-bytes", options.max_body_bytes,
+                 "Largest request body; larger gets 413")
+      ->capture_default_str();
   app.add_option("--header-timeout-ms", options.header_timeout_ms,
                  "Deadline for a request's headers (drops slowloris clients)")
       ->capture_default_str()
@@ -25,43 +32,46 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--idle-timeout-ms", options.idle_timeout_ms, "Keep-alive idle deadline")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
-  app.add_option("--served-model-name", options.engine.served_model_name, "Model name in the API (default: the model folder's name)");
-  app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib, "Memory for the paged KV cache")->capture_default_str();
-  app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
-                 "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+  app.add_option("--served-model-name", options.engine.served_model_name,
+                 "Model name in the API (default: the model folder's name)");
+  app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib,
+                 "Memory for the paged KV cache")
       ->capture_default_str();
-  app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")->capture_default_str();
-  app.add_option("--max-num-batched-tokens", options.engine.max_num_batched_tokens, "Token budget of one engine step")->capture_default_str();
-  app.add_option("--max-num-seqs", options.engine.max_num_seqs, "Most sequences running at once")->capture_default_str();
-  app.add_option("--max-waiting", options.engine.max_num_waiting, "Most queued requests; more get 429 with Retry-After")->capture_default_str();
-  app.add_option("--max-model-len", options.engine.max_model_len, "Context length (0: the model's max_position_embeddings)")->capture_default_str();
-  app.add_option("--proxy", options.proxy_url, "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats");
+  app.add_option(
+         "--kv-cache-dtype", options.kv_cache_dtype,
+         "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+      ->capture_default_str();
+  app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", options.engine.max_num_batched_tokens,
+                 "Token budget of one engine step")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", options.engine.max_num_seqs, "Most sequences running at once")
+      ->capture_default_str();
+  app.add_option("--max-waiting", options.engine.max_num_waiting,
+                 "Most queued requests; more get 429 with Retry-After")
+      ->capture_default_str();
+  app.add_option("--max-model-len", options.engine.max_model_len,
+                 "Context length (0: the model's max_position_embeddings)")
+      ->capture_default_str();
+  app.add_option("--proxy", options.proxy_url,
+                 "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats");
   app.add_option("--cluster-token", options.cluster_token,
-                 "Shared secret for internal endpoints (registration, KV); also read from $PDSERVE_CLUSTER_TOKEN")
+                 "Shared secret for internal endpoints (registration, KV); also read from "
+                 "$PDSERVE_CLUSTER_TOKEN")
       ->envname("PDSERVE_CLUSTER_TOKEN");
-  app.add_option("--advertise-host", options.advertise_host, "Address other nodes use to reach this one (default: --host)");
-  app.add_option("--ucx-tls", options.ucx_tls, "UCX transports for KV blocks, e.g. tcp or sm,self (default: UCX's choice)");
-  app.add_option("--kv-transfer-timeout-ms", options.kv_transfer_timeout_ms, "Deadline of one KV transfer")
+  app.add_option("--advertise-host", options.advertise_host,
+                 "Address other nodes use to reach this one (default: --host)");
+  app.add_option("--ucx-tls", options.ucx_tls,
+                 "UCX transports for KV blocks, e.g. tcp or sm,self (default: UCX's choice)");
+  app.add_option("--kv-transfer-timeout-ms", options.kv_transfer_timeout_ms,
+                 "Deadline of one KV transfer")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
-  app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms, "Heartbeats to the proxy")
+  app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms,
+                 "Heartbeats to the proxy")
       ->capture_default_str()
       ->check(CLI::Range(10, 60'000));
-}
-
-sigset_t block_shutdown_signals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
-int wait_for_shutdown_signal(const sigset_t& signals) {
-  int received = 0;
-  sigwait(&signals, &received);
-  return received;
 }
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
@@ -87,7 +97,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
     connector_options.transports = options.ucx_tls;
     connector_options.cluster_token = options.cluster_token;
     connector_options.transfer_timeout = std::chrono::milliseconds(options.kv_transfer_timeout_ms);
-    factory = [&node, connector_options](const KvCache& pool) -> Result<std::unique_ptr<KvConnector>> {
+    factory = [&node,
+               connector_options](const KvCache& pool) -> Result<std::unique_ptr<KvConnector>> {
       PDS_ASSIGN_OR_RETURN(std::unique_ptr<kv_transfer::UcxKvConnector> connector,
                            kv_transfer::make_pool_connector(pool, connector_options));
       node->connector = connector.get();
@@ -100,6 +111,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   return node;
 }
 
+namespace {
+
 http::ServerOptions http_server_options(const ServingNodeOptions& options) {
   http::ServerOptions server;
   server.host = options.host;
@@ -111,6 +124,7 @@ http::ServerOptions http_server_options(const ServingNodeOptions& options) {
   return server;
 }
 
+// The node's load, for heartbeats.
 nlohmann::json node_load(const ServiceStats& stats) {
   return {{"num_running", stats.num_running},
           {"num_waiting", stats.num_waiting},
@@ -120,6 +134,7 @@ nlohmann::json node_load(const ServiceStats& stats) {
           {"generation_tokens_total", stats.generation_tokens_total}};
 }
 
+// Registers the node with options.proxy_url (nothing when it is empty).
 Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
                                                 const std::string& role, uint16_t port,
                                                 const ServingNode& node) {
@@ -136,6 +151,33 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
   agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
   return NodeAgent::start(std::move(agent), [engine] { return node_load(engine->stats()); });
+}
+
+}  // namespace
+
+Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
+                            const std::string& role, ServingNode& node, http::Router router,
+                            const std::function<void(uint16_t port)>& announce) {
+  Result<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::start(http_server_options(options), std::move(router));
+  if (!server.ok()) {
+    node.engine->stop();
+    return server.status();
+  }
+  Result<std::unique_ptr<NodeAgent>> agent = join_cluster(options, role, (*server)->port(), node);
+  if (!agent.ok()) {
+    (*server)->stop();
+    node.engine->stop();
+    return agent.status();
+  }
+  announce((*server)->port());
+
+  const int received = wait_for_shutdown_signal(signals);
+  PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
+  agent->reset();       // leaves the cluster first, so the proxy routes no new work here
+  (*server)->stop();    // closes connections: their requests are aborted
+  node.engine->stop();  // every request still in flight gets its final delta
+  return Status::ok_status();
 }
 
 }  // namespace pdserve

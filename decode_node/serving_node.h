@@ -3,15 +3,14 @@
 // disaggregated node), and joining a proxy's cluster.
 #pragma once
 
-#include <signal.h>
-
+#include <functional>
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "common/cluster/node_agent.h"
+#include "common/core/shutdown_signals.h"
 #include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/model/model_loader.h"
@@ -34,7 +33,7 @@ struct ServingNodeOptions {
   std::string kv_cache_dtype = "auto";
   EngineConfig engine;
   // Disaggregation.
-  std::string proxy_url;       // register with this proxy (and send heartbeats)
+  std::string proxy_url;  // register with this proxy (and send heartbeats)
   std::string cluster_token;
   std::string advertise_host;  // how other nodes reach this one (default: --host)
   std::string ucx_tls;         // UCX transports for KV ("tcp", "sm,self"; empty: UCX decides)
@@ -44,17 +43,13 @@ struct ServingNodeOptions {
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options);
 
-// Blocks SIGINT and SIGTERM in this thread and the threads it starts later (call first).
-sigset_t block_shutdown_signals();
-int wait_for_shutdown_signal(const sigset_t& signals);
-
 struct ServingNode {
   ServingNode(LoadedModel loaded, Tokenizer model_tokenizer)
       : model(std::move(loaded)), tokenizer(std::move(model_tokenizer)) {}
 
   LoadedModel model;
   Tokenizer tokenizer;
-  std::unique_ptr<LlmEngine> engine;              // started
+  std::unique_ptr<LlmEngine> engine;                 // started
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
 };
 
@@ -62,14 +57,11 @@ struct ServingNode {
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer);
 
-http::ServerOptions http_server_options(const ServingNodeOptions& options);
-
-// The node's load, for heartbeats.
-nlohmann::json node_load(const ServiceStats& stats);
-
-// Registers the node with options.proxy_url (nothing when it is empty).
-Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
-                                                const std::string& role, uint16_t port,
-                                                const ServingNode& node);
+// Serves `router` over HTTP, registered with options.proxy_url as `role` when one is given,
+// until SIGINT/SIGTERM (blocked by the caller in `signals`); then leaves the cluster, closes the
+// connections and stops the engine, in that order. `announce` runs once the port is bound.
+Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
+                            const std::string& role, ServingNode& node, http::Router router,
+                            const std::function<void(uint16_t port)>& announce);
 
 }  // namespace pdserve

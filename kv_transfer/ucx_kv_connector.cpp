@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
 
 namespace pdserve::kv_transfer {
@@ -25,10 +26,10 @@ struct Import {
   std::string error_body;     // of a non-200 answer
   std::optional<PrefillEvent> first_token;
   std::optional<PrefillEvent> kv_sent;
-  bool landed = false;     // the completion message arrived
-  bool finished = false;   // ready or failed was reported
+  bool landed = false;    // the completion message arrived
+  bool finished = false;  // ready or failed was reported
   Clock::time_point started;
-  Clock::time_point deadline;                  // for the first token and the KV
+  Clock::time_point deadline;                   // for the first token and the KV
   std::optional<Clock::time_point> release_at;  // after a failure: when the blocks are safe
 };
 
@@ -107,15 +108,12 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     } else {
       result.stats.transfer_blocks = static_cast<int>(import.work.block_ids.size());
     }
-    events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
-                      std::move(result)});
+    events.push_back(
+        {KvEventKind::kImportReady, import.request_id, Status::ok_status(), std::move(result)});
     import.release_at = Clock::now();
   }
 
   void handle_line(Import& import, std::string_view line) {
-    if (import.finished && import.first_token) {
-      // Only kv_sent's figures are still of interest after the import is ready.
-    }
     Result<PrefillEvent> event = parse_prefill_event(line);
     if (!event.ok()) {
       fail(import, event.status().with_context("prefill node " + import.urls[import.url_index]),
@@ -135,8 +133,9 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
         break;
       case PrefillEvent::Kind::kKvFailed:
         // The sender closed its endpoint: nothing more can land.
-        fail(import, unavailable("prefill node " + import.urls[import.url_index] +
-                                 ": the KV transfer failed: " + event->error),
+        fail(import,
+             unavailable("prefill node " + import.urls[import.url_index] +
+                         ": the KV transfer failed: " + event->error),
              /*release_now=*/true);
         break;
       case PrefillEvent::Kind::kError:
@@ -159,7 +158,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     http::ClientRequest request;
     request.method = "POST";
     request.target = "/internal/v1/prefill";
-    request.headers.emplace_back("Authorization", "Bearer " + options.cluster_token);
+    request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
     request.body = prefill_work_to_json(import.work).dump();
     request.timeout = std::chrono::duration_cast<Clock::duration>(import.deadline - Clock::now()) +
                       options.transfer_timeout;
@@ -167,12 +166,12 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     std::weak_ptr<Impl> weak = weak_from_this();
     http::StreamCallbacks callbacks;
     callbacks.on_head = [weak, id](int status, const http::HeaderList&) {
-      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
-          target.http_status = status;
-        });
+      if (auto self = weak.lock())
+        self->with_import(id, [&](Import& target) { target.http_status = status; });
     };
     callbacks.on_body = [weak, id](std::string_view bytes) {
-      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
+      if (auto self = weak.lock())
+        self->with_import(id, [&](Import& target) {
           if (target.http_status != 200) {
             if (target.error_body.size() < 4096) target.error_body.append(bytes);
             return;
@@ -187,9 +186,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
         });
     };
     callbacks.on_done = [weak, id](const Status& outcome) {
-      if (auto self = weak.lock()) self->with_import(id, [&](Import& target) {
-          self->call_ended(target, outcome);
-        });
+      if (auto self = weak.lock())
+        self->with_import(id, [&](Import& target) { self->call_ended(target, outcome); });
     };
     import.call = http->stream(*url, std::move(request), std::move(callbacks));
   }
@@ -201,9 +199,9 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     const bool answered = import.http_status != 0;
     if (import.http_status != 0 && import.http_status != 200) {
       // Refused before any work started: try the next prefill node.
-      const Status refused = unavailable("prefill node " + url + " answered HTTP " +
-                                         std::to_string(import.http_status) + ": " +
-                                         import.error_body.substr(0, 300));
+      const Status refused =
+          unavailable("prefill node " + url + " answered HTTP " +
+                      std::to_string(import.http_status) + ": " + import.error_body.substr(0, 300));
       if (import.url_index + 1 < import.urls.size()) {
         PDS_LOG_WARN(refused.message() + "; trying the next prefill node");
         ++import.url_index;
@@ -254,8 +252,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       auto owner = tag_owners.find(received.request_tag);
       if (owner == tag_owners.end()) {
         PDS_LOG_WARN("KV transfer: a completion message with tag " +
-                        std::to_string(received.request_tag) +
-                        " matches no pending request; ignored");
+                     std::to_string(received.request_tag) + " matches no pending request; ignored");
         return;
       }
       Import& import = imports.at(owner->second);
@@ -268,9 +265,10 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   }
 };
 
-Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(
-    const UcxKvConnectorOptions& options, void* pool_base, std::size_t pool_bytes,
-    const PoolLayout& layout) {
+Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnectorOptions& options,
+                                                               void* pool_base,
+                                                               std::size_t pool_bytes,
+                                                               const PoolLayout& layout) {
   if (layout.element_bytes == 0 || layout.num_blocks < 1 || layout.block.num_layers < 1) {
     return invalid_argument("KV connector: an empty pool layout");
   }
@@ -286,11 +284,10 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(
   Impl* raw = impl.get();
   KvTransferOptions transfer_options;
   transfer_options.transports = options.transports;
-  PDS_ASSIGN_OR_RETURN(impl->service,
-                       KvTransferService::create(transfer_options, pool_base, pool_bytes,
-                                                 [raw](const ReceivedTransfer& received) {
-                                                   raw->on_received(received);
-                                                 }));
+  PDS_ASSIGN_OR_RETURN(
+      impl->service, KvTransferService::create(
+                         transfer_options, pool_base, pool_bytes,
+                         [raw](const ReceivedTransfer& received) { raw->on_received(received); }));
   return std::unique_ptr<UcxKvConnector>(new UcxKvConnector(std::move(impl)));
 }
 
@@ -321,7 +318,8 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
   const int block_size = local.block.block_size;
   const int prompt_blocks = (num_prompt_tokens + block_size - 1) / block_size;
   if (static_cast<int>(block_table.size()) < prompt_blocks) {
-    return internal_error("KV export of '" + request_id + "': the block table is shorter than the prompt");
+    return internal_error("KV export of '" + request_id +
+                          "': the block table is shorter than the prompt");
   }
   if (target.first_block < 0 || target.first_block >= prompt_blocks ||
       static_cast<int>(target.peer_blocks.size()) != prompt_blocks - target.first_block) {
@@ -346,7 +344,8 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
       for (int i = target.first_block; i < prompt_blocks;) {
         int run = 1;
         while (i + run < prompt_blocks &&
-               block_table[static_cast<size_t>(i + run)] == block_table[static_cast<size_t>(i)] + run &&
+               block_table[static_cast<size_t>(i + run)] ==
+                   block_table[static_cast<size_t>(i)] + run &&
                target.peer_blocks[static_cast<size_t>(i + run - target.first_block)] ==
                    target.peer_blocks[static_cast<size_t>(i - target.first_block)] + run) {
           ++run;
@@ -390,7 +389,8 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
     return invalid_argument("KV import of '" + request.id + "': no prefill node");
   }
   if (static_cast<int>(block_table.size()) < prompt_blocks || first_block >= prompt_blocks) {
-    return internal_error("KV import of '" + request.id + "': the block table does not cover the prompt");
+    return internal_error("KV import of '" + request.id +
+                          "': the block table does not cover the prompt");
   }
   std::lock_guard lock(impl_->mutex);
   if (impl_->imports.contains(request.id)) {
@@ -434,12 +434,12 @@ std::vector<KvEvent> UcxKvConnector::poll() {
   for (auto it = impl_->imports.begin(); it != impl_->imports.end();) {
     Import& import = it->second;
     if (!import.finished && now > import.deadline) {
-      impl_->fail(import,
-                  deadline_exceeded("request '" + import.request_id + "': no " +
-                                    (import.first_token ? "KV" : "first token") +
-                                    " from prefill node " + import.urls[import.url_index] +
-                                    " in time"),
-                  /*release_now=*/false);
+      impl_->fail(
+          import,
+          deadline_exceeded("request '" + import.request_id + "': no " +
+                            (import.first_token ? "KV" : "first token") + " from prefill node " +
+                            import.urls[import.url_index] + " in time"),
+          /*release_now=*/false);
     }
     if (import.release_at && now >= *import.release_at && !import.call) {
       impl_->events.push_back(

@@ -6,9 +6,7 @@
 #include <string>
 
 #include "common/core/cli.h"
-#include "common/core/log.h"
 #include "decode_node/serving_node.h"
-#include "kv_transfer/pool_connector.h"
 #include "prefill_node/prefill_server.h"
 
 namespace pdserve {
@@ -21,30 +19,13 @@ Status run(const ServingNodeOptions& options) {
   PrefillServer prefill(*node->engine, node->connector->layout().block, options.cluster_token);
   http::Router router;
   prefill.register_routes(router);
-  Result<std::unique_ptr<http::HttpServer>> server =
-      http::HttpServer::start(http_server_options(options), std::move(router));
-  if (!server.ok()) {
-    node->engine->stop();
-    return server.status();
-  }
-  Result<std::unique_ptr<NodeAgent>> agent =
-      join_cluster(options, "prefill", (*server)->port(), *node);
-  if (!agent.ok()) {
-    (*server)->stop();
-    node->engine->stop();
-    return agent.status();
-  }
-  std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
-              node->engine->model_info().name.c_str(), options.host.c_str(), (*server)->port(),
-              options.device.c_str(), node->connector->layout().block.to_string().c_str());
-  std::fflush(stdout);
-
-  const int received = wait_for_shutdown_signal(signals);
-  PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
-  agent->reset();
-  (*server)->stop();
-  node->engine->stop();
-  return {};
+  return serve_until_shutdown(
+      options, signals, "prefill", *node, std::move(router), [&](uint16_t port) {
+        std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
+                    node->engine->model_info().name.c_str(), options.host.c_str(), port,
+                    options.device.c_str(), node->connector->layout().block.to_string().c_str());
+        std::fflush(stdout);
+      });
 }
 
 }  // namespace

@@ -7,18 +7,11 @@
 #include <utility>
 
 #include "common/cluster/cluster_auth.h"
+#include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
 
 namespace pdserve {
 namespace {
-
-http::HttpResponse error_response(const ApiError& error) {
-  http::HttpResponse response{error.http_status, "application/json", {}, error.body()};
-  if (error.retry_after_seconds) {
-    response.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_seconds));
-  }
-  return response;
-}
 
 double milliseconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -83,18 +76,19 @@ void PrefillServer::register_routes(http::Router& router) {
 void PrefillServer::handle_prefill(const http::HttpRequest& request,
                                    const std::shared_ptr<http::ResponseChannel>& channel) {
   if (!cluster_token_matches(request, cluster_token_)) {
-    channel->send(error_response(unauthorized("prefill work needs the cluster token")));
+    channel->send(http::api_error_response(unauthorized("prefill work needs the cluster token")));
     return;
   }
   Result<PrefillWork> work = parse_prefill_work(request.body);
   if (!work.ok()) {
-    channel->send(error_response(api_error_from_status(work.status())));
+    channel->send(http::api_error_response(api_error_from_status(work.status())));
     return;
   }
   if (!(work->kv_layout == layout_)) {
-    channel->send(error_response(invalid_request(
-        "the decode node's KV blocks are " + work->kv_layout.to_string() + ", this node's are " +
-        layout_.to_string() + ": run both with the same model, --block-size and --kv-cache-dtype")));
+    channel->send(http::api_error_response(
+        invalid_request("the decode node's KV blocks are " + work->kv_layout.to_string() +
+                        ", this node's are " + layout_.to_string() +
+                        ": run both with the same model, --block-size and --kv-cache-dtype")));
     return;
   }
 
@@ -167,7 +161,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   const Status submitted = service_.submit(std::move(engine_request), sink);
   if (!submitted.ok()) {
     exchange->ended = true;
-    channel->send(error_response(api_error_from_status(submitted)));
+    channel->send(http::api_error_response(api_error_from_status(submitted)));
     return;
   }
   metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.").inc();

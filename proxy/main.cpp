@@ -1,9 +1,6 @@
 // pdserve-proxy: the front door of a disaggregated cluster. Serves the OpenAI API, routes each
 // request to a decode node and its prefill to a prefill node, and tracks the nodes that
 // register with it (or are listed with --prefill / --decode).
-#include <pthread.h>
-#include <signal.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +12,7 @@
 
 #include "common/core/cli.h"
 #include "common/core/log.h"
+#include "common/core/shutdown_signals.h"
 #include "common/http/http_server.h"
 #include "proxy/node_registry.h"
 #include "proxy/proxy_server.h"
@@ -36,11 +34,7 @@ struct Options {
 };
 
 Status run(const Options& options) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = block_shutdown_signals();
 
   if (options.cluster_token.empty()) {
     PDS_LOG_WARN("no --cluster-token: anyone who can reach the proxy can register a node");
@@ -49,10 +43,12 @@ Status run(const Options& options) {
   registry_options.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
   NodeRegistry registry(registry_options);
   for (const std::string& url : options.prefill_urls) {
-    PDS_RETURN_IF_ERROR(registry.add_static(NodeRole::kPrefill, url).status().with_context("--prefill"));
+    PDS_RETURN_IF_ERROR(
+        registry.add_static(NodeRole::kPrefill, url).status().with_context("--prefill"));
   }
   for (const std::string& url : options.decode_urls) {
-    PDS_RETURN_IF_ERROR(registry.add_static(NodeRole::kDecode, url).status().with_context("--decode"));
+    PDS_RETURN_IF_ERROR(
+        registry.add_static(NodeRole::kDecode, url).status().with_context("--decode"));
   }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpClient> client,
                        http::HttpClient::create(options.upstream_threads));
@@ -87,8 +83,7 @@ Status run(const Options& options) {
     }
   });
 
-  int received = 0;
-  sigwait(&signals, &received);
+  const int received = wait_for_shutdown_signal(signals);
   PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
   {
     std::lock_guard lock(mutex);
@@ -106,25 +101,37 @@ Status run(const Options& options) {
 
 int main(int argc, char** argv) {
   pdserve::proxy::Options options;
-  CLI::App app{"pdserve-proxy: OpenAI API front end that routes requests by phase across prefill and decode nodes"};
+  CLI::App app{
+      "pdserve-proxy: OpenAI API front end that routes requests by phase across prefill and decode "
+      "nodes"};
   app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
   app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads for clients")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--upstream-threads", options.upstream_threads, "I/O threads for calls to the nodes")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--http-threads", options.http_threads, "HTTP I/O threads for clients")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--upstream-threads", options.upstream_threads,
+                 "I/O threads for calls to the nodes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--prefill", options.prefill_urls, "Static prefill node(s): http://HOST:PORT");
   app.add_option("--decode", options.decode_urls, "Static decode node(s): http://HOST:PORT");
   app.add_option("--cluster-token", options.cluster_token,
-                 "Shared secret that nodes present to register and that the proxy presents to them; also read from $PDSERVE_CLUSTER_TOKEN")
+                 "Shared secret that nodes present to register and that the proxy presents to "
+                 "them; also read from $PDSERVE_CLUSTER_TOKEN")
       ->envname("PDSERVE_CLUSTER_TOKEN");
-  app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms, "Drop a registered node after this long without a heartbeat")
+  app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms,
+                 "Drop a registered node after this long without a heartbeat")
       ->capture_default_str()
       ->check(CLI::Range(50, 3'600'000));
-  app.add_option("--request-timeout-s", options.request_timeout_s, "Deadline of one forwarded request")
+  app.add_option("--request-timeout-s", options.request_timeout_s,
+                 "Deadline of one forwarded request")
       ->capture_default_str()
       ->check(CLI::Range(1, 86'400));
-  app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger gets 413")->capture_default_str();
+  app.add_option("--max-body-bytes", options.max_body_bytes,
+                 "Largest request body; larger gets 413")
+      ->capture_default_str();
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::proxy::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

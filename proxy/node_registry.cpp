@@ -62,8 +62,7 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
   PDS_ASSIGN_OR_RETURN(const NodeRole role, parse_role(body.value("role", Json())));
   const Json url_value = body.value("url", Json());
   if (!url_value.is_string()) return invalid_argument("registration: 'url' must be a string");
-  PDS_ASSIGN_OR_RETURN(http::BaseUrl base,
-                       http::parse_base_url(url_value.get<std::string>()));
+  PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(url_value.get<std::string>()));
   const Json descriptor = body.value("kv_descriptor", Json(""));
   if (!descriptor.is_string()) {
     return invalid_argument("registration: 'kv_descriptor' must be a string");
@@ -196,7 +195,8 @@ void NodeRegistry::end_request(const std::string& decode_id, const std::string& 
   if (Node* node = find(decode_id)) node->in_flight = std::max(0, node->in_flight - 1);
   if (Node* node = find(prefill_id)) {
     node->in_flight = std::max(0, node->in_flight - 1);
-    node->in_flight_prompt_tokens = std::max<int64_t>(0, node->in_flight_prompt_tokens - prompt_tokens);
+    node->in_flight_prompt_tokens =
+        std::max<int64_t>(0, node->in_flight_prompt_tokens - prompt_tokens);
   }
 }
 

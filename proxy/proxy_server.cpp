@@ -7,6 +7,7 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
+#include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
 
 namespace pdserve::proxy {
@@ -15,18 +16,9 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                             0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
-                                             1.0,    2.5,     5.0,    10.0,  20.0,   40.0,
-                                             80.0,   160.0};
-
-http::HttpResponse error_response(const ApiError& error) {
-  http::HttpResponse response{error.http_status, "application/json", {}, error.body()};
-  if (error.retry_after_seconds) {
-    response.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_seconds));
-  }
-  return response;
-}
+const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                             0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5,
+                                             5.0,    10.0,    20.0,   40.0,  80.0,   160.0};
 
 http::HttpResponse json_response(int status, const Json& body) {
   return {status, "application/json", {}, body.dump()};
@@ -55,8 +47,8 @@ struct ProxyServer::Exchange {
   NodeRef decode;
   std::string prefill_id;
   int status = 0;
-  bool retry = false;       // refused before answering: try another decode node
-  bool streaming = false;   // forwarding a stream
+  bool retry = false;      // refused before answering: try another decode node
+  bool streaming = false;  // forwarding a stream
   bool first_byte = false;
   std::string content_type;
   std::string buffered;
@@ -97,41 +89,43 @@ void ProxyServer::register_routes(http::Router& router) {
                registry_.expire(now);
                ch->send(json_response(200, registry_.to_json(now)));
              });
-  router.add("POST", "/cluster/nodes",
-             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-               if (!cluster_token_matches(request, options_.cluster_token)) {
-                 PDS_LOG_WARN("registration without the cluster token refused");
-                 ch->send(error_response(unauthorized("registration needs the cluster token")));
-                 return;
-               }
-               const Json body = Json::parse(request.body, nullptr, false);
-               Result<std::string> id = registry_.register_node(body, Clock::now());
-               if (!id.ok()) {
-                 PDS_LOG_WARN("registration refused: " + id.status().message());
-                 ApiError error = api_error_from_status(id.status());
-                 if (id.status().code() == StatusCode::kFailedPrecondition) error.http_status = 409;
-                 ch->send(error_response(error));
-                 return;
-               }
-               PDS_LOG_INFO("node " + *id + " registered: " + body.dump());
-               ch->send(json_response(200, Json{{"id", *id}}));
-             });
+  router.add(
+      "POST", "/cluster/nodes",
+      [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+        if (!cluster_token_matches(request, options_.cluster_token)) {
+          PDS_LOG_WARN("registration without the cluster token refused");
+          ch->send(http::api_error_response(unauthorized("registration needs the cluster token")));
+          return;
+        }
+        const Json body = Json::parse(request.body, nullptr, false);
+        Result<std::string> id = registry_.register_node(body, Clock::now());
+        if (!id.ok()) {
+          PDS_LOG_WARN("registration refused: " + id.status().message());
+          ApiError error = api_error_from_status(id.status());
+          if (id.status().code() == StatusCode::kFailedPrecondition) error.http_status = 409;
+          ch->send(http::api_error_response(error));
+          return;
+        }
+        PDS_LOG_INFO("node " + *id + " registered: " + body.dump());
+        ch->send(json_response(200, Json{{"id", *id}}));
+      });
   for (const char* method : {"POST", "DELETE"}) {
-    router.add_prefix(method, "/cluster/nodes/",
-                      [this](const http::HttpRequest& request,
-                             std::shared_ptr<http::ResponseChannel> ch) {
-                        handle_node_call(request, ch);
-                      });
+    router.add_prefix(
+        method, "/cluster/nodes/",
+        [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+          handle_node_call(request, ch);
+        });
   }
 }
 
 void ProxyServer::handle_node_call(const http::HttpRequest& request,
                                    const std::shared_ptr<http::ResponseChannel>& channel) {
   if (!cluster_token_matches(request, options_.cluster_token)) {
-    channel->send(error_response(unauthorized("cluster calls need the cluster token")));
+    channel->send(http::api_error_response(unauthorized("cluster calls need the cluster token")));
     return;
   }
-  std::string_view rest = std::string_view(request.path).substr(std::string_view("/cluster/nodes/").size());
+  std::string_view rest =
+      std::string_view(request.path).substr(std::string_view("/cluster/nodes/").size());
   const size_t slash = rest.find('/');
   const std::string id(rest.substr(0, slash));
   const std::string_view action =
@@ -148,11 +142,11 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
     status = registry_.drain(id);
     if (status.ok()) PDS_LOG_INFO("node " + id + " is draining");
   } else {
-    channel->send(error_response(route_not_found(request.method, request.path)));
+    channel->send(http::api_error_response(route_not_found(request.method, request.path)));
     return;
   }
   if (!status.ok()) {
-    channel->send(error_response(api_error_from_status(status)));
+    channel->send(http::api_error_response(api_error_from_status(status)));
     return;
   }
   channel->send(json_response(200, Json{{"id", id}, {"ok", true}}));
@@ -161,21 +155,20 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
 void ProxyServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
   std::optional<NodeRef> decode = registry_.pick_decode({}, Clock::now());
   if (!decode) {
-    channel->send(error_response(service_unavailable("no decode node is available", 1)));
+    channel->send(http::api_error_response(service_unavailable("no decode node is available", 1)));
     return;
   }
   http::ClientRequest request;
   request.method = "GET";
   request.target = "/v1/models";
   request.timeout = std::chrono::seconds(10);
-  client_.fetch(decode->base, std::move(request),
-                [channel](Result<http::ClientResponse> response) {
-                  if (!response.ok()) {
-                    channel->send(error_response(service_unavailable(response.status().message(), 1)));
-                    return;
-                  }
-                  channel->send({response->status, "application/json", {}, std::move(response->body)});
-                });
+  client_.fetch(decode->base, std::move(request), [channel](Result<http::ClientResponse> response) {
+    if (!response.ok()) {
+      channel->send(http::api_error_response(service_unavailable(response.status().message(), 1)));
+      return;
+    }
+    channel->send({response->status, "application/json", {}, std::move(response->body)});
+  });
 }
 
 void ProxyServer::handle_generation(const http::HttpRequest& request,
@@ -211,13 +204,12 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                       : std::nullopt;
   if (!decode) {
     exchange->over = true;
-    const std::string message =
-        exchange->tried.empty()
-            ? "no decode node is available"
-            : "no decode node could take the request (tried " +
-                  std::to_string(exchange->tried.size()) + ")";
+    const std::string message = exchange->tried.empty()
+                                    ? "no decode node is available"
+                                    : "no decode node could take the request (tried " +
+                                          std::to_string(exchange->tried.size()) + ")";
     count_response(503);
-    exchange->channel->send(error_response(service_unavailable(message, 1)));
+    exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
     return;
   }
   ++exchange->attempts;
@@ -242,8 +234,9 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
     upstream.headers.emplace_back("X-Pdserve-Prefill", std::move(urls));
   }
-  metrics_.histogram("pdserve:proxy_routing_seconds", "Arrival to the upstream request.",
-                     kLatencyBuckets)
+  metrics_
+      .histogram("pdserve:proxy_routing_seconds", "Arrival to the upstream request.",
+                 kLatencyBuckets)
       .observe(seconds_since(exchange->arrival));
 
   // The callbacks own the exchange until the call ends (on_done drops the call).
@@ -253,13 +246,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   callbacks.on_head = [this, ex = strong, can_retry](int status, const http::HeaderList& headers) {
     std::lock_guard guard(ex->mutex);
     ex->status = status;
-    for (const auto& [name, value] : headers) {
-      if (name.size() == 12 && (name[0] == 'C' || name[0] == 'c') &&
-          std::equal(name.begin() + 1, name.end(), std::string_view("ontent-Type").begin(),
-                     [](char a, char b) { return std::tolower(a) == std::tolower(b); })) {
-        ex->content_type = value;
-      }
-    }
+    ex->content_type = std::string(http::find_header(headers, "Content-Type").value_or(""));
     if ((status == 429 || status == 503) && can_retry) {
       ex->retry = true;
       return;
@@ -319,13 +306,14 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
           ex->channel->end_stream();
         } else {
           count_response(503);
-          ex->channel->send(error_response(error));
+          ex->channel->send(http::api_error_response(error));
         }
       } else {
         ex->over = true;
         count_response(ex->status);
-        metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
-                           "Arrival to the end of the response.", kLatencyBuckets)
+        metrics_
+            .histogram("pdserve:proxy_e2e_request_latency_seconds",
+                       "Arrival to the end of the response.", kLatencyBuckets)
             .observe(seconds_since(ex->arrival));
         if (ex->streaming) {
           ex->channel->end_stream();

@@ -171,29 +171,8 @@ std::string check_counts(const RequestOutcome& outcome, const BenchRequest& requ
 }  // namespace
 
 Result<Endpoint> parse_base_url(const std::string& url) {
-  constexpr std::string_view kScheme = "http://";
-  if (!std::string_view(url).starts_with(kScheme)) {
-    return invalid_argument("--base-url must start with http:// (got '" + url + "')");
-  }
-  std::string_view rest = std::string_view(url).substr(kScheme.size());
-  while (rest.ends_with('/')) rest.remove_suffix(1);
-  if (rest.find('/') != std::string_view::npos) {
-    return invalid_argument("--base-url takes no path, only http://HOST[:PORT] (got '" + url +
-                            "')");
-  }
-  Endpoint endpoint;
-  const size_t colon = rest.rfind(':');
-  endpoint.host = std::string(rest.substr(0, colon));
-  if (colon != std::string_view::npos) {
-    const std::string_view port = rest.substr(colon + 1);
-    const bool digits = !port.empty() && port.size() <= 5 &&
-                        port.find_first_not_of("0123456789") == std::string_view::npos;
-    if (!digits || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
-      return invalid_argument("--base-url has an invalid port '" + std::string(port) + "'");
-    }
-    endpoint.port = std::string(port);
-  }
-  if (endpoint.host.empty()) return invalid_argument("--base-url has no host (got '" + url + "')");
+  Result<Endpoint> endpoint = pdserve::http::parse_base_url(url);
+  if (!endpoint.ok()) return endpoint.status().with_context("--base-url");
   return endpoint;
 }
 

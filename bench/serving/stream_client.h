@@ -14,15 +14,14 @@
 
 #include "bench/serving/workload.h"
 #include "common/core/status.h"
+#include "common/http/http_client.h"
 
 namespace pdserve::bench {
 
 // http://HOST[:PORT]; the API routes are appended to it.
-struct Endpoint {
-  std::string host;
-  std::string port = "80";
-};
+using Endpoint = http::BaseUrl;
 
+// http::parse_base_url, its errors naming --base-url.
 Result<Endpoint> parse_base_url(const std::string& url);
 
 struct RequestOutcome {

@@ -9,7 +9,7 @@
 #include <boost/beast/http/read.hpp>
 
 #include "common/core/log.h"
-#include "common/protocol/openai_error.h"
+#include "common/http/api_error_response.h"
 
 namespace pdserve::http::detail {
 namespace asio = boost::asio;
@@ -27,16 +27,6 @@ constexpr size_t kMaxBufferedWhileBusy = size_t{64} << 10;
 // client reads the response before the close (a close with unread data sends a reset).
 constexpr std::chrono::milliseconds kLingerTimeout{1'000};
 constexpr size_t kMaxLingerBytes = size_t{256} << 10;
-
-HttpResponse api_error_response(const ApiError& error) {
-  HttpResponse response;
-  response.status = error.http_status;
-  response.body = error.body();
-  if (error.retry_after_seconds) {
-    response.headers.emplace_back("Retry-After", std::to_string(*error.retry_after_seconds));
-  }
-  return response;
-}
 
 // The ResponseChannel handed to a handler: posts everything to the connection's strand.
 class ChannelImpl final : public ResponseChannel {

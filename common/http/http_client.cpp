@@ -31,17 +31,6 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // One call: its connection (on a strand, so cancel() from any thread is safe) and callbacks.
 class Call : public ClientCall, public std::enable_shared_from_this<Call> {
  public:
@@ -52,9 +41,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
         request_(std::move(request)),
         callbacks_(std::move(callbacks)) {}
 
-  void start() {
-    asio::co_spawn(strand_, run(shared_from_this()), asio::detached);
-  }
+  void start() { asio::co_spawn(strand_, run(shared_from_this()), asio::detached); }
 
   void cancel() override {
     asio::post(strand_, [self = shared_from_this()] {
@@ -66,9 +53,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
   }
 
  private:
-  std::string where() const {
-    return request_.method + " " + url_.to_string() + request_.target;
-  }
+  std::string where() const { return request_.method + " " + url_.to_string() + request_.target; }
 
   Status failure(const beast::error_code& ec, std::string_view stage) const {
     if (cancelled_) return cancelled(where() + ": cancelled");
@@ -84,16 +69,14 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     if (callbacks_.on_done) callbacks_.on_done(outcome);
   }
 
-  static asio::awaitable<void> run(std::shared_ptr<Call> self) {
-    co_await self->exchange();
-  }
+  static asio::awaitable<void> run(std::shared_ptr<Call> self) { co_await self->exchange(); }
 
   asio::awaitable<void> exchange() {
     beast::error_code ec;
     stream_.expires_after(request_.timeout);
     tcp::resolver resolver(strand_);
-    auto endpoints = co_await resolver.async_resolve(
-        url_.host, url_.port, asio::redirect_error(asio::use_awaitable, ec));
+    auto endpoints = co_await resolver.async_resolve(url_.host, url_.port,
+                                                     asio::redirect_error(asio::use_awaitable, ec));
     if (ec || cancelled_) co_return done(failure(ec, "resolve"));
     co_await stream_.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec || cancelled_) co_return done(failure(ec, "connect"));
@@ -155,10 +138,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
 }  // namespace
 
 std::optional<std::string_view> ClientResponse::header(std::string_view name) const {
-  for (const auto& [key, value] : headers) {
-    if (iequals(key, name)) return value;
-  }
-  return std::nullopt;
+  return find_header(headers, name);
 }
 
 Result<BaseUrl> parse_base_url(std::string_view url) {
@@ -180,8 +160,8 @@ Result<BaseUrl> parse_base_url(std::string_view url) {
     const bool digits = !port.empty() && port.size() <= 5 &&
                         port.find_first_not_of("0123456789") == std::string_view::npos;
     if (!digits || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
-      return invalid_argument("the URL " + quoted + " has an invalid port '" +
-                              std::string(port) + "'");
+      return invalid_argument("the URL " + quoted + " has an invalid port '" + std::string(port) +
+                              "'");
     }
     base.port = std::string(port);
   }

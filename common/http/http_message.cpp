@@ -25,13 +25,17 @@ void append_status_line(std::string& out, int status) {
 
 }  // namespace
 
-std::optional<std::string_view> HttpRequest::header(std::string_view name) const {
+std::optional<std::string_view> find_header(const HeaderList& headers, std::string_view name) {
   for (const auto& [key, value] : headers) {
     if (key.size() == name.size() && strncasecmp(key.data(), name.data(), key.size()) == 0) {
       return value;
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::string_view> HttpRequest::header(std::string_view name) const {
+  return find_header(headers, name);
 }
 
 std::string_view reason_phrase(int status) {

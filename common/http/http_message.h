@@ -12,6 +12,9 @@ namespace pdserve::http {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
+// The first header with this name (case-insensitive).
+std::optional<std::string_view> find_header(const HeaderList& headers, std::string_view name);
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // as sent: path and query
