@@ -18,6 +18,8 @@ struct KvTransferReport {
   uint64_t bytes = 0;
   int blocks = 0;
   double seconds = 0;  // from the start of the puts to the receiver's acknowledgement
+  int layers = 0;             // layers sent
+  int layers_overlapped = 0;  // of them, sent while the prefill's forward was still running
 };
 
 // Where a prefilled request's KV goes (set by the prefill node's front end).
