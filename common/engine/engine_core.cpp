@@ -1,7 +1,7 @@
 #include "common/engine/engine_core.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <random>
 #include <string>
@@ -34,8 +34,7 @@ EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_s
 }
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
-                                                       ModelExecutor& executor,
-                                                       Tokenizer tokenizer,
+                                                       ModelExecutor& executor, Tokenizer tokenizer,
                                                        KvConnector* connector) {
   if (executor.vocab_size() != config.vocab_size) {
     return invalid_argument(
@@ -116,8 +115,7 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   return Status::ok_status();
 }
 
-Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng,
-                                DeltaSink& sink) {
+Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink) {
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_imported_request(request.prompt_tokens, request.sampling));
   const Sequence& seq = *scheduler_.find(seq_id);
@@ -125,8 +123,8 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
   PDS_CHECK(pinned.ok(), pinned.to_string());
   const std::vector<int32_t> table(scheduler_.block_manager().block_table(seq_id).begin(),
                                    scheduler_.block_manager().block_table(seq_id).end());
-  const Status started =
-      capture_status([&] { return connector_->start_import(request, table, seq.num_computed_tokens()); });
+  const Status started = capture_status(
+      [&] { return connector_->start_import(request, table, seq.num_computed_tokens()); });
   if (!started.ok()) {
     const Status aborted = scheduler_.abort(seq_id);
     PDS_CHECK(aborted.ok(), aborted.to_string());
@@ -195,7 +193,8 @@ void EngineCore::import_ready(const std::string& request_id, RemotePrefillResult
   state.timings.first_scheduled = time;
   state.timings.kv_ready = time;
   result.stats.local_cached_tokens = state.cached_prompt_tokens;
-  state.cached_prompt_tokens = std::max(state.cached_prompt_tokens, result.stats.remote_cached_tokens);
+  state.cached_prompt_tokens =
+      std::max(state.cached_prompt_tokens, result.stats.remote_cached_tokens);
   state.remote_prefill = result.stats;
   prompt_tokens_total_ += state.prompt_tokens;
   if (result.first_logprobs) state.step_logprobs = std::move(result.first_logprobs);
@@ -215,8 +214,7 @@ void EngineCore::start_exports(const ScheduledBatch& batch,
                                std::vector<std::pair<SeqId, Status>>& failures) {
   for (const ScheduledSequence& entry : batch.entries) {
     const Sequence& seq = *entry.sequence;
-    if (!entry.samples || seq.status() == SequenceStatus::kAborted ||
-        seq.num_output_tokens() > 0) {
+    if (!entry.samples || seq.status() == SequenceStatus::kAborted || seq.num_output_tokens() > 0) {
       continue;
     }
     RequestState& state = requests_.at(seq.id());
@@ -232,7 +230,8 @@ void EngineCore::start_exports(const ScheduledBatch& batch,
       continue;
     }
     unpin(seq.id());
-    failures.emplace_back(seq.id(), started.with_context("sending the KV of request '" + state.id + "'"));
+    failures.emplace_back(seq.id(),
+                          started.with_context("sending the KV of request '" + state.id + "'"));
     const Status aborted = scheduler_.abort(seq.id());
     PDS_CHECK(aborted.ok(), aborted.to_string());
   }
@@ -269,11 +268,13 @@ bool EngineCore::step() {
 
   const size_t vocab = static_cast<size_t>(executor_.vocab_size());
   logits_.resize(static_cast<size_t>(batch.num_samples) * vocab);
+  const SteadyTime forward_start = now();
   const Status executed = capture_status([&] { return executor_.execute(batch, logits_); });
   if (!executed.ok()) {
     fail_batch(batch, executed);
     return true;
   }
+  note_prefill_chunks(batch, forward_start, now());
 
   std::vector<std::pair<SeqId, Status>> failures;
   const std::vector<int32_t> tokens = sample_batch(batch, failures);
@@ -294,6 +295,19 @@ void EngineCore::note_scheduled(const ScheduledBatch& batch) {
     state.timings.first_scheduled = time;
     state.cached_prompt_tokens = entry.num_cached_before;
     prompt_tokens_total_ += state.prompt_tokens;
+  }
+}
+
+void EngineCore::note_prefill_chunks(const ScheduledBatch& batch, SteadyTime start,
+                                     SteadyTime end) {
+  int batch_tokens = 0;
+  for (const ScheduledSequence& entry : batch.entries) batch_tokens += entry.num_new_tokens;
+  for (const ScheduledSequence& entry : batch.entries) {
+    const int prompt_left = entry.sequence->num_prompt_tokens() - entry.num_cached_before;
+    if (prompt_left <= 0) continue;
+    requests_.at(entry.sequence->id())
+        .timings.prefill_chunks.push_back(
+            {start, end, std::min(prompt_left, entry.num_new_tokens), batch_tokens});
   }
 }
 

@@ -98,11 +98,12 @@ class EngineCore {
   void import_failed(const std::string& request_id, const Status& status);
   // Pins and hands over the prompt KV of the batch's sampled requests that export it; a
   // request whose export cannot start is aborted and recorded in `failures`.
-  void start_exports(const ScheduledBatch& batch,
-                     std::vector<std::pair<SeqId, Status>>& failures);
+  void start_exports(const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures);
   void unpin(const SeqId seq_id);
 
   void note_scheduled(const ScheduledBatch& batch);
+  // Records the forward step in the timings of every request whose prompt it computed.
+  void note_prefill_chunks(const ScheduledBatch& batch, SteadyTime start, SteadyTime end);
   // Samples every sampling entry; a request whose sampling fails is aborted in the scheduler
   // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
   std::vector<int32_t> sample_batch(const ScheduledBatch& batch,

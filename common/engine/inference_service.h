@@ -33,7 +33,7 @@ struct InferenceRequest {
   SamplingParams sampling;             // resolved: max_tokens is final
   std::vector<std::string> stop;       // stop strings (matched on detokenized text)
   bool include_stop_str_in_output = false;
-  bool skip_special_tokens = true;     // for the detokenized text
+  bool skip_special_tokens = true;  // for the detokenized text
   SteadyTime arrival = std::chrono::steady_clock::now();
   // Disaggregation (see kv_connector.h); an engine without a connector refuses both.
   std::optional<KvExportTarget> kv_export;  // prefill node: send the prompt's KV there
@@ -47,26 +47,35 @@ struct SampledTokenLogprobs {
 };
 
 // Per-request timestamps (steady clock) for latency accounting.
+// One forward step that computed some of a request's prompt tokens (chunked prefill).
+struct PrefillChunkTiming {
+  SteadyTime start{};
+  SteadyTime end{};
+  int prompt_tokens = 0;  // this request's prompt tokens computed in the step
+  int batch_tokens = 0;   // all tokens of the step (other requests' too)
+};
+
 struct RequestTimings {
   SteadyTime arrival{};
   std::optional<SteadyTime> first_scheduled;  // left the waiting queue
   std::optional<SteadyTime> first_token;
   std::optional<SteadyTime> kv_ready;  // imported requests: the remote KV has landed
   std::optional<SteadyTime> finished;
+  std::vector<PrefillChunkTiming> prefill_chunks;  // prompt computed here (not the cached part)
 };
 
 struct SequenceDelta {
   std::string request_id;
-  std::vector<int32_t> token_ids;            // tokens new since the previous delta
-  std::string text;                          // their text: complete UTF-8, stop strings applied
+  std::vector<int32_t> token_ids;              // tokens new since the previous delta
+  std::string text;                            // their text: complete UTF-8, stop strings applied
   std::vector<SampledTokenLogprobs> logprobs;  // one per new token when logprobs were requested
-  bool finished = false;                     // the final delta
+  bool finished = false;                       // the final delta
   FinishReason finish_reason = FinishReason::kNone;
-  std::string matched_stop;                  // the stop string that ended it, if any
-  Status error;                              // non-OK on a final delta: the request failed
+  std::string matched_stop;  // the stop string that ended it, if any
+  Status error;              // non-OK on a final delta: the request failed
   int prompt_tokens = 0;
-  int completion_tokens = 0;                 // so far
-  int cached_prompt_tokens = 0;              // prompt tokens served from the prefix cache
+  int completion_tokens = 0;     // so far
+  int cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   RequestTimings timings;
   std::optional<RemotePrefillStats> remote_prefill;  // imported requests
   // Exported requests: the sampler's state after this delta's tokens, so the decode node
@@ -91,7 +100,7 @@ struct ServiceStats {
 };
 
 struct ModelInfo {
-  std::string name;               // the served model name (/v1/models)
+  std::string name;  // the served model name (/v1/models)
   int max_model_len = 0;
   int vocab_size = 0;
   std::vector<int32_t> eos_token_ids;

@@ -498,5 +498,41 @@ TEST_F(EngineCoreTest, AThrowingSinkDoesNotStopTheEngine) {
   expect_clean_end();
 }
 
+// Each forward step that computed prompt tokens is recorded once per request: the chunks add up
+// to the prompt, come in order between the first schedule and the first token, and name the
+// step's whole token count.
+TEST_F(EngineCoreTest, PrefillChunksCoverThePromptInOrder) {
+  const std::vector<int32_t> script = encode(kFoxText);
+  SchedulerConfig config = default_config();
+  config.max_num_batched_tokens = 8;
+  executor_.set_script(9300, script);
+  executor_.set_script(9301, script);
+  make_core(config);
+  add(request("long", 9300, 3, 21));
+  add(request("short", 9301, 3, 2));
+  run_to_completion();
+  expect_clean_end();
+  for (const auto& [id, prompt] : {std::pair<std::string, int>{"long", 21}, {"short", 2}}) {
+    SCOPED_TRACE(id);
+    const RequestTimings& timings = streams_[id].last().timings;
+    ASSERT_FALSE(timings.prefill_chunks.empty());
+    int tokens = 0;
+    SteadyTime previous_end = *timings.first_scheduled;
+    for (const PrefillChunkTiming& chunk : timings.prefill_chunks) {
+      EXPECT_GT(chunk.prompt_tokens, 0);
+      EXPECT_LE(chunk.prompt_tokens, chunk.batch_tokens);
+      EXPECT_LE(chunk.batch_tokens, config.max_num_batched_tokens);
+      EXPECT_LE(previous_end, chunk.start);
+      EXPECT_LE(chunk.start, chunk.end);
+      previous_end = chunk.end;
+      tokens += chunk.prompt_tokens;
+    }
+    EXPECT_EQ(tokens, prompt);
+    EXPECT_LE(previous_end, *timings.first_token);
+  }
+  // 21 tokens in chunks of at most 8: at least three steps.
+  EXPECT_GE(streams_["long"].last().timings.prefill_chunks.size(), 3u);
+}
+
 }  // namespace
 }  // namespace pdserve
