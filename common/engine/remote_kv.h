@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/core/status.h"
@@ -17,15 +18,15 @@ struct KvTransferReport {
   Status status;
   uint64_t bytes = 0;
   int blocks = 0;
-  double seconds = 0;  // from the start of the puts to the receiver's acknowledgement
+  double seconds = 0;         // from the start of the puts to the receiver's acknowledgement
   int layers = 0;             // layers sent
   int layers_overlapped = 0;  // of them, sent while the prefill's forward was still running
 };
 
 // Where a prefilled request's KV goes (set by the prefill node's front end).
 struct KvExportTarget {
-  std::string peer_descriptor;      // the receiver's transfer descriptor (opaque bytes)
-  int peer_num_blocks = 0;          // the receiver pool's size in blocks (its layout)
+  std::string peer_descriptor;       // the receiver's transfer descriptor (opaque bytes)
+  int peer_num_blocks = 0;           // the receiver pool's size in blocks (its layout)
   std::vector<int32_t> peer_blocks;  // receiver block ids for prompt blocks first_block..
   int first_block = 0;               // prompt blocks before it are already on the receiver
   uint64_t transfer_tag = 0;         // the receiver's name for this transfer
@@ -34,7 +35,18 @@ struct KvExportTarget {
   std::function<void(const KvTransferReport&)> on_finished;
 };
 
-// How an imported request's remote prefill went, for latency accounting.
+// One span of a node's work for the per-request timeline (docs: timeline_spec.md), in ms after
+// that node's receipt of the request; args are numeric.
+struct TimelineSpan {
+  std::string name;
+  double start_ms = 0;
+  double end_ms = 0;
+  std::vector<std::pair<std::string, double>> args;
+
+  bool operator==(const TimelineSpan&) const = default;
+};
+
+// How an imported request's remote prefill went, for latency accounting and its timeline.
 struct RemotePrefillStats {
   std::string prefill_url;
   int remote_cached_tokens = 0;  // prompt tokens the prefill node took from its prefix cache
@@ -44,6 +56,15 @@ struct RemotePrefillStats {
   uint64_t transfer_bytes = 0;
   int transfer_blocks = 0;
   double transfer_seconds = 0;
+  int transfer_layers = 0;
+  int transfer_layers_overlapped = 0;
+  // The exchange on this node's clock, for the clock alignment: the work was POSTed, the
+  // answer's head arrived, the first_token event arrived.
+  std::chrono::steady_clock::time_point work_posted{};
+  std::chrono::steady_clock::time_point head_received{};
+  std::chrono::steady_clock::time_point first_token_received{};
+  double head_sent_ms = 0;          // the prefill node sent its head, ms after its receipt
+  std::vector<TimelineSpan> spans;  // the prefill node's, ms after its receipt of the work
 };
 
 // Where an imported request's prompt is prefilled (set by the decode node's front end).
@@ -51,6 +72,7 @@ struct KvImportSource {
   std::vector<std::string> prefill_urls;  // tried in order
   // For the first token (prefill queue + compute); the KV then has its transfer timeout.
   std::chrono::milliseconds prefill_timeout{120'000};
+  std::string traceparent;  // W3C, sent with the work (the decode node's child span)
 };
 
 }  // namespace pdserve

@@ -1,5 +1,6 @@
 #include "common/protocol/prefill_protocol.h"
 
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -24,13 +25,13 @@ class FieldReader {
       if (!it->is_boolean()) return fail_type(name, "a boolean", fallback);
     } else if constexpr (std::is_integral_v<T>) {
       if (!it->is_number_integer()) return fail_type(name, "an integer", fallback);
-      if (it->is_number_unsigned() ? it->template get<uint64_t>() >
-                                         static_cast<uint64_t>(std::numeric_limits<T>::max())
-                                   : (it->template get<int64_t>() <
-                                          static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-                                      (std::is_signed_v<T> &&
-                                       it->template get<int64_t>() >
-                                           static_cast<int64_t>(std::numeric_limits<T>::max())))) {
+      if (it->is_number_unsigned()
+              ? it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : (it->template get<int64_t>() <
+                     static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+                 (std::is_signed_v<T> &&
+                  it->template get<int64_t>() >
+                      static_cast<int64_t>(std::numeric_limits<T>::max())))) {
         return fail_type(name, "an integer in range", fallback);
       }
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -125,6 +126,55 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
   return params;
 }
 
+Json spans_to_json(const std::vector<TimelineSpan>& spans) {
+  Json out = Json::array();
+  for (const TimelineSpan& span : spans) {
+    Json args = Json::object();
+    for (const auto& [key, value] : span.args) args[key] = value;
+    out.push_back(Json{{"name", span.name},
+                       {"start_ms", span.start_ms},
+                       {"end_ms", span.end_ms},
+                       {"args", std::move(args)}});
+  }
+  return out;
+}
+
+Result<std::vector<TimelineSpan>> spans_from_json(const Json& event) {
+  const auto it = event.find("spans");
+  if (it == event.end() || !it->is_array()) {
+    return invalid_argument("prefill event: 'spans' must be an array");
+  }
+  std::vector<TimelineSpan> spans;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& entry = (*it)[i];
+    const std::string where = "prefill event: spans[" + std::to_string(i) + "]";
+    if (!entry.is_object()) return invalid_argument(where + " is not an object");
+    FieldReader reader(entry, where);
+    TimelineSpan span;
+    span.name = reader.get<std::string>("name", "");
+    span.start_ms = reader.get<double>("start_ms", 0);
+    span.end_ms = reader.get<double>("end_ms", 0);
+    PDS_RETURN_IF_ERROR(reader.status());
+    if (span.name.empty()) return invalid_argument(where + ": 'name' is empty");
+    if (!std::isfinite(span.start_ms) || !std::isfinite(span.end_ms) || span.start_ms < 0 ||
+        span.end_ms < span.start_ms) {
+      return invalid_argument(where + " ('" + span.name + "'): needs 0 <= start_ms <= end_ms");
+    }
+    const auto args = entry.find("args");
+    if (args != entry.end()) {
+      if (!args->is_object()) return invalid_argument(where + ": 'args' must be an object");
+      for (const auto& [key, value] : args->items()) {
+        if (!value.is_number()) {
+          return invalid_argument(where + ": args." + key + " must be a number");
+        }
+        span.args.emplace_back(key, value.get<double>());
+      }
+    }
+    spans.push_back(std::move(span));
+  }
+  return spans;
+}
+
 const char* event_name(PrefillEvent::Kind kind) {
   switch (kind) {
     case PrefillEvent::Kind::kFirstToken:
@@ -142,9 +192,8 @@ const char* event_name(PrefillEvent::Kind kind) {
 }  // namespace
 
 std::string KvBlockLayout::to_string() const {
-  return std::to_string(num_layers) + " layers x " + std::to_string(block_size) +
-         " tokens x " + std::to_string(num_kv_heads) + " kv heads x " + std::to_string(head_dim) +
-         " " + dtype;
+  return std::to_string(num_layers) + " layers x " + std::to_string(block_size) + " tokens x " +
+         std::to_string(num_kv_heads) + " kv heads x " + std::to_string(head_dim) + " " + dtype;
 }
 
 Json prefill_work_to_json(const PrefillWork& work) {
@@ -248,12 +297,17 @@ std::string prefill_event_line(const PrefillEvent& event) {
       json["cached_tokens"] = event.cached_tokens;
       json["queue_ms"] = event.queue_ms;
       json["compute_ms"] = event.compute_ms;
+      json["head_sent_ms"] = event.head_sent_ms;
+      json["spans"] = spans_to_json(event.spans);
       break;
     }
     case PrefillEvent::Kind::kKvSent:
       json["bytes"] = event.bytes;
       json["blocks"] = event.blocks;
       json["transfer_ms"] = event.transfer_ms;
+      json["layers"] = event.layers;
+      json["layers_overlapped"] = event.layers_overlapped;
+      json["spans"] = spans_to_json(event.spans);
       break;
     case PrefillEvent::Kind::kKvFailed:
     case PrefillEvent::Kind::kError:
@@ -280,6 +334,12 @@ Result<PrefillEvent> parse_prefill_event(std::string_view line) {
     event.cached_tokens = reader.get<int>("cached_tokens", 0);
     event.queue_ms = reader.get<double>("queue_ms", 0);
     event.compute_ms = reader.get<double>("compute_ms", 0);
+    event.head_sent_ms = reader.get<double>("head_sent_ms", 0);
+    PDS_RETURN_IF_ERROR(reader.status());
+    if (!std::isfinite(event.head_sent_ms) || event.head_sent_ms < 0) {
+      return invalid_argument("prefill event: 'head_sent_ms' must be a finite number >= 0");
+    }
+    PDS_ASSIGN_OR_RETURN(event.spans, spans_from_json(json));
     const auto state = json.find("rng_state");
     if (state == json.end() || !state->is_array() || state->size() != 4) {
       return invalid_argument("prefill event: 'rng_state' must hold 4 integers");
@@ -306,6 +366,13 @@ Result<PrefillEvent> parse_prefill_event(std::string_view line) {
     event.bytes = reader.get<uint64_t>("bytes", 0);
     event.blocks = reader.get<int>("blocks", 0);
     event.transfer_ms = reader.get<double>("transfer_ms", 0);
+    event.layers = reader.get<int>("layers", 0);
+    event.layers_overlapped = reader.get<int>("layers_overlapped", 0);
+    PDS_RETURN_IF_ERROR(reader.status());
+    if (event.layers < 0 || event.layers_overlapped < 0 || event.layers_overlapped > event.layers) {
+      return invalid_argument("prefill event: needs 0 <= 'layers_overlapped' <= 'layers'");
+    }
+    PDS_ASSIGN_OR_RETURN(event.spans, spans_from_json(json));
   } else if (name == "kv_failed" || name == "error") {
     event.kind = name == "error" ? PrefillEvent::Kind::kError : PrefillEvent::Kind::kKvFailed;
     event.error = reader.get<std::string>("error", "");

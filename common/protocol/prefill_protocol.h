@@ -5,6 +5,11 @@
 // JSON events: first `first_token` (as soon as it is sampled: the request's TTFT does not wait
 // for the transfer), then `kv_sent` or `kv_failed`; or a single `error` event when the prefill
 // itself failed. A non-200 answer is an OpenAI-style error body.
+//
+// Timeline (see the shared timeline format): `first_token` carries the prefill node's spans up
+// to the token (prefill.queue, prefill.chunk...) and `head_sent_ms`, `kv_sent` the kv.transfer
+// and prefill.request spans; all in ms after the prefill node's receipt of the work, which the
+// decode node aligns to its own clock.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/core/status.h"
+#include "common/engine/remote_kv.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampler_rng.h"
 #include "common/sampling/sampling_params.h"
@@ -38,13 +44,13 @@ struct PrefillWork {
   std::string request_id;
   uint64_t transfer_tag = 0;
   std::vector<int32_t> prompt_token_ids;
-  SamplingParams sampling;  // as the decode node resolved it (max_tokens is the request's)
+  SamplingParams sampling;    // as the decode node resolved it (max_tokens is the request's)
   std::string kv_descriptor;  // the decode node's transfer descriptor, base64
   int kv_num_blocks = 0;      // the decode pool's size in blocks
   KvBlockLayout kv_layout;
-  int first_block = 0;              // prompt blocks before it are already on the decode node
-  std::vector<int32_t> block_ids;   // decode-node blocks for prompt blocks first_block..
-  int64_t timeout_ms = 30'000;      // for the transfer
+  int first_block = 0;             // prompt blocks before it are already on the decode node
+  std::vector<int32_t> block_ids;  // decode-node blocks for prompt blocks first_block..
+  int64_t timeout_ms = 30'000;     // for the transfer
 };
 
 nlohmann::json prefill_work_to_json(const PrefillWork& work);
@@ -56,16 +62,21 @@ struct PrefillEvent {
   Kind kind = Kind::kError;
   // kFirstToken
   int32_t token = 0;
-  std::optional<float> logprob;           // when logprobs were requested
+  std::optional<float> logprob;  // when logprobs were requested
   std::vector<TokenLogprob> top_logprobs;
   SamplerRng::State rng_state{};
   int cached_tokens = 0;
   double queue_ms = 0;
   double compute_ms = 0;
+  double head_sent_ms = 0;  // the answer's head went out, ms after the receipt of the work
   // kKvSent
   uint64_t bytes = 0;
   int blocks = 0;
   double transfer_ms = 0;
+  int layers = 0;
+  int layers_overlapped = 0;
+  // kFirstToken, kKvSent: ms after the receipt of the work, each with end_ms >= start_ms >= 0
+  std::vector<TimelineSpan> spans;
   // kKvFailed, kError
   std::string error;
 };

@@ -1,0 +1,124 @@
+// The prefill node's event stream: what the decode node needs for the request's timeline
+// survives a round trip, and malformed timeline fields are refused naming the field.
+#include "common/protocol/prefill_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace pdserve {
+namespace {
+
+PrefillEvent first_token_event() {
+  PrefillEvent event;
+  event.kind = PrefillEvent::Kind::kFirstToken;
+  event.token = 42;
+  event.rng_state = {1, 2, 3, 4};
+  event.cached_tokens = 16;
+  event.queue_ms = 1.5;
+  event.compute_ms = 20.25;
+  event.head_sent_ms = 0.75;
+  event.spans = {{"prefill.queue", 0.5, 2.0, {}},
+                 {"prefill.chunk", 2.0, 12.5, {{"prompt_tokens", 32}, {"batch_tokens", 40}}},
+                 {"prefill.chunk", 12.5, 22.25, {{"prompt_tokens", 8}, {"batch_tokens", 8}}}};
+  return event;
+}
+
+// The line without its '\n', as the reader hands it over.
+std::string line_of(const PrefillEvent& event) {
+  std::string line = prefill_event_line(event);
+  EXPECT_EQ(line.back(), '\n');
+  line.pop_back();
+  return line;
+}
+
+TEST(PrefillEventTest, FirstTokenKeepsSpansAndHeadTime) {
+  const PrefillEvent sent = first_token_event();
+  Result<PrefillEvent> parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->kind, PrefillEvent::Kind::kFirstToken);
+  EXPECT_EQ(parsed->token, 42);
+  EXPECT_DOUBLE_EQ(parsed->head_sent_ms, 0.75);
+  ASSERT_EQ(parsed->spans.size(), 3u);
+  EXPECT_EQ(parsed->spans[1].name, "prefill.chunk");
+  EXPECT_DOUBLE_EQ(parsed->spans[1].start_ms, 2.0);
+  EXPECT_DOUBLE_EQ(parsed->spans[1].end_ms, 12.5);
+  // args come back as an object (keys in any order).
+  std::vector<std::pair<std::string, double>> args = parsed->spans[1].args;
+  std::ranges::sort(args);
+  EXPECT_EQ(args, (std::vector<std::pair<std::string, double>>{{"batch_tokens", 40},
+                                                               {"prompt_tokens", 32}}));
+  EXPECT_TRUE(parsed->spans[0].args.empty());
+}
+
+TEST(PrefillEventTest, KvSentKeepsLayersAndSpans) {
+  PrefillEvent sent;
+  sent.kind = PrefillEvent::Kind::kKvSent;
+  sent.bytes = 117440512;
+  sent.blocks = 64;
+  sent.transfer_ms = 210.5;
+  sent.layers = 28;
+  sent.layers_overlapped = 27;
+  sent.spans = {{"kv.transfer", 20.0, 230.5, {{"bytes", 117440512}, {"blocks", 64}}},
+                {"prefill.request", 0.0, 231.0, {}}};
+  Result<PrefillEvent> parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->bytes, 117440512u);
+  EXPECT_EQ(parsed->blocks, 64);
+  EXPECT_EQ(parsed->layers, 28);
+  EXPECT_EQ(parsed->layers_overlapped, 27);
+  ASSERT_EQ(parsed->spans.size(), 2u);
+  EXPECT_EQ(parsed->spans[0].name, "kv.transfer");
+  EXPECT_DOUBLE_EQ(parsed->spans[0].end_ms, 230.5);
+  EXPECT_EQ(parsed->spans[1].name, "prefill.request");
+}
+
+// Replaces `from` (which must occur) in the event's line by `to`.
+std::string edited(const PrefillEvent& event, const std::string& from, const std::string& to) {
+  std::string line = line_of(event);
+  const size_t at = line.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " not in " << line;
+  if (at != std::string::npos) line.replace(at, from.size(), to);
+  return line;
+}
+
+void expect_refused(const std::string& line, const std::string& message_part) {
+  Result<PrefillEvent> parsed = parse_prefill_event(line);
+  ASSERT_FALSE(parsed.ok()) << line;
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find(message_part), std::string::npos)
+      << parsed.status().message() << " does not say " << message_part;
+}
+
+TEST(PrefillEventTest, MalformedTimelineFieldsAreRefusedByName) {
+  const PrefillEvent event = first_token_event();
+  expect_refused(edited(event, "\"head_sent_ms\":0.75", "\"head_sent_ms\":-1"), "head_sent_ms");
+  expect_refused(edited(event, "\"head_sent_ms\":0.75", "\"head_sent_ms\":\"soon\""),
+                 "'head_sent_ms' must be a number");
+  expect_refused(edited(event, "\"head_sent_ms\":0.75,", ""), "'head_sent_ms' is missing");
+  // The second chunk ends before it starts.
+  expect_refused(edited(event, "\"end_ms\":12.5", "\"end_ms\":1.0"),
+                 "spans[1] ('prefill.chunk'): needs 0 <= start_ms <= end_ms");
+  expect_refused(edited(event, "\"prompt_tokens\":32.0", "\"prompt_tokens\":\"32\""),
+                 "spans[1]: args.prompt_tokens must be a number");
+  expect_refused(edited(event, "\"name\":\"prefill.queue\"", "\"name\":\"\""),
+                 "spans[0]: 'name' is empty");
+  expect_refused(edited(event, "\"name\":\"prefill.queue\",", ""), "spans[0]: 'name' is missing");
+  expect_refused(edited(event, "\"spans\":[", "\"spans\":\"none\",\"x\":["),
+                 "'spans' must be an array");
+}
+
+TEST(PrefillEventTest, KvSentWithMoreOverlappedLayersThanLayersIsRefused) {
+  PrefillEvent sent;
+  sent.kind = PrefillEvent::Kind::kKvSent;
+  sent.layers = 2;
+  sent.layers_overlapped = 3;
+  expect_refused(line_of(sent), "layers_overlapped");
+  sent.layers_overlapped = 2;
+  EXPECT_TRUE(parse_prefill_event(line_of(sent)).ok());
+  expect_refused(edited(sent, "\"layers\":2,", ""), "'layers' is missing");
+  expect_refused(edited(sent, ",\"spans\":[]", ""), "'spans' must be an array");
+}
+
+}  // namespace
+}  // namespace pdserve
