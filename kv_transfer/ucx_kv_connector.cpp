@@ -78,7 +78,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   void fail(Import& import, const Status& status, bool release_now) {
     if (!import.finished) {
       import.finished = true;
-      events.push_back({KvEventKind::kImportFailed, import.request_id, status, std::nullopt});
+      events.push_back(
+          {KvEventKind::kImportFailed, import.request_id, status, std::nullopt, std::nullopt});
     }
     const Clock::time_point safe =
         release_now ? Clock::now()
@@ -87,9 +88,25 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     if (import.call) import.call->cancel();
   }
 
-  void maybe_ready(Import& import) {
-    if (import.finished || !import.first_token || !import.landed) return;
-    import.finished = true;
+  RemotePrefillStats stats_of(const Import& import) const {
+    RemotePrefillStats stats;
+    const PrefillEvent& first = *import.first_token;
+    stats.prefill_url = import.urls[import.url_index];
+    stats.remote_cached_tokens = first.cached_tokens;
+    stats.queue_seconds = first.queue_ms / 1000.0;
+    stats.compute_seconds = first.compute_ms / 1000.0;
+    if (import.kv_sent) {
+      stats.transfer_bytes = import.kv_sent->bytes;
+      stats.transfer_blocks = import.kv_sent->blocks;
+      stats.transfer_seconds = import.kv_sent->transfer_ms / 1000.0;
+    } else {
+      stats.transfer_blocks = static_cast<int>(import.work.block_ids.size());
+    }
+    return stats;
+  }
+
+  // The first token goes to the engine at once; the KV follows.
+  void report_first_token(const Import& import) {
     RemotePrefillResult result;
     const PrefillEvent& first = *import.first_token;
     result.first_token = first.token;
@@ -97,19 +114,16 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       result.first_logprobs = SampledTokenLogprobs{first.token, *first.logprob, first.top_logprobs};
     }
     result.rng_state = first.rng_state;
-    result.stats.prefill_url = import.urls[import.url_index];
-    result.stats.remote_cached_tokens = first.cached_tokens;
-    result.stats.queue_seconds = first.queue_ms / 1000.0;
-    result.stats.compute_seconds = first.compute_ms / 1000.0;
-    if (import.kv_sent) {
-      result.stats.transfer_bytes = import.kv_sent->bytes;
-      result.stats.transfer_blocks = import.kv_sent->blocks;
-      result.stats.transfer_seconds = import.kv_sent->transfer_ms / 1000.0;
-    } else {
-      result.stats.transfer_blocks = static_cast<int>(import.work.block_ids.size());
-    }
-    events.push_back(
-        {KvEventKind::kImportReady, import.request_id, Status::ok_status(), std::move(result)});
+    result.stats = stats_of(import);
+    events.push_back({KvEventKind::kFirstToken, import.request_id, Status::ok_status(),
+                      std::move(result), std::nullopt});
+  }
+
+  void maybe_ready(Import& import) {
+    if (import.finished || !import.first_token || !import.landed) return;
+    import.finished = true;
+    events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
+                      std::nullopt, stats_of(import)});
     import.release_at = Clock::now();
   }
 
@@ -122,9 +136,17 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     }
     switch (event->kind) {
       case PrefillEvent::Kind::kFirstToken:
+        if (import.first_token) {
+          fail(import,
+               unavailable("prefill node " + import.urls[import.url_index] +
+                           " sent a second first token"),
+               /*release_now=*/false);
+          break;
+        }
         import.first_token = std::move(*event);
         // The KV follows; give it the transfer's own deadline from now.
         import.deadline = Clock::now() + options.transfer_timeout + options.release_grace;
+        if (!import.finished) report_first_token(import);
         maybe_ready(import);
         break;
       case PrefillEvent::Kind::kKvSent:
@@ -257,6 +279,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       }
       Import& import = imports.at(owner->second);
       import.landed = true;
+      // The completion message follows every put: after a cancel, nothing more can land.
+      if (import.finished && import.release_at) import.release_at = Clock::now();
       const size_t before = events.size();
       maybe_ready(import);
       signal = events.size() != before;
@@ -369,8 +393,8 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
         if (auto self = weak.lock()) {
           {
             std::lock_guard lock(self->mutex);
-            self->events.push_back(
-                {KvEventKind::kExportReleased, request_id, report.status, std::nullopt});
+            self->events.push_back({KvEventKind::kExportReleased, request_id, report.status,
+                                    std::nullopt, std::nullopt});
           }
           self->wake();
         }
@@ -442,8 +466,8 @@ std::vector<KvEvent> UcxKvConnector::poll() {
           /*release_now=*/false);
     }
     if (import.release_at && now >= *import.release_at && !import.call) {
-      impl_->events.push_back(
-          {KvEventKind::kImportReleased, import.request_id, Status::ok_status(), std::nullopt});
+      impl_->events.push_back({KvEventKind::kImportReleased, import.request_id, Status::ok_status(),
+                               std::nullopt, std::nullopt});
       impl_->tag_owners.erase(import.tag);
       it = impl_->imports.erase(it);
       continue;

@@ -3,8 +3,8 @@
 //    node's blocks (per layer, K and V, consecutive blocks merged into one put), and reports
 //    the outcome to the request's on_finished and, with kExportReleased, to the engine;
 //  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
-//    cluster token), reads its events (first token, then kv_sent / kv_failed), and reports
-//    kImportReady when both the first token and the transfer's completion message are here.
+//    cluster token), reads its events (first token, then kv_sent / kv_failed), reports
+//    kFirstToken at once and kImportReady when the transfer's completion message is here too.
 // Blocks of a failed import are released at once when the prefill node said no put can still
 // come (it never started, or it reported kv_failed after closing its endpoint); otherwise only
 // after the transfer's deadline plus a grace period.

@@ -160,9 +160,13 @@ void EngineCore::apply_connector_events() {
           imports_.erase(it);
         }
         break;
+      case KvEventKind::kFirstToken:
+        PDS_CHECK(event.result.has_value(), "a remote first token without its result");
+        import_first_token(event.request_id, std::move(*event.result));
+        break;
       case KvEventKind::kImportReady:
-        PDS_CHECK(event.result.has_value(), "an import is ready without its result");
-        import_ready(event.request_id, std::move(*event.result));
+        PDS_CHECK(event.stats.has_value(), "an import is ready without its figures");
+        import_ready(event.request_id, std::move(*event.stats));
         break;
       case KvEventKind::kImportFailed:
         import_failed(event.request_id, event.status);
@@ -171,27 +175,22 @@ void EngineCore::apply_connector_events() {
   }
 }
 
-void EngineCore::import_ready(const std::string& request_id, RemotePrefillResult result) {
+void EngineCore::import_first_token(const std::string& request_id, RemotePrefillResult result) {
   auto id = ids_.find(request_id);
   if (id == ids_.end()) return;  // aborted meanwhile
   const SeqId seq_id = id->second;
-  const Sequence* seq = scheduler_.find(seq_id);
-  if (seq == nullptr || seq->status() != SequenceStatus::kAwaitingKv) return;
   RequestState& state = requests_.at(seq_id);
   Result<SamplerRng> rng = SamplerRng::from_state(result.rng_state);
   if (!rng.ok()) {
-    import_failed(request_id, rng.status().with_context("the prefill node's sampler state"));
+    abort(request_id, rng.status().with_context("the prefill node's sampler state"));
     return;
   }
-  Result<SequenceUpdate> update = scheduler_.complete_import(seq_id, result.first_token);
+  Result<SequenceUpdate> update = scheduler_.accept_remote_first_token(seq_id, result.first_token);
   if (!update.ok()) {
-    import_failed(request_id, update.status());
+    abort(request_id, update.status());
     return;
   }
-  const SteadyTime time = now();
   state.rng = *rng;
-  state.timings.first_scheduled = time;
-  state.timings.kv_ready = time;
   result.stats.local_cached_tokens = state.cached_prompt_tokens;
   state.cached_prompt_tokens =
       std::max(state.cached_prompt_tokens, result.stats.remote_cached_tokens);
@@ -199,6 +198,24 @@ void EngineCore::import_ready(const std::string& request_id, RemotePrefillResult
   prompt_tokens_total_ += state.prompt_tokens;
   if (result.first_logprobs) state.step_logprobs = std::move(result.first_logprobs);
   emit(state, *update);
+  // Ended by its first token (EOS, max_tokens 1, a stop string): the KV is no longer wanted;
+  // its blocks stay pinned until the connector says no put can still land.
+  if (!ids_.contains(request_id)) connector_->cancel_import(request_id);
+}
+
+void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats stats) {
+  auto id = ids_.find(request_id);
+  if (id == ids_.end()) return;  // aborted or finished meanwhile
+  const SeqId seq_id = id->second;
+  RequestState& state = requests_.at(seq_id);
+  const Status completed = scheduler_.complete_import(seq_id);
+  if (!completed.ok()) {
+    abort(request_id, completed.with_context("the KV of request '" + request_id + "' landed"));
+    return;
+  }
+  state.timings.kv_ready = now();
+  if (state.remote_prefill) stats.local_cached_tokens = state.remote_prefill->local_cached_tokens;
+  state.remote_prefill = std::move(stats);
 }
 
 void EngineCore::import_failed(const std::string& request_id, const Status& status) {
@@ -293,6 +310,8 @@ void EngineCore::note_scheduled(const ScheduledBatch& batch) {
     RequestState& state = requests_.at(entry.sequence->id());
     if (state.timings.first_scheduled) continue;
     state.timings.first_scheduled = time;
+    // An imported request's prompt was counted when its first token came.
+    if (state.remote_prefill) continue;
     state.cached_prompt_tokens = entry.num_cached_before;
     prompt_tokens_total_ += state.prompt_tokens;
   }

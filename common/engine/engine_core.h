@@ -94,7 +94,10 @@ class EngineCore {
 
   Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
   void apply_connector_events();
-  void import_ready(const std::string& request_id, RemotePrefillResult result);
+  // Streams the remotely sampled first token; the sequence keeps awaiting its KV.
+  void import_first_token(const std::string& request_id, RemotePrefillResult result);
+  // The KV has landed: the sequence joins the decode batch.
+  void import_ready(const std::string& request_id, RemotePrefillStats stats);
   void import_failed(const std::string& request_id, const Status& status);
   // Pins and hands over the prompt KV of the batch's sampled requests that export it; a
   // request whose export cannot start is aborted and recorded in `failures`.

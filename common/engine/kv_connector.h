@@ -9,10 +9,13 @@
 // Decode side (import): a request marked with `kv_import` gets its blocks at once (refused
 // with ResourceExhausted when the pool is full, so the router can try another node), reusing
 // the local prefix cache; the engine pins them and calls start_import() with the blocks whose
-// KV must arrive. The connector reports kImportReady (the KV has landed; with the first token
-// sampled remotely) or kImportFailed, and kImportReleased once no remote write into those
-// blocks can still happen (it may come later than a failure: a lost sender's puts could still
-// be in flight until its deadline). Only then does the engine unpin.
+// KV must arrive. The connector reports kFirstToken as soon as the prefill node has sampled
+// the first token (the engine streams it at once: the client's TTFT does not include the
+// transfer), then kImportReady (the KV has landed; the sequence joins the decode batch) or
+// kImportFailed, and kImportReleased once no remote write into those blocks can still happen
+// (it may come later than a failure: a lost sender's puts could still be in flight until its
+// deadline). Only then does the engine unpin. A first token that ends the request (EOS,
+// max_tokens 1, a stop string) makes the engine call cancel_import().
 //
 // All methods are called on the engine thread; events are collected with poll(). The
 // connector calls the wakeup function (from any thread) when it has new events.
@@ -38,16 +41,24 @@ struct RemotePrefillResult {
   int32_t first_token = 0;
   std::optional<SampledTokenLogprobs> first_logprobs;
   SamplerRng::State rng_state{};  // the sampler's state after the first token
-  RemotePrefillStats stats;
+  RemotePrefillStats stats;       // as known at the first token (no transfer figures yet)
 };
 
-enum class KvEventKind { kExportReleased, kImportReady, kImportFailed, kImportReleased };
+enum class KvEventKind {
+  kExportReleased,
+  kFirstToken,
+  kImportReady,
+  kImportFailed,
+  kImportReleased
+};
 
 struct KvEvent {
   KvEventKind kind = KvEventKind::kImportReady;
   std::string request_id;
   Status status;                              // kImportFailed: why
-  std::optional<RemotePrefillResult> result;  // kImportReady
+  std::optional<RemotePrefillResult> result;  // kFirstToken
+  // kImportReady: the whole remote prefill's figures, the transfer's included.
+  std::optional<RemotePrefillStats> stats;
 };
 
 class KvConnector {
@@ -63,8 +74,8 @@ class KvConnector {
 
   // Decode side. The request's blocks are `block_table`; the first `num_cached_tokens` prompt
   // tokens (whole blocks) are already in the pool.
-  virtual Status start_import(const InferenceRequest& request,
-                              std::span<const int32_t> block_table, int num_cached_tokens) = 0;
+  virtual Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
+                              int num_cached_tokens) = 0;
   // The request is no longer wanted (its client left); the connector may stop early but must
   // still report kImportReleased.
   virtual void cancel_import(const std::string& request_id) = 0;

@@ -48,7 +48,7 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager block_manager)
     : config_(std::move(config)), block_manager_(std::move(block_manager)) {}
 
 Result<std::unique_ptr<Sequence>> Scheduler::make_sequence(std::vector<int32_t> prompt_tokens,
-                                                         SamplingParams params) {
+                                                           SamplingParams params) {
   if (prompt_tokens.empty()) return invalid_argument("the prompt is empty");
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
     if (prompt_tokens[i] < 0 || prompt_tokens[i] >= config_.vocab_size) {
@@ -116,27 +116,38 @@ Result<SeqId> Scheduler::add_imported_request(std::vector<int32_t> prompt_tokens
   return seq_id;
 }
 
-Result<SequenceUpdate> Scheduler::complete_import(SeqId seq_id, int32_t first_token) {
+Result<SequenceUpdate> Scheduler::accept_remote_first_token(SeqId seq_id, int32_t first_token) {
   auto it = sequences_.find(seq_id);
-  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv) {
-    return failed_precondition(seq_name(seq_id) + " is not awaiting KV");
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv ||
+      it->second->num_output_tokens() != 0) {
+    return failed_precondition(seq_name(seq_id) + " is not awaiting its first token");
   }
   if (first_token < 0 || first_token >= config_.vocab_size) {
     return invalid_argument("the remotely sampled token " + std::to_string(first_token) +
                             " is outside [0, " + std::to_string(config_.vocab_size) + ")");
   }
   Sequence& seq = *it->second;
+  const FinishReason reason = seq.append_output_token(first_token);
+  if (reason != FinishReason::kNone) {
+    --num_awaiting_kv_;
+    retire(seq_id);
+  }
+  return SequenceUpdate{seq_id, first_token, reason};
+}
+
+Status Scheduler::complete_import(SeqId seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv ||
+      it->second->num_output_tokens() != 1) {
+    return failed_precondition(seq_name(seq_id) + " is not awaiting KV after its first token");
+  }
+  Sequence& seq = *it->second;
   --num_awaiting_kv_;
   seq.set_num_computed_tokens(seq.num_prompt_tokens());
   block_manager_.cache_computed_blocks(seq);
-  const FinishReason reason = seq.append_output_token(first_token);
-  if (reason != FinishReason::kNone) {
-    retire(seq_id);
-  } else {
-    seq.set_status(SequenceStatus::kRunning);
-    insert_running(seq);
-  }
-  return SequenceUpdate{seq_id, first_token, reason};
+  seq.set_status(SequenceStatus::kRunning);
+  insert_running(seq);
+  return Status::ok_status();
 }
 
 ScheduledBatch Scheduler::schedule() {

@@ -18,12 +18,12 @@ namespace pdserve {
 using SeqId = int64_t;
 
 enum class SequenceStatus {
-  kWaiting,    // queued, never scheduled
-  kRunning,    // holds blocks; prefilling or decoding
-  kPreempted,  // lost its blocks to a decode that needed them; queued for recomputation
-  kAwaitingKv, // holds blocks; its prompt's KV is being computed elsewhere and sent here
-  kFinished,   // stopped by its StopChecker; see finish_reason()
-  kAborted,    // cancelled by the client or the server
+  kWaiting,     // queued, never scheduled
+  kRunning,     // holds blocks; prefilling or decoding
+  kPreempted,   // lost its blocks to a decode that needed them; queued for recomputation
+  kAwaitingKv,  // holds blocks; its prompt's KV is being computed elsewhere and sent here
+  kFinished,    // stopped by its StopChecker; see finish_reason()
+  kAborted,     // cancelled by the client or the server
 };
 
 std::string_view sequence_status_name(SequenceStatus status);

@@ -63,6 +63,16 @@ std::vector<int32_t> FakeModelRunner::run(const ScheduledBatch& batch,
   return sampled;
 }
 
+void FakeModelRunner::write_remote_kv(std::span<const int32_t> tokens,
+                                      std::span<const int32_t> block_table, int from_position) {
+  for (int position = from_position; position < static_cast<int>(tokens.size()); ++position) {
+    const int32_t block = block_table[static_cast<size_t>(position / block_size_)];
+    kv_[static_cast<size_t>(block) * static_cast<size_t>(block_size_) +
+        static_cast<size_t>(position % block_size_)] = {tokens[static_cast<size_t>(position)],
+                                                        position};
+  }
+}
+
 }  // namespace pdserve::testing
 
 namespace pdserve::testing {

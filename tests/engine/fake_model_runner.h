@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/engine/block_manager.h"
@@ -27,6 +28,9 @@ class FakeModelRunner {
   // Records a gtest failure for every inconsistency found; returns one token per sampling
   // entry, in entry order.
   std::vector<int32_t> run(const ScheduledBatch& batch, const BlockManager& block_manager);
+  // Writes positions [from_position, tokens.size()) as a remote node's KV transfer would.
+  void write_remote_kv(std::span<const int32_t> tokens, std::span<const int32_t> block_table,
+                       int from_position);
 
  private:
   struct Slot {

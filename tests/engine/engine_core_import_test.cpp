@@ -1,0 +1,309 @@
+// EngineCore on the decode side of disaggregation, with a scripted KvConnector: the remotely
+// sampled first token is streamed as soon as the connector reports it (before the KV lands
+// and before any local forward), the rest comes from local decode steps once the KV is
+// ready, a first token that ends the request cancels the import, and the blocks stay pinned
+// until the connector releases them, whatever happens to the request.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/engine/engine_core.h"
+#include "scripted_executor.h"
+
+namespace pdserve {
+namespace {
+
+using testing::ScriptedExecutor;
+
+constexpr int kVocab = 151936;
+constexpr int32_t kImEnd = 151645;
+constexpr int32_t kPromptStart = 1000;
+constexpr int kBlockSize = 4;
+constexpr int kPromptLen = 10;  // three blocks
+
+const Tokenizer& tokenizer() {
+  static const Tokenizer loaded = Tokenizer::load(std::filesystem::path(PDSERVE_ASSETS_DIR) /
+                                                  "qwen3-tokenizer" / "tokenizer.json")
+                                      .value();
+  return loaded;
+}
+
+// Records the engine's calls; the test decides which events come and when.
+class ScriptedConnector : public KvConnector {
+ public:
+  struct Started {
+    std::string request_id;
+    std::vector<int32_t> block_table;
+    int num_cached_tokens = 0;
+  };
+
+  void set_wakeup(std::function<void()>) override {}
+  Status start_export(const std::string&, const KvExportTarget&, std::span<const int32_t>,
+                      int) override {
+    return unimplemented("the scripted connector only imports");
+  }
+  Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
+                      int num_cached_tokens) override {
+    started.push_back({request.id, {block_table.begin(), block_table.end()}, num_cached_tokens});
+    return Status::ok_status();
+  }
+  void cancel_import(const std::string& request_id) override { cancelled.push_back(request_id); }
+  std::vector<KvEvent> poll() override {
+    std::vector<KvEvent> out(pending.begin(), pending.end());
+    pending.clear();
+    return out;
+  }
+
+  void first_token(const std::string& id, int32_t token) {
+    RemotePrefillResult result;
+    result.first_token = token;
+    result.rng_state = SamplerRng(7).state();
+    result.stats.prefill_url = "http://prefill";
+    result.stats.compute_seconds = 0.25;
+    pending.push_back({KvEventKind::kFirstToken, id, Status::ok_status(), result, std::nullopt});
+  }
+  void ready(const std::string& id) {
+    RemotePrefillStats stats;
+    stats.prefill_url = "http://prefill";
+    stats.compute_seconds = 0.25;
+    stats.transfer_bytes = 4096;
+    stats.transfer_blocks = 3;
+    stats.transfer_seconds = 0.5;
+    pending.push_back({KvEventKind::kImportReady, id, Status::ok_status(), std::nullopt, stats});
+  }
+  void failed(const std::string& id) {
+    pending.push_back(
+        {KvEventKind::kImportFailed, id, unavailable("link down"), std::nullopt, std::nullopt});
+  }
+  void released(const std::string& id) {
+    pending.push_back(
+        {KvEventKind::kImportReleased, id, Status::ok_status(), std::nullopt, std::nullopt});
+  }
+
+  std::vector<Started> started;
+  std::vector<std::string> cancelled;
+  std::deque<KvEvent> pending;
+};
+
+struct Stream {
+  std::vector<SequenceDelta> deltas;
+  int finals = 0;
+
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> all;
+    for (const SequenceDelta& d : deltas)
+      all.insert(all.end(), d.token_ids.begin(), d.token_ids.end());
+    return all;
+  }
+};
+
+class EngineCoreImportTest : public ::testing::Test {
+ protected:
+  EngineCoreImportTest() : executor_(kVocab) {
+    SchedulerConfig config;
+    config.num_blocks = 32;
+    config.block_size = kBlockSize;
+    config.max_num_batched_tokens = 64;
+    config.max_num_seqs = 8;
+    config.max_num_waiting = 16;
+    config.vocab_size = kVocab;
+    config.eos_token_ids = {kImEnd};
+    core_ = EngineCore::create(config, executor_, tokenizer(), &connector_).value();
+    script_ = tokenizer().encode(" one two three four five six seven").value();
+    executor_.set_script(kPromptStart, script_);
+  }
+
+  void add_imported(const std::string& id, int max_tokens, std::vector<std::string> stop = {}) {
+    InferenceRequest r;
+    r.id = id;
+    for (int i = 0; i < kPromptLen; ++i) r.prompt_tokens.push_back(kPromptStart + i);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    r.stop = std::move(stop);
+    r.kv_import.emplace();
+    r.kv_import->prefill_urls = {"http://prefill"};
+    const Status added = core_->add(std::move(r), [this, id](SequenceDelta delta) {
+      Stream& stream = streams_[id];
+      EXPECT_EQ(stream.finals, 0) << id << ": a delta after the final one";
+      if (delta.finished) ++stream.finals;
+      stream.deltas.push_back(std::move(delta));
+    });
+    ASSERT_TRUE(added.ok()) << added.to_string();
+  }
+
+  // Steps until the engine idles.
+  void drain() {
+    for (int steps = 0; core_->step(); ++steps) ASSERT_LT(steps, 1000);
+  }
+
+  void expect_all_released() {
+    EXPECT_FALSE(core_->has_pending_work());
+    const BlockManager& blocks = core_->scheduler().block_manager();
+    EXPECT_EQ(blocks.num_used_blocks(), 0);
+    const Status invariants = blocks.check_invariants();
+    EXPECT_TRUE(invariants.ok()) << invariants.to_string();
+  }
+
+  ScriptedExecutor executor_;
+  ScriptedConnector connector_;
+  std::unique_ptr<EngineCore> core_;
+  std::vector<int32_t> script_;
+  std::map<std::string, Stream> streams_;
+};
+
+TEST_F(EngineCoreImportTest, TheFirstTokenStreamsBeforeTheKvLandsThenDecodingFollows) {
+  add_imported("a", 5);
+  ASSERT_EQ(connector_.started.size(), 1u);
+  EXPECT_EQ(connector_.started[0].block_table.size(), 3u);
+  EXPECT_EQ(connector_.started[0].num_cached_tokens, 0);
+  drain();
+  EXPECT_TRUE(streams_["a"].deltas.empty());
+
+  connector_.first_token("a", script_[0]);
+  drain();
+  const Stream& stream = streams_["a"];
+  ASSERT_EQ(stream.deltas.size(), 1u);
+  EXPECT_EQ(stream.deltas[0].token_ids, std::vector<int32_t>{script_[0]});
+  EXPECT_EQ(stream.deltas[0].text, tokenizer().decode(std::vector<int32_t>{script_[0]}).value());
+  EXPECT_FALSE(stream.deltas[0].finished);
+  ASSERT_TRUE(stream.deltas[0].timings.first_token.has_value());
+  EXPECT_FALSE(stream.deltas[0].timings.kv_ready.has_value());
+  ASSERT_TRUE(stream.deltas[0].remote_prefill.has_value());
+  EXPECT_EQ(stream.deltas[0].remote_prefill->transfer_bytes, 0u);
+  EXPECT_EQ(executor_.steps(), 0) << "no local forward before the KV is here";
+  EXPECT_EQ(core_->scheduler().num_awaiting_kv(), 1);
+
+  connector_.ready("a");
+  drain();
+  ASSERT_EQ(stream.finals, 1);
+  const std::vector<int32_t> expected(script_.begin(), script_.begin() + 5);
+  EXPECT_EQ(stream.tokens(), expected);
+  EXPECT_EQ(stream.deltas.size(), 5u);
+  EXPECT_EQ(executor_.steps(), 4);
+  const SequenceDelta& last = stream.deltas.back();
+  EXPECT_EQ(last.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(last.completion_tokens, 5);
+  ASSERT_TRUE(last.timings.kv_ready && last.timings.first_scheduled && last.timings.first_token);
+  EXPECT_LE(*last.timings.first_token, *last.timings.kv_ready);
+  EXPECT_LE(*last.timings.kv_ready, *last.timings.first_scheduled);
+  ASSERT_TRUE(last.remote_prefill.has_value());
+  EXPECT_EQ(last.remote_prefill->transfer_bytes, 4096u);
+  EXPECT_EQ(last.remote_prefill->transfer_blocks, 3);
+  EXPECT_EQ(core_->stats().prompt_tokens_total, kPromptLen);
+  EXPECT_EQ(core_->stats().generation_tokens_total, 5);
+  EXPECT_TRUE(connector_.cancelled.empty());
+
+  // The request is done but its blocks stay pinned until the connector lets them go.
+  EXPECT_GT(core_->scheduler().block_manager().num_used_blocks(), 0);
+  EXPECT_TRUE(core_->has_pending_work());
+  connector_.released("a");
+  drain();
+  expect_all_released();
+}
+
+TEST_F(EngineCoreImportTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
+  struct Case {
+    std::string id;
+    int max_tokens;
+    int32_t first;
+    std::vector<std::string> stop;
+    FinishReason reason;
+  };
+  const std::string first_text = tokenizer().decode(std::vector<int32_t>{script_[0]}).value();
+  const std::vector<Case> cases = {
+      {"max-tokens-1", 1, script_[0], {}, FinishReason::kLength},
+      {"eos", 8, kImEnd, {}, FinishReason::kStop},
+      {"stop-string", 8, script_[0], {first_text}, FinishReason::kStop},
+  };
+  for (const Case& c : cases) add_imported(c.id, c.max_tokens, c.stop);
+  for (const Case& c : cases) connector_.first_token(c.id, c.first);
+  drain();
+  EXPECT_EQ(executor_.steps(), 0);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.id);
+    const Stream& stream = streams_[c.id];
+    ASSERT_EQ(stream.finals, 1);
+    ASSERT_EQ(stream.deltas.size(), 1u);
+    EXPECT_EQ(stream.deltas[0].finish_reason, c.reason);
+    EXPECT_EQ(stream.tokens(), std::vector<int32_t>{c.first});
+    EXPECT_TRUE(stream.deltas[0].error.ok());
+  }
+  EXPECT_EQ(streams_["eos"].deltas[0].text, "");  // EOS text is left out
+  EXPECT_EQ(streams_["stop-string"].deltas[0].text, "");
+  EXPECT_EQ(streams_["stop-string"].deltas[0].matched_stop, first_text);
+  EXPECT_EQ(streams_["max-tokens-1"].deltas[0].text, first_text);
+  EXPECT_EQ(connector_.cancelled, (std::vector<std::string>{"max-tokens-1", "eos", "stop-string"}));
+
+  // The transfer may still be writing: nothing goes back to the pool before its release, and
+  // a late "ready" is ignored.
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 9);
+  connector_.ready("eos");
+  connector_.released("eos");
+  connector_.released("max-tokens-1");
+  drain();
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 3);
+  connector_.released("stop-string");
+  drain();
+  expect_all_released();
+  for (const Case& c : cases) EXPECT_EQ(streams_[c.id].finals, 1);
+}
+
+TEST_F(EngineCoreImportTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
+  add_imported("waiting", 8);
+  add_imported("streaming", 8);
+  connector_.first_token("streaming", script_[0]);
+  drain();
+  core_->abort("waiting", cancelled("client left"));
+  core_->abort("streaming", cancelled("client left"));
+  EXPECT_EQ(connector_.cancelled, (std::vector<std::string>{"waiting", "streaming"}));
+  EXPECT_EQ(streams_["waiting"].deltas.size(), 1u);
+  EXPECT_EQ(streams_["streaming"].deltas.size(), 2u);
+  for (const char* id : {"waiting", "streaming"}) {
+    EXPECT_EQ(streams_[id].finals, 1) << id;
+    EXPECT_EQ(streams_[id].deltas.back().error.code(), StatusCode::kCancelled) << id;
+  }
+  // Events for the aborted requests are ignored.
+  connector_.first_token("waiting", script_[0]);
+  connector_.ready("streaming");
+  drain();
+  EXPECT_EQ(executor_.steps(), 0);
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 6);
+  connector_.released("waiting");
+  connector_.released("streaming");
+  drain();
+  expect_all_released();
+}
+
+TEST_F(EngineCoreImportTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestWithAnError) {
+  add_imported("lost-kv", 8);
+  add_imported("bad-token", 8);
+  add_imported("ready-too-early", 8);
+  connector_.first_token("lost-kv", script_[0]);
+  connector_.first_token("bad-token", kVocab);
+  connector_.ready("ready-too-early");
+  drain();
+  connector_.failed("lost-kv");
+  drain();
+  EXPECT_EQ(streams_["lost-kv"].deltas.size(), 2u);
+  EXPECT_EQ(streams_["lost-kv"].deltas.back().error.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(streams_["bad-token"].deltas.size(), 1u);
+  EXPECT_EQ(streams_["bad-token"].deltas.back().error.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(streams_["ready-too-early"].deltas.size(), 1u);
+  EXPECT_EQ(streams_["ready-too-early"].deltas.back().error.code(),
+            StatusCode::kFailedPrecondition);
+  // The engine told the connector about the failures it found itself.
+  EXPECT_EQ(connector_.cancelled, (std::vector<std::string>{"bad-token", "ready-too-early"}));
+  for (const char* id : {"lost-kv", "bad-token", "ready-too-early"}) {
+    EXPECT_EQ(streams_[id].finals, 1) << id;
+    connector_.released(id);
+  }
+  drain();
+  expect_all_released();
+}
+
+}  // namespace
+}  // namespace pdserve
