@@ -1,0 +1,131 @@
+#include "proxy/timeline_relay.h"
+
+#include <algorithm>
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kTimelineKey = "pdserve_timeline";
+constexpr std::string_view kCommentPrefix = ": pdserve_timeline ";
+
+// The length of the event at the start of `text` including its blank line, or npos when the
+// blank line has not arrived. Looks no earlier than `from`.
+size_t event_end(std::string_view text, size_t from) {
+  const size_t lf = text.find("\n\n", from);
+  const size_t crlf = text.find("\r\n\r\n", from);
+  if (lf == std::string_view::npos && crlf == std::string_view::npos) return std::string_view::npos;
+  if (crlf == std::string_view::npos || (lf != std::string_view::npos && lf < crlf + 2)) {
+    return lf + 2;
+  }
+  return crlf + 4;
+}
+
+std::string_view trim(std::string_view text) {
+  const auto is_space = [](char c) { return c == ' ' || c == '\r' || c == '\n' || c == '\t'; };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// The JSON object in `text`, or InvalidArgument naming `where`.
+Result<Json> parse_object(std::string_view text, std::string_view where) {
+  Json value = Json::parse(text, nullptr, false);
+  if (value.is_discarded() || !value.is_object()) {
+    return invalid_argument(std::string(where) + " is not a JSON object");
+  }
+  return value;
+}
+
+// usage.pdserve_timeline of a response object, or nullopt.
+Result<std::optional<Json>> usage_timeline(const Json& response, std::string_view where) {
+  const auto usage = response.find("usage");
+  if (usage == response.end() || !usage->is_object()) return std::optional<Json>();
+  const auto timeline = usage->find(kTimelineKey);
+  if (timeline == usage->end()) return std::optional<Json>();
+  if (!timeline->is_object()) {
+    return invalid_argument(std::string(where) + ": usage.pdserve_timeline is not an object");
+  }
+  return std::optional<Json>(*timeline);
+}
+
+}  // namespace
+
+std::string SseRelay::feed(std::string_view bytes) {
+  std::string out;
+  pending_.append(bytes);
+  size_t start = 0;
+  while (true) {
+    const size_t end =
+        event_end(std::string_view(pending_).substr(start), start == 0 ? scan_from_ : 0);
+    if (end == std::string_view::npos) break;
+    route_event(std::string_view(pending_).substr(start, end), out);
+    start += end;
+  }
+  pending_.erase(0, start);
+  // A blank line may straddle reads: resume three bytes back ("\r\n\r" + "\n").
+  scan_from_ = pending_.size() > 3 ? pending_.size() - 3 : 0;
+  return out;
+}
+
+void SseRelay::route_event(std::string_view event, std::string& out) {
+  const bool held = usage_event_.has_value();
+  if (event.find(kTimelineKey) == std::string_view::npos) {
+    (held ? held_after_ : out).append(event);
+    return;
+  }
+  if (event.starts_with(kCommentPrefix)) {
+    Result<Json> timeline =
+        parse_object(trim(event.substr(kCommentPrefix.size())), "the ': pdserve_timeline' comment");
+    if (timeline.ok()) {
+      timeline_ = std::move(*timeline);
+    } else {
+      problem_ = timeline.status();
+    }
+    return;  // a comment for the proxy only
+  }
+  if (!held && event.starts_with("data:")) {
+    std::string_view data = event.substr(5);
+    Result<Json> chunk = parse_object(trim(data), "the stream's usage chunk");
+    Result<std::optional<Json>> timeline = chunk.ok()
+                                               ? usage_timeline(*chunk, "the stream's usage chunk")
+                                               : Result<std::optional<Json>>(chunk.status());
+    if (timeline.ok() && timeline->has_value()) {
+      timeline_ = std::move(**timeline);
+      usage_event_ = std::move(*chunk);
+      return;
+    }
+    if (!timeline.ok()) problem_ = timeline.status();
+  }
+  (held ? held_after_ : out).append(event);
+}
+
+std::string SseRelay::finish(const Json* aligned) {
+  std::string out;
+  if (usage_event_) {
+    if (aligned) (*usage_event_)["usage"][kTimelineKey] = *aligned;
+    out = "data: " + usage_event_->dump() + "\n\n";
+    usage_event_.reset();
+  }
+  out += held_after_;
+  out += pending_;
+  held_after_.clear();
+  pending_.clear();
+  scan_from_ = 0;
+  return out;
+}
+
+Result<std::optional<Json>> body_timeline(std::string_view body) {
+  if (body.find(kTimelineKey) == std::string_view::npos) return std::optional<Json>();
+  PDS_ASSIGN_OR_RETURN(Json response, parse_object(body, "the decode node's response body"));
+  return usage_timeline(response, "the decode node's response body");
+}
+
+Result<std::string> replace_body_timeline(std::string_view body, const Json& aligned) {
+  PDS_ASSIGN_OR_RETURN(Json response, parse_object(body, "the decode node's response body"));
+  response["usage"][kTimelineKey] = aligned;
+  return response.dump();
+}
+
+}  // namespace pdserve::proxy

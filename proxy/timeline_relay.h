@@ -1,0 +1,57 @@
+// Finds the decode node's timeline (issue #7 format, docs/TRACING.md) in the response the proxy
+// relays, and puts the proxy's aligned version back where the client gets one. The relay stays
+// cheap: bytes pass through untouched except the one event that carries the timeline.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/core/status.h"
+
+namespace pdserve::proxy {
+
+// Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
+// "\r\n\r\n" ends an event) and forwards them, except:
+//  * the comment `: pdserve_timeline {json}`, which is recorded and never forwarded;
+//  * the event whose data has `usage.pdserve_timeline`: recorded and held back, with
+//    everything after it, until finish() can put the aligned timeline in its place.
+// Only events that contain the text "pdserve_timeline" are parsed.
+class SseRelay {
+ public:
+  // Takes the next bytes of the stream; returns the bytes to forward now (maybe none).
+  std::string feed(std::string_view bytes);
+
+  // The node's timeline, once an event has carried one.
+  const std::optional<nlohmann::json>& timeline() const { return timeline_; }
+  // Why an event that looked like a timeline carrier could not be read (it is then forwarded
+  // as it came, or dropped if it was the comment).
+  const std::optional<Status>& problem() const { return problem_; }
+
+  // At the end of the stream: what is still held back, the usage event carrying `aligned` (or
+  // its original timeline when `aligned` is null), then any incomplete trailing bytes as they
+  // came.
+  std::string finish(const nlohmann::json* aligned);
+
+ private:
+  // Decides what happens to one complete event; appends what to forward now to `out`.
+  void route_event(std::string_view event, std::string& out);
+
+  std::string pending_;   // bytes of the event not yet complete
+  size_t scan_from_ = 0;  // where to resume looking for the end of the pending event
+  std::optional<nlohmann::json> timeline_;
+  std::optional<nlohmann::json> usage_event_;  // parsed data of the held event
+  std::string held_after_;                     // events after the held one
+  std::optional<Status> problem_;
+};
+
+// A non-streaming response body's `usage.pdserve_timeline`; nullopt when the body has none,
+// InvalidArgument when it cannot be read. Bodies without the text are not parsed.
+Result<std::optional<nlohmann::json>> body_timeline(std::string_view body);
+
+// `body` with `usage.pdserve_timeline` replaced by `aligned`.
+Result<std::string> replace_body_timeline(std::string_view body, const nlohmann::json& aligned);
+
+}  // namespace pdserve::proxy

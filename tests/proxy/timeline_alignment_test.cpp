@@ -1,0 +1,225 @@
+// Clock alignment arithmetic, the spans the proxy adds, the client-visible TTFT/TPOT/E2E, the
+// PD-split summary, and traceparent validation and generation.
+#include "proxy/timeline_alignment.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "proxy/timeline_metrics.h"
+#include "proxy/traceparent.h"
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+
+// A decode node that answered 12 ms after its arrival (head_sent_ms = 12), three tokens.
+Json node_timeline() {
+  return {{"version", 1},
+          {"request_id", "cmpl-1"},
+          {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"},
+          {"origin", "decode"},
+          {"sync", {{"head_sent_ms", 12.0}}},
+          {"spans",
+           {{{"name", "decode.request"},
+             {"node", "decode http://d"},
+             {"start_ms", 0.0},
+             {"end_ms", 100.0},
+             {"args", {{"index", 0}}}},
+            {{"name", "prefill.queue"},
+             {"node", "prefill http://p"},
+             {"start_ms", 5.0},
+             {"end_ms", 9.0}},
+            {{"name", "prefill.chunk"},
+             {"node", "prefill http://p"},
+             {"start_ms", 9.0},
+             {"end_ms", 20.0},
+             {"args", {{"prompt_tokens", 64}}}},
+            {{"name", "prefill.chunk"},
+             {"node", "prefill http://p"},
+             {"start_ms", 21.0},
+             {"end_ms", 30.0},
+             {"args", {{"prompt_tokens", 16}}}},
+            {{"name", "decode.queue"},
+             {"node", "decode http://d"},
+             {"start_ms", 40.0},
+             {"end_ms", 43.0}}}},
+          {"tokens_ms", {30.0, 60.0, 100.0}},
+          {"output_tokens", 3},
+          {"ttft_ms", 30.0},
+          {"tpot_ms", 35.0},
+          {"e2e_ms", 100.0},
+          {"kv_transfer", {{"bytes", 1024}, {"ms", 7.5}}}};
+}
+
+ProxyMeasurements measured() {
+  ProxyMeasurements proxy;
+  proxy.trace_id = "0af7651916cd43dd8448eb211c80319c";
+  // Routed at 0, refused, routed again at 3 and sent at 4; the head came at 20.
+  proxy.routes = {{0.0, 1.0, "decode-1", "prefill-1"}, {3.0, 4.0, "decode-2", ""}};
+  proxy.head_ms = 20.0;
+  proxy.end_ms = 120.0;
+  return proxy;
+}
+
+const Json* span_named(const Json& timeline, std::string_view name) {
+  for (const Json& span : timeline["spans"]) {
+    if (span["name"] == name) return &span;
+  }
+  return nullptr;
+}
+
+TEST(ClockOffset, SymmetricDelaysSplitTheNetworkTime) {
+  // Sent at 4, head at 20, the node took 12 of those 16 ms: 2 ms each way.
+  const ClockOffset offset = estimate_offset(4.0, 20.0, 12.0);
+  EXPECT_DOUBLE_EQ(offset.one_way_ms, 2.0);
+  EXPECT_DOUBLE_EQ(offset.node_arrival_ms, 6.0);
+  // A node claiming more time than the round trip had: no network delay, not a negative one.
+  const ClockOffset skewed = estimate_offset(4.0, 20.0, 30.0);
+  EXPECT_DOUBLE_EQ(skewed.one_way_ms, 0.0);
+  EXPECT_DOUBLE_EQ(skewed.node_arrival_ms, 4.0);
+}
+
+TEST(AlignTimeline, ShiftsNodeTimesAndAddsTheProxySpans) {
+  Result<Json> aligned = align_timeline(node_timeline(), measured());
+  ASSERT_TRUE(aligned.ok()) << aligned.status().to_string();
+  const Json& t = *aligned;
+  EXPECT_EQ(t["origin"], "proxy");
+  EXPECT_FALSE(t.contains("sync"));
+  EXPECT_EQ(t["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+  EXPECT_EQ(t["request_id"], "cmpl-1");
+
+  const Json* decode = span_named(t, "decode.request");
+  ASSERT_NE(decode, nullptr);
+  EXPECT_DOUBLE_EQ((*decode)["start_ms"].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ((*decode)["end_ms"].get<double>(), 106.0);
+  EXPECT_EQ((*decode)["args"]["index"], 0);
+  EXPECT_EQ(t["tokens_ms"], Json({36.0, 66.0, 106.0}));
+
+  const Json* request = span_named(t, "proxy.request");
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ((*request)["node"], "proxy");
+  EXPECT_DOUBLE_EQ((*request)["start_ms"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ((*request)["end_ms"].get<double>(), 120.0);
+  EXPECT_EQ((*request)["args"]["attempts"], 2);
+  int routes = 0;
+  for (const Json& span : t["spans"]) {
+    if (span["name"] != "proxy.route") continue;
+    ++routes;
+    EXPECT_LE(span["start_ms"].get<double>(), span["end_ms"].get<double>());
+  }
+  EXPECT_EQ(routes, 2);
+
+  // Client-visible: the first token left at 36 and took 2 ms more to the proxy.
+  EXPECT_DOUBLE_EQ(t["ttft_ms"].get<double>(), 38.0);
+  EXPECT_DOUBLE_EQ(t["e2e_ms"].get<double>(), 120.0);
+  EXPECT_DOUBLE_EQ(t["tpot_ms"].get<double>(), (120.0 - 38.0) / 2.0);
+}
+
+TEST(AlignTimeline, OneTokenHasNoTpot) {
+  Json timeline = node_timeline();
+  timeline["tokens_ms"] = {30.0};
+  timeline["output_tokens"] = 1;
+  Result<Json> aligned = align_timeline(timeline, measured());
+  ASSERT_TRUE(aligned.ok());
+  EXPECT_TRUE((*aligned)["tpot_ms"].is_null());
+}
+
+TEST(AlignTimeline, MalformedTimelinesNameTheField) {
+  const auto error_of = [](Json timeline) {
+    Result<Json> aligned = align_timeline(timeline, measured());
+    EXPECT_FALSE(aligned.ok());
+    EXPECT_EQ(aligned.status().code(), StatusCode::kInvalidArgument);
+    return aligned.status().message();
+  };
+  Json no_sync = node_timeline();
+  no_sync.erase("sync");
+  EXPECT_NE(error_of(no_sync).find("sync"), std::string::npos);
+  Json bad_span = node_timeline();
+  bad_span["spans"][1]["end_ms"] = 1.0;
+  EXPECT_NE(error_of(bad_span).find("spans[1] (prefill.queue) ends before"), std::string::npos);
+  Json bad_start = node_timeline();
+  bad_start["spans"][2]["start_ms"] = "9";
+  EXPECT_NE(error_of(bad_start).find("spans[2].start_ms"), std::string::npos);
+  Json bad_version = node_timeline();
+  bad_version["version"] = 2;
+  EXPECT_NE(error_of(bad_version).find("version"), std::string::npos);
+  Json bad_tokens = node_timeline();
+  bad_tokens["output_tokens"] = "3";
+  EXPECT_NE(error_of(bad_tokens).find("output_tokens"), std::string::npos);
+  EXPECT_NE(error_of(Json::array()).find("not an object"), std::string::npos);
+}
+
+TEST(TimelineSummary, PhasesOfTheSplit) {
+  Result<Json> aligned = align_timeline(node_timeline(), measured());
+  ASSERT_TRUE(aligned.ok());
+  const TimelineSummary summary = summarize_timeline(*aligned);
+  EXPECT_DOUBLE_EQ(*summary.ttft_ms, 38.0);
+  EXPECT_DOUBLE_EQ(*summary.prefill_queue_ms, 4.0);
+  EXPECT_DOUBLE_EQ(*summary.prefill_compute_ms, 21.0);  // 9 -> 30 across two chunks
+  EXPECT_DOUBLE_EQ(*summary.decode_queue_ms, 3.0);
+  EXPECT_DOUBLE_EQ(*summary.kv_transfer_ms, 7.5);
+  EXPECT_EQ(summary.prompt_tokens_computed, 80);
+  EXPECT_EQ(summary.inter_token_ms, (std::vector<double>{30.0, 40.0}));
+  const FinishedRequest finished = finished_request(summary);
+  EXPECT_DOUBLE_EQ(finished.e2e_ms, 120.0);
+  EXPECT_EQ(finished.output_tokens, 3);
+  EXPECT_TRUE(finished.ok);
+
+  // A colocated request: no prefill node, no transfer.
+  Json local = node_timeline();
+  local.erase("kv_transfer");
+  local["spans"] = Json::array({node_timeline()["spans"][0]});
+  Result<Json> local_aligned = align_timeline(local, measured());
+  ASSERT_TRUE(local_aligned.ok());
+  const TimelineSummary local_summary = summarize_timeline(*local_aligned);
+  EXPECT_FALSE(local_summary.kv_transfer_ms.has_value());
+  EXPECT_FALSE(local_summary.prefill_queue_ms.has_value());
+}
+
+TEST(TraceParent, ValidatesTheW3cFormat) {
+  const std::string good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const std::optional<TraceParent> parsed = parse_traceparent(good);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(parsed->parent_id, "00f067aa0ba902b7");
+  EXPECT_EQ(parsed->flags, "01");
+  for (const char* bad : {
+           "",
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",      // no flags
+           "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // version
+           "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",   // upper case
+           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",   // zero trace
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",   // zero parent
+           "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",   // not hex
+           "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",   // separator
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ",  // trailing
+       }) {
+    EXPECT_FALSE(parse_traceparent(bad).has_value()) << bad;
+  }
+}
+
+TEST(TraceParent, KeepsAValidTraceAndStartsOtherwise) {
+  TraceIdGenerator ids;
+  const TraceContext kept =
+      ids.context_for("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  EXPECT_EQ(kept.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_NE(kept.span_id, "00f067aa0ba902b7");
+  ASSERT_TRUE(parse_traceparent(kept.traceparent()).has_value());
+  EXPECT_EQ(parse_traceparent(kept.traceparent())->parent_id, kept.span_id);
+
+  std::set<std::string> traces;
+  for (int i = 0; i < 100; ++i) {
+    const TraceContext fresh =
+        ids.context_for(i % 2 ? std::optional<std::string_view>("garbage") : std::nullopt);
+    const std::optional<TraceParent> parsed = parse_traceparent(fresh.traceparent());
+    ASSERT_TRUE(parsed.has_value()) << fresh.traceparent();
+    EXPECT_EQ(parsed->flags, "01");
+    traces.insert(fresh.trace_id);
+  }
+  EXPECT_EQ(traces.size(), 100u);
+}
+
+}  // namespace
+}  // namespace pdserve::proxy

@@ -1,0 +1,145 @@
+// SseRelay: events framed across any split of the stream, the timeline comment never reaches
+// the client, the usage event is held and rewritten, and a non-streaming body's timeline.
+#include "proxy/timeline_relay.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+
+const Json kTimeline = {{"version", 1},
+                        {"request_id", "cmpl-7"},
+                        {"sync", {{"head_sent_ms", 2.5}}},
+                        {"spans", Json::array()}};
+
+std::string data_event(const Json& value) {
+  return "data: " + value.dump() + "\n\n";
+}
+
+// A decode node's stream without include_usage: deltas, the timeline comment, [DONE].
+std::string comment_stream(std::string_view line_end) {
+  std::string stream;
+  for (int i = 0; i < 3; ++i) {
+    stream += "data: {\"id\":\"cmpl-7\",\"choices\":[{\"text\":\"tok" + std::to_string(i) +
+              "\"}]}" + std::string(line_end) + std::string(line_end);
+  }
+  stream +=
+      ": pdserve_timeline " + kTimeline.dump() + std::string(line_end) + std::string(line_end);
+  stream += "data: [DONE]" + std::string(line_end) + std::string(line_end);
+  return stream;
+}
+
+// Feeds `stream` cut at `cuts` (sorted offsets) and returns everything forwarded.
+std::string relay_in_pieces(SseRelay& relay, const std::string& stream,
+                            const std::vector<size_t>& cuts) {
+  std::string forwarded;
+  size_t from = 0;
+  for (size_t cut : cuts) {
+    forwarded += relay.feed(std::string_view(stream).substr(from, cut - from));
+    from = cut;
+  }
+  forwarded += relay.feed(std::string_view(stream).substr(from));
+  return forwarded + relay.finish(nullptr);
+}
+
+TEST(SseRelay, EverySingleSplitStripsTheCommentAndKeepsTheRest) {
+  for (std::string_view line_end : {"\n", "\r\n"}) {
+    const std::string stream = comment_stream(line_end);
+    const std::string comment =
+        ": pdserve_timeline " + kTimeline.dump() + std::string(line_end) + std::string(line_end);
+    std::string expected = stream;
+    expected.erase(expected.find(comment), comment.size());
+    for (size_t cut = 0; cut <= stream.size(); ++cut) {
+      SseRelay relay;
+      EXPECT_EQ(relay_in_pieces(relay, stream, {cut}), expected) << "cut at " << cut;
+      ASSERT_TRUE(relay.timeline().has_value()) << "cut at " << cut;
+      EXPECT_EQ(*relay.timeline(), kTimeline);
+    }
+  }
+}
+
+TEST(SseRelay, RandomSplitsIntoManyPieces) {
+  const std::string stream = comment_stream("\n");
+  std::mt19937 random(7);
+  for (int round = 0; round < 500; ++round) {
+    std::vector<size_t> cuts;
+    const int pieces = 1 + static_cast<int>(random() % 40);
+    for (int i = 0; i < pieces; ++i) cuts.push_back(random() % (stream.size() + 1));
+    std::sort(cuts.begin(), cuts.end());
+    SseRelay relay;
+    const std::string forwarded = relay_in_pieces(relay, stream, cuts);
+    EXPECT_EQ(forwarded.find("pdserve_timeline"), std::string::npos);
+    EXPECT_TRUE(forwarded.ends_with("data: [DONE]\n\n"));
+    ASSERT_TRUE(relay.timeline().has_value());
+  }
+}
+
+TEST(SseRelay, EventsAreForwardedAsSoonAsTheyAreComplete) {
+  SseRelay relay;
+  EXPECT_EQ(relay.feed("data: {\"a\":1}\n"), "");
+  EXPECT_EQ(relay.feed("\ndata: {\"b\""), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(relay.feed(":2}\n\n"), "data: {\"b\":2}\n\n");
+}
+
+TEST(SseRelay, UsageEventIsHeldAndCarriesTheAlignedTimeline) {
+  const Json usage_chunk = {{"id", "cmpl-7"},
+                            {"choices", Json::array()},
+                            {"usage", {{"prompt_tokens", 5}, {"pdserve_timeline", kTimeline}}}};
+  const std::string delta = data_event({{"id", "cmpl-7"}, {"choices", {{{"text", "x"}}}}});
+  SseRelay relay;
+  EXPECT_EQ(relay.feed(delta), delta);
+  // The usage event and everything after it wait for finish().
+  EXPECT_EQ(relay.feed(data_event(usage_chunk) + "data: [DONE]\n\n"), "");
+  ASSERT_TRUE(relay.timeline().has_value());
+  EXPECT_EQ(*relay.timeline(), kTimeline);
+
+  const Json aligned = {{"version", 1}, {"origin", "proxy"}};
+  const std::string rest = relay.finish(&aligned);
+  ASSERT_TRUE(rest.ends_with("\n\ndata: [DONE]\n\n")) << rest;
+  const Json sent = Json::parse(rest.substr(6, rest.find("\n\n") - 6));
+  EXPECT_EQ(sent["usage"]["pdserve_timeline"], aligned);
+  EXPECT_EQ(sent["usage"]["prompt_tokens"], 5);
+}
+
+TEST(SseRelay, UnreadableTimelinesAreReportedAndTheStreamUntouched) {
+  SseRelay relay;
+  const std::string broken = "data: {\"usage\": {\"pdserve_timeline\": 3}}\n\n";
+  EXPECT_EQ(relay.feed(broken), broken);
+  EXPECT_EQ(relay.feed(": pdserve_timeline {not json\n\n"), "");
+  EXPECT_FALSE(relay.timeline().has_value());
+  ASSERT_TRUE(relay.problem().has_value());
+  EXPECT_NE(relay.problem()->message().find("pdserve_timeline"), std::string::npos);
+}
+
+TEST(SseRelay, IncompleteTrailingBytesComeOutAtTheEnd) {
+  SseRelay relay;
+  EXPECT_EQ(relay.feed("data: {\"a\":1}\n\ndata: {\"cut"), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(relay.finish(nullptr), "data: {\"cut");
+}
+
+TEST(BodyTimeline, FoundReplacedOrAbsent) {
+  const Json body = {{"id", "cmpl-7"}, {"usage", {{"pdserve_timeline", kTimeline}}}};
+  Result<std::optional<Json>> found = body_timeline(body.dump());
+  ASSERT_TRUE(found.ok());
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ(**found, kTimeline);
+
+  Result<std::string> replaced = replace_body_timeline(body.dump(), Json{{"origin", "proxy"}});
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_EQ(Json::parse(*replaced)["usage"]["pdserve_timeline"]["origin"], "proxy");
+
+  Result<std::optional<Json>> none = body_timeline(R"({"usage": {"prompt_tokens": 3}})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_FALSE(body_timeline(R"({"usage": {"pdserve_timeline": [1]}})").ok());
+  EXPECT_FALSE(body_timeline("pdserve_timeline but not json").ok());
+}
+
+}  // namespace
+}  // namespace pdserve::proxy
