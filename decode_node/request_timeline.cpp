@@ -1,0 +1,188 @@
+#include "decode_node/request_timeline.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Spans of one request under construction, with the decode node's name and the origin.
+class SpanList {
+ public:
+  SpanList(const RequestTimelineInput& input) : input_(input) {}
+
+  Json& add(std::string name, const std::string& node, double start_ms, double end_ms, int index) {
+    Json span;
+    span["name"] = std::move(name);
+    span["node"] = node;
+    span["start_ms"] = start_ms;
+    span["end_ms"] = end_ms;
+    span["args"] = Json{{"index", index}};
+    spans_.push_back(std::move(span));
+    return spans_.back()["args"];
+  }
+  Json& add_here(std::string name, SteadyTime start, SteadyTime end, int index) {
+    return add(std::move(name), input_.node, ms(start), ms(end), index);
+  }
+  double ms(SteadyTime time) const { return milliseconds_after(input_.arrival, time); }
+
+  // In start order (ties: the longer span, its parent, first).
+  Json take() {
+    std::stable_sort(spans_.begin(), spans_.end(), [](const Json& a, const Json& b) {
+      const double a_start = a["start_ms"].get<double>();
+      const double b_start = b["start_ms"].get<double>();
+      if (a_start != b_start) return a_start < b_start;
+      return a["end_ms"].get<double>() > b["end_ms"].get<double>();
+    });
+    Json out = Json::array();
+    for (Json& span : spans_) out.push_back(std::move(span));
+    return out;
+  }
+
+ private:
+  const RequestTimelineInput& input_;
+  std::vector<Json> spans_;
+};
+
+void add_prefill_chunks(SpanList& spans, const ChoiceTimeline& choice) {
+  for (const PrefillChunkTiming& chunk : choice.timings.prefill_chunks) {
+    Json& args = spans.add_here("prefill.chunk", chunk.start, chunk.end, choice.index);
+    args["prompt_tokens"] = chunk.prompt_tokens;
+    args["batch_tokens"] = chunk.batch_tokens;
+  }
+}
+
+// Prompt computed here: queue, chunks; the first token came out of the last chunk.
+void add_local_prefill(SpanList& spans, const ChoiceTimeline& choice) {
+  const RequestTimings& timings = choice.timings;
+  if (timings.first_scheduled) {
+    spans.add_here("prefill.queue", timings.arrival, *timings.first_scheduled, choice.index);
+    spans.add_here("decode.queue", timings.arrival, *timings.first_scheduled, choice.index);
+  }
+  add_prefill_chunks(spans, choice);
+}
+
+// Prompt computed on a prefill node: the exchange as seen here, the prefill node's own spans
+// moved onto this clock, then the wait for the KV.
+void add_remote_prefill(SpanList& spans, const ChoiceTimeline& choice,
+                        const RemotePrefillStats& remote) {
+  const RequestTimings& timings = choice.timings;
+  const SteadyTime no_time{};
+  if (remote.work_posted != no_time && remote.first_token_received != no_time) {
+    Json& args = spans.add_here("prefill.remote", remote.work_posted, remote.first_token_received,
+                                choice.index);
+    args["prefill_url"] = remote.prefill_url;
+  }
+  if (remote.work_posted != no_time && remote.head_received != no_time) {
+    const double receipt = aligned_receipt_ms(spans.ms(remote.work_posted),
+                                              spans.ms(remote.head_received), remote.head_sent_ms);
+    const std::string node = "prefill " + remote.prefill_url;
+    for (const TimelineSpan& span : remote.spans) {
+      Json& args =
+          spans.add(span.name, node, receipt + span.start_ms, receipt + span.end_ms, choice.index);
+      for (const auto& [key, value] : span.args) args[key] = value;
+    }
+  }
+  // Chunks computed here too (only when the import fell back to a local prefill).
+  add_prefill_chunks(spans, choice);
+  if (remote.first_token_received != no_time && timings.kv_ready) {
+    spans.add_here("decode.kv_wait", remote.first_token_received, *timings.kv_ready, choice.index);
+  }
+  if (timings.kv_ready && timings.first_scheduled) {
+    spans.add_here("decode.queue", *timings.kv_ready, *timings.first_scheduled, choice.index);
+  }
+}
+
+// The steps after the first token: from its first decode step (after the last local prefill
+// chunk, or once the imported KV is scheduled) to the final token.
+void add_decode_steps(SpanList& spans, const ChoiceTimeline& choice) {
+  const RequestTimings& timings = choice.timings;
+  if (choice.completion_tokens < 2 || !timings.finished) return;
+  std::optional<SteadyTime> start;
+  if (choice.remote_prefill) {
+    start = timings.first_scheduled;
+  } else if (!timings.prefill_chunks.empty()) {
+    start = timings.prefill_chunks.back().end;
+  } else {
+    start = timings.first_token;
+  }
+  if (!start) return;
+  Json& args = spans.add_here("decode.steps", *start, *timings.finished, choice.index);
+  args["tokens"] = choice.completion_tokens - 1;
+}
+
+Json kv_transfer_json(const RemotePrefillStats& remote) {
+  Json out;
+  out["bytes"] = remote.transfer_bytes;
+  out["blocks"] = remote.transfer_blocks;
+  out["ms"] = remote.transfer_seconds * 1000.0;
+  out["gb_per_s"] = remote.transfer_seconds > 0
+                        ? static_cast<double>(remote.transfer_bytes) / remote.transfer_seconds / 1e9
+                        : 0.0;
+  out["layers"] = remote.transfer_layers;
+  out["layers_overlapped"] = remote.transfer_layers_overlapped;
+  return out;
+}
+
+Json optional_number(const std::optional<double>& value) {
+  return value ? Json(*value) : Json(nullptr);
+}
+
+}  // namespace
+
+double milliseconds_after(SteadyTime origin, SteadyTime time) {
+  return std::chrono::duration<double, std::milli>(time - origin).count();
+}
+
+double aligned_receipt_ms(double sent_ms, double head_received_ms, double head_sent_ms) {
+  return sent_ms + ((head_received_ms - sent_ms) - head_sent_ms) / 2.0;
+}
+
+std::optional<double> time_per_output_token_ms(double ttft_ms, double e2e_ms, int output_tokens) {
+  if (output_tokens < 2) return std::nullopt;
+  return (e2e_ms - ttft_ms) / (output_tokens - 1);
+}
+
+Json request_timeline_json(const RequestTimelineInput& input) {
+  SpanList spans(input);
+  for (const ChoiceTimeline& choice : input.choices) {
+    spans.add_here("decode.request", input.arrival, choice.final_delta, choice.index);
+    if (choice.remote_prefill) {
+      add_remote_prefill(spans, choice, *choice.remote_prefill);
+    } else {
+      add_local_prefill(spans, choice);
+    }
+    add_decode_steps(spans, choice);
+  }
+
+  Json tokens_ms = Json::array();
+  for (SteadyTime time : input.token_times) tokens_ms.push_back(spans.ms(time));
+  const int output_tokens = static_cast<int>(input.token_times.size());
+  const bool has_tokens = !input.token_times.empty();
+  const double ttft = has_tokens ? spans.ms(input.token_times.front()) : 0.0;
+  const double e2e = input.choices.empty() ? 0.0 : spans.ms(input.choices.front().final_delta);
+
+  Json timeline;
+  timeline["version"] = 1;
+  timeline["request_id"] = input.request_id;
+  timeline["trace_id"] = input.trace_id;
+  timeline["origin"] = "decode";
+  timeline["sync"] = Json{{"head_sent_ms", spans.ms(input.head_sent)}};
+  timeline["spans"] = spans.take();
+  timeline["tokens_ms"] = std::move(tokens_ms);
+  timeline["output_tokens"] = output_tokens;
+  timeline["ttft_ms"] = has_tokens ? Json(ttft) : Json(nullptr);
+  timeline["tpot_ms"] = optional_number(time_per_output_token_ms(ttft, e2e, output_tokens));
+  timeline["e2e_ms"] = e2e;
+  // Only once the KV has landed are the transfer's figures known (a request ended by its first
+  // token does not wait for them).
+  if (!input.choices.empty() && input.choices.front().remote_prefill &&
+      input.choices.front().timings.kv_ready) {
+    timeline["kv_transfer"] = kv_transfer_json(*input.choices.front().remote_prefill);
+  }
+  return timeline;
+}
+
+}  // namespace pdserve
