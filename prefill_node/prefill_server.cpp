@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "common/cluster/cluster_auth.h"
 #include "common/http/api_error_response.h"
@@ -13,8 +14,31 @@
 namespace pdserve {
 namespace {
 
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                             7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+
 double milliseconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// The engine's spans up to the first token, in ms after the receipt of the work.
+std::vector<TimelineSpan> prefill_spans(const RequestTimings& timings, SteadyTime receipt) {
+  std::vector<TimelineSpan> spans;
+  if (timings.first_scheduled) {
+    spans.push_back({"prefill.queue",
+                     milliseconds_between(receipt, timings.arrival),
+                     milliseconds_between(receipt, *timings.first_scheduled),
+                     {}});
+  }
+  for (const PrefillChunkTiming& chunk : timings.prefill_chunks) {
+    spans.push_back(
+        {"prefill.chunk",
+         milliseconds_between(receipt, chunk.start),
+         milliseconds_between(receipt, chunk.end),
+         {{"prompt_tokens", chunk.prompt_tokens}, {"batch_tokens", chunk.batch_tokens}}});
+  }
+  return spans;
 }
 
 }  // namespace
@@ -24,9 +48,12 @@ double milliseconds_between(SteadyTime from, SteadyTime to) {
 struct PrefillServer::Exchange {
   std::mutex mutex;
   std::shared_ptr<http::ResponseChannel> channel;
+  SteadyTime receipt{};  // t = 0 of the spans this node reports
+  double head_sent_ms = 0;
   bool token_written = false;
   bool ended = false;
   std::optional<KvTransferReport> report;  // arrived before the token
+  SteadyTime report_at{};                  // when it arrived
 
   // With the mutex held.
   void write(const PrefillEvent& event) {
@@ -38,13 +65,34 @@ struct PrefillServer::Exchange {
     channel->end_stream();
     channel.reset();
   }
-  void write_report(const KvTransferReport& transfer) {
+  // `at`: when the report arrived (the receiver's acknowledgement, as seen here).
+  void write_report(const KvTransferReport& transfer, SteadyTime at) {
     PrefillEvent event;
     if (transfer.status.ok()) {
       event.kind = PrefillEvent::Kind::kKvSent;
       event.bytes = transfer.bytes;
       event.blocks = transfer.blocks;
       event.transfer_ms = transfer.seconds * 1000.0;
+      event.layers = transfer.layers;
+      event.layers_overlapped = transfer.layers_overlapped;
+      const double acknowledged_ms = milliseconds_between(receipt, at);
+      TimelineSpan transfer_span{
+          "kv.transfer",
+          std::max(0.0, acknowledged_ms - event.transfer_ms),
+          acknowledged_ms,
+          {{"bytes", static_cast<double>(transfer.bytes)},
+           {"blocks", transfer.blocks},
+           {"gb_per_s", transfer.seconds > 0
+                            ? static_cast<double>(transfer.bytes) / transfer.seconds / 1e9
+                            : 0.0},
+           {"layers", transfer.layers},
+           {"layers_overlapped", transfer.layers_overlapped}}};
+      event.spans.push_back(std::move(transfer_span));
+      // This is the exchange's last event.
+      event.spans.push_back({"prefill.request",
+                             0.0,
+                             milliseconds_between(receipt, std::chrono::steady_clock::now()),
+                             {}});
     } else {
       event.kind = PrefillEvent::Kind::kKvFailed;
       event.error = transfer.status.message();
@@ -75,6 +123,7 @@ void PrefillServer::register_routes(http::Router& router) {
 
 void PrefillServer::handle_prefill(const http::HttpRequest& request,
                                    const std::shared_ptr<http::ResponseChannel>& channel) {
+  const SteadyTime receipt = std::chrono::steady_clock::now();
   if (!cluster_token_matches(request, cluster_token_)) {
     channel->send(http::api_error_response(unauthorized("prefill work needs the cluster token")));
     return;
@@ -94,6 +143,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
 
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
+  exchange->receipt = receipt;
   InferenceRequest engine_request;
   engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work->request_id;
   engine_request.prompt_tokens = std::move(work->prompt_token_ids);
@@ -108,20 +158,38 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   target.first_block = work->first_block;
   target.transfer_tag = work->transfer_tag;
   target.timeout = std::chrono::milliseconds(work->timeout_ms);
-  target.on_finished = [exchange](const KvTransferReport& report) {
+  metrics::Histogram& transfer_time = metrics_.histogram(
+      "pdserve:kv_transfer_time_seconds",
+      "KV transfer of a prefilled prompt, first put to the receiver's acknowledgement.",
+      kLatencyBuckets);
+  metrics::Counter& transfer_bytes =
+      metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.");
+  target.on_finished = [exchange, &transfer_time, &transfer_bytes](const KvTransferReport& report) {
+    const SteadyTime at = std::chrono::steady_clock::now();
+    if (report.status.ok()) {
+      transfer_time.observe(report.seconds);
+      transfer_bytes.inc(static_cast<double>(report.bytes));
+    }
     std::lock_guard lock(exchange->mutex);
     if (exchange->token_written) {
-      exchange->write_report(report);
+      exchange->write_report(report, at);
     } else {
       exchange->report = report;
+      exchange->report_at = at;
     }
   };
   engine_request.kv_export = std::move(target);
 
   metrics::Counter& tokens_counter =
       metrics_.counter("pdserve:prompt_tokens_total", "Prompt tokens prefilled here.");
+  metrics::Histogram& queue_time = metrics_.histogram(
+      "pdserve:request_queue_time_seconds", "Prefill arrival to first scheduled.", kLatencyBuckets);
+  metrics::Histogram& prefill_time = metrics_.histogram(
+      "pdserve:request_prefill_time_seconds",
+      "First scheduled to the first token (the prompt's forward steps).", kLatencyBuckets);
   const int prompt_tokens = static_cast<int>(engine_request.prompt_tokens.size());
-  auto sink = [exchange, &tokens_counter, prompt_tokens](SequenceDelta delta) {
+  auto sink = [exchange, &tokens_counter, &queue_time, &prefill_time,
+               prompt_tokens](SequenceDelta delta) {
     std::lock_guard lock(exchange->mutex);
     if (exchange->ended) return;
     if (!delta.error.ok()) {
@@ -146,13 +214,17 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     const RequestTimings& timings = delta.timings;
     if (timings.first_scheduled) {
       event.queue_ms = milliseconds_between(timings.arrival, *timings.first_scheduled);
+      queue_time.observe(event.queue_ms / 1000.0);
       if (timings.first_token) {
         event.compute_ms = milliseconds_between(*timings.first_scheduled, *timings.first_token);
+        prefill_time.observe(event.compute_ms / 1000.0);
       }
     }
+    event.head_sent_ms = exchange->head_sent_ms;
+    event.spans = prefill_spans(timings, exchange->receipt);
     exchange->write(event);
     exchange->token_written = true;
-    if (exchange->report) exchange->write_report(*exchange->report);
+    if (exchange->report) exchange->write_report(*exchange->report, exchange->report_at);
   };
 
   const std::string engine_id = engine_request.id;
@@ -166,6 +238,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   }
   metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.").inc();
   channel->start_stream(200, "application/x-ndjson", {});
+  exchange->head_sent_ms = milliseconds_between(receipt, std::chrono::steady_clock::now());
   channel->on_cancel([this, engine_id] { service_.abort(engine_id); });
 }
 
