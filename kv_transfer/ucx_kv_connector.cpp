@@ -26,8 +26,14 @@ struct Import {
   std::string error_body;     // of a non-200 answer
   std::optional<PrefillEvent> first_token;
   std::optional<PrefillEvent> kv_sent;
-  bool landed = false;    // the completion message arrived
-  bool finished = false;  // ready or failed was reported
+  bool landed = false;          // the completion message arrived
+  bool exchange_ended = false;  // the prefill node's event stream ended after a first token
+  bool finished = false;        // ready or failed was reported
+  std::string traceparent;      // sent with the work
+  // The exchange with the current prefill node, for the request's timeline.
+  Clock::time_point work_posted;
+  Clock::time_point head_received;
+  Clock::time_point first_token_received;
   Clock::time_point started;
   Clock::time_point deadline;                   // for the first token and the KV
   std::optional<Clock::time_point> release_at;  // after a failure: when the blocks are safe
@@ -95,10 +101,19 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     stats.remote_cached_tokens = first.cached_tokens;
     stats.queue_seconds = first.queue_ms / 1000.0;
     stats.compute_seconds = first.compute_ms / 1000.0;
+    stats.work_posted = import.work_posted;
+    stats.head_received = import.head_received;
+    stats.first_token_received = import.first_token_received;
+    stats.head_sent_ms = first.head_sent_ms;
+    stats.spans = first.spans;
     if (import.kv_sent) {
       stats.transfer_bytes = import.kv_sent->bytes;
       stats.transfer_blocks = import.kv_sent->blocks;
       stats.transfer_seconds = import.kv_sent->transfer_ms / 1000.0;
+      stats.transfer_layers = import.kv_sent->layers;
+      stats.transfer_layers_overlapped = import.kv_sent->layers_overlapped;
+      stats.spans.insert(stats.spans.end(), import.kv_sent->spans.begin(),
+                         import.kv_sent->spans.end());
     } else {
       stats.transfer_blocks = static_cast<int>(import.work.block_ids.size());
     }
@@ -119,8 +134,13 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
                       std::move(result), std::nullopt});
   }
 
+  // Ready once the KV has landed and the prefill node has reported the transfer (its figures
+  // complete the request's stats), or ended its stream without that report.
   void maybe_ready(Import& import) {
-    if (import.finished || !import.first_token || !import.landed) return;
+    if (import.finished || !import.first_token || !import.landed ||
+        !(import.kv_sent || import.exchange_ended)) {
+      return;
+    }
     import.finished = true;
     events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
                       std::nullopt, stats_of(import)});
@@ -144,6 +164,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
           break;
         }
         import.first_token = std::move(*event);
+        import.first_token_received = Clock::now();
         // The KV follows; give it the transfer's own deadline from now.
         import.deadline = Clock::now() + options.transfer_timeout + options.release_grace;
         if (!import.finished) report_first_token(import);
@@ -181,6 +202,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     request.method = "POST";
     request.target = "/internal/v1/prefill";
     request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
+    if (!import.traceparent.empty()) request.headers.emplace_back("traceparent", import.traceparent);
     request.body = prefill_work_to_json(import.work).dump();
     request.timeout = std::chrono::duration_cast<Clock::duration>(import.deadline - Clock::now()) +
                       options.transfer_timeout;
@@ -188,8 +210,12 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     std::weak_ptr<Impl> weak = weak_from_this();
     http::StreamCallbacks callbacks;
     callbacks.on_head = [weak, id](int status, const http::HeaderList&) {
+      const Clock::time_point arrived = Clock::now();
       if (auto self = weak.lock())
-        self->with_import(id, [&](Import& target) { target.http_status = status; });
+        self->with_import(id, [&](Import& target) {
+          target.http_status = status;
+          target.head_received = arrived;
+        });
     };
     callbacks.on_body = [weak, id](std::string_view bytes) {
       if (auto self = weak.lock())
@@ -211,6 +237,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       if (auto self = weak.lock())
         self->with_import(id, [&](Import& target) { self->call_ended(target, outcome); });
     };
+    import.work_posted = Clock::now();
     import.call = http->stream(*url, std::move(request), std::move(callbacks));
   }
 
@@ -251,6 +278,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     }
     // With the first token here, the completion message may still be on its way: the
     // deadline in poll() covers it.
+    import.exchange_ended = true;
+    maybe_ready(import);
   }
 
   template <typename Fn>
@@ -424,6 +453,7 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
   import.request_id = request.id;
   import.tag = impl_->next_tag++;
   import.urls = request.kv_import->prefill_urls;
+  import.traceparent = request.kv_import->traceparent;
   import.started = Clock::now();
   import.deadline = import.started + request.kv_import->prefill_timeout;
   PrefillWork& work = import.work;
