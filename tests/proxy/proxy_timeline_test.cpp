@@ -231,6 +231,12 @@ TEST_F(ProxyTimeline, StreamWithUsageGetsTheAlignedTimeline) {
   expect_aligned(timeline, forwarded->trace_id);
   EXPECT_EQ(chunk["usage"]["prompt_tokens"], 3);
 
+  // The advisor got the finished request.
+  const Advice advice = proxy_->advisor().advise({}, std::chrono::steady_clock::now());
+  EXPECT_EQ(advice.requests, 1);
+  EXPECT_EQ(advice.failed, 0);
+  EXPECT_DOUBLE_EQ(advice.mean_output_tokens, 2.0);
+
   // The histograms of the split saw it.
   const std::string metrics = call("GET", "/metrics").body;
   for (const char* name : {"pdserve:proxy_time_to_first_token_seconds_count 1",
