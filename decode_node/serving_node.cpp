@@ -1,5 +1,9 @@
 #include "decode_node/serving_node.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
 #include <utility>
 
 #include "common/core/log.h"
@@ -72,6 +76,9 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "Heartbeats to the proxy")
       ->capture_default_str()
       ->check(CLI::Range(10, 60'000));
+  app.add_flag("--exit-when-drained", options.exit_when_drained,
+               "Exit 0 once the proxy has drained this node (POST /cluster/nodes/ID/drain) and its "
+               "last request has finished");
 }
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
@@ -113,6 +120,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
 
 namespace {
 
+constexpr auto kDrainPollInterval = std::chrono::milliseconds(20);
+
 http::ServerOptions http_server_options(const ServingNodeOptions& options) {
   http::ServerOptions server;
   server.host = options.host;
@@ -150,6 +159,17 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
   agent.kv_blocks_total = node.engine->stats().kv_blocks_total;
   agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
+  if (options.exit_when_drained) {
+    // Runs on the agent's thread; SIGTERM wakes serve_until_shutdown's wait like Ctrl-C does.
+    agent.on_retired = [engine] {
+      for (ServiceStats stats = engine->stats(); stats.num_running + stats.num_waiting > 0;
+           stats = engine->stats()) {
+        std::this_thread::sleep_for(kDrainPollInterval);
+      }
+      PDS_LOG_INFO("drained by the proxy and idle: exiting");
+      kill(getpid(), SIGTERM);
+    };
+  }
   return NodeAgent::start(std::move(agent), [engine] { return node_load(engine->stats()); });
 }
 

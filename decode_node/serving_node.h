@@ -39,6 +39,7 @@ struct ServingNodeOptions {
   std::string ucx_tls;         // UCX transports for KV ("tcp", "sm,self"; empty: UCX decides)
   int kv_transfer_timeout_ms = 30'000;
   int heartbeat_interval_ms = 1'000;
+  bool exit_when_drained = false;  // exit 0 once the proxy drained this node and it is idle
 };
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options);
@@ -58,7 +59,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                                                         bool with_kv_transfer);
 
 // Serves `router` over HTTP, registered with options.proxy_url as `role` when one is given,
-// until SIGINT/SIGTERM (blocked by the caller in `signals`); then leaves the cluster, closes the
+// until SIGINT/SIGTERM (blocked by the caller in `signals`), or with exit_when_drained until the
+// proxy drained the node and its last request finished; then leaves the cluster, closes the
 // connections and stops the engine, in that order. `announce` runs once the port is bound.
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
                             const std::string& role, ServingNode& node, http::Router router,

@@ -31,6 +31,8 @@ struct Options {
   int heartbeat_timeout_ms = 3'000;
   int request_timeout_s = 600;
   size_t max_body_bytes = size_t{16} << 20;
+  AdvisorOptions advice;
+  int advice_window_s = 60;
 };
 
 Status run(const Options& options) {
@@ -55,6 +57,8 @@ Status run(const Options& options) {
   ProxyOptions proxy_options;
   proxy_options.cluster_token = options.cluster_token;
   proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
+  proxy_options.advice = options.advice;
+  proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
   ProxyServer proxy(registry, *client, proxy_options);
   http::Router router;
   proxy.register_routes(router);
@@ -132,6 +136,26 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", options.max_body_bytes,
                  "Largest request body; larger gets 413")
       ->capture_default_str();
+  app.add_option("--slo-ttft-ms", options.advice.slo_ttft_ms,
+                 "Time-to-first-token SLO for GET /cluster/advice")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--slo-tpot-ms", options.advice.slo_tpot_ms,
+                 "Time-per-output-token SLO for GET /cluster/advice")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--advice-window-s", options.advice_window_s,
+                 "Finished requests GET /cluster/advice looks back over")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
+  app.add_option("--kv-block-tokens", options.advice.kv_block_tokens,
+                 "The decode nodes' --block-size, for the advice's decode batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--decode-max-batch", options.advice.decode_max_batch,
+                 "The decode nodes' --max-num-seqs, for the advice's decode batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::proxy::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

@@ -93,9 +93,13 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
   return id;
 }
 
-Status NodeRegistry::heartbeat(const std::string& id, const Json& body, Clock::time_point now) {
+Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& body,
+                                          Clock::time_point now) {
   std::lock_guard lock(mutex_);
   Node* node = find(id);
+  if (node == nullptr && retired_.contains(id)) {
+    return failed_precondition("node '" + id + "' was drained and has left the cluster");
+  }
   if (node == nullptr) return not_found("heartbeat from unknown node '" + id + "'");
   node->last_heartbeat = now;
   if (node->state == NodeState::kDown) node->state = NodeState::kUp;
@@ -106,7 +110,7 @@ Status NodeRegistry::heartbeat(const std::string& id, const Json& body, Clock::t
     node->load.kv_blocks_total = json_int(load, "kv_blocks_total");
     node->load.kv_blocks_used = json_int(load, "kv_blocks_used");
   }
-  return Status::ok_status();
+  return node->state;
 }
 
 Status NodeRegistry::remove(const std::string& id) {
@@ -127,8 +131,12 @@ void NodeRegistry::expire(Clock::time_point now) {
   std::lock_guard lock(mutex_);
   std::erase_if(nodes_, [&](const auto& entry) {
     const Node& node = entry.second;
-    if (node.state == NodeState::kDraining) return node.in_flight == 0;
-    return !node.is_static && now - node.last_heartbeat > options_.heartbeat_timeout;
+    if (node.state == NodeState::kDraining && node.in_flight == 0) {
+      retired_.insert(node.id);
+      return true;
+    }
+    return node.state != NodeState::kDraining && !node.is_static &&
+           now - node.last_heartbeat > options_.heartbeat_timeout;
   });
 }
 
@@ -205,6 +213,22 @@ bool NodeRegistry::has_node(NodeRole role, Clock::time_point now) {
   return std::ranges::any_of(nodes_, [&](const auto& entry) {
     return entry.second.role == role && routable(entry.second, now);
   });
+}
+
+PoolLoad NodeRegistry::pool_load(NodeRole role, Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  PoolLoad pool;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != role || !routable(node, now)) continue;
+    ++pool.nodes;
+    pool.in_flight += node.in_flight;
+    pool.queued_prompt_tokens += node.in_flight_prompt_tokens;
+    pool.running += node.load.num_running;
+    pool.waiting += node.load.num_waiting;
+    pool.kv_blocks_total += node.load.kv_blocks_total;
+    pool.kv_blocks_used += node.load.kv_blocks_used;
+  }
+  return pool;
 }
 
 Json NodeRegistry::to_json(Clock::time_point now) {

@@ -8,7 +8,9 @@
 // A registered node that misses heartbeats for heartbeat_timeout is dropped; a node whose
 // connection fails is marked down at once (a registered node comes back with its next
 // heartbeat, a static one after a cool-down). Draining nodes get no new work and leave when
-// their requests are done. Thread-safe.
+// the requests this proxy sent there are done; their ids are then retired: a heartbeat from a
+// retired id is refused as kFailedPrecondition (HTTP 410) so the node stops instead of
+// registering again. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,7 @@
 
 #include "common/core/status.h"
 #include "common/http/http_client.h"
+#include "proxy/cluster_advice.h"
 
 namespace pdserve::proxy {
 
@@ -66,12 +70,16 @@ class NodeRegistry {
   // InvalidArgument for a malformed body or URL; AlreadyExists-like FailedPrecondition when a
   // live node already has this URL (a restarted node's stale entry, down or silent, is replaced).
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
-  // NotFound for an unknown id (the node must register again).
-  Status heartbeat(const std::string& id, const nlohmann::json& body, Clock::time_point now);
+  // The node's state after the heartbeat (kUp or kDraining). NotFound for an unknown id (the
+  // node must register again), FailedPrecondition for a retired one (it must not).
+  Result<NodeState> heartbeat(const std::string& id, const nlohmann::json& body,
+                              Clock::time_point now);
   Status remove(const std::string& id);
-  // Stops new work to the node; it is removed once nothing is in flight there.
+  // Stops new work to the node; it is removed (and its id retired) once nothing this proxy
+  // sent is in flight there. Static nodes too. NotFound for an unknown id.
   Status drain(const std::string& id);
-  // Drops registered nodes whose heartbeats stopped, and drained nodes with nothing in flight.
+  // Drops registered nodes whose heartbeats stopped, and retires drained nodes with nothing
+  // in flight.
   void expire(Clock::time_point now);
   void mark_down(const std::string& id, Clock::time_point now);
 
@@ -87,6 +95,8 @@ class NodeRegistry {
                    int64_t prompt_tokens);
 
   bool has_node(NodeRole role, Clock::time_point now);
+  // The routable nodes of one role, summed (GET /cluster/advice).
+  PoolLoad pool_load(NodeRole role, Clock::time_point now);
   // GET /cluster.
   nlohmann::json to_json(Clock::time_point now);
 
@@ -103,7 +113,7 @@ class NodeRegistry {
     Clock::time_point last_heartbeat;
     std::optional<Clock::time_point> down_until;  // static nodes after a failure
     NodeLoad load;
-    int in_flight = 0;                 // requests this proxy has there
+    int in_flight = 0;  // requests this proxy has there
     int64_t in_flight_prompt_tokens = 0;
   };
 
@@ -113,6 +123,7 @@ class NodeRegistry {
   RegistryOptions options_;
   std::mutex mutex_;
   std::map<std::string, Node> nodes_;
+  std::set<std::string> retired_;  // drained and removed; one entry per drain, so it stays small
   uint64_t next_id_ = 1;
 };
 

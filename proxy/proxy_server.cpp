@@ -48,6 +48,7 @@ struct ProxyServer::Exchange {
   std::string prefill_id;
   int status = 0;
   bool retry = false;      // refused before answering: try another decode node
+  bool busy = false;       // a decode node answered 429 (its KV pool, sequences or queue full)
   bool streaming = false;  // forwarding a stream
   bool first_byte = false;
   std::string content_type;
@@ -55,7 +56,10 @@ struct ProxyServer::Exchange {
 };
 
 ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options)
-    : registry_(registry), client_(client), options_(std::move(options)) {}
+    : registry_(registry),
+      client_(client),
+      options_(std::move(options)),
+      advisor_(options_.advice) {}
 
 void ProxyServer::count_response(int status) {
   metrics_
@@ -88,6 +92,14 @@ void ProxyServer::register_routes(http::Router& router) {
                const auto now = Clock::now();
                registry_.expire(now);
                ch->send(json_response(200, registry_.to_json(now)));
+             });
+  router.add("GET", "/cluster/advice",
+             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               const auto now = Clock::now();
+               registry_.expire(now);
+               const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),
+                                      registry_.pool_load(NodeRole::kDecode, now)};
+               ch->send(json_response(200, advisor_.to_json(load, now)));
              });
   router.add(
       "POST", "/cluster/nodes",
@@ -136,8 +148,21 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
     if (status.ok()) PDS_LOG_INFO("node " + id + " left the cluster");
   } else if (request.method == "POST" && action == "heartbeat") {
     const Json body = Json::parse(request.body, nullptr, false);
-    status = registry_.heartbeat(id, body, Clock::now());
-    if (!status.ok()) PDS_LOG_WARN(status.message());
+    Result<NodeState> state = registry_.heartbeat(id, body, Clock::now());
+    if (state.ok()) {
+      channel->send(
+          json_response(200, Json{{"id", id}, {"ok", true}, {"state", node_state_name(*state)}}));
+      return;
+    }
+    PDS_LOG_WARN(state.status().message());
+    if (state.status().code() == StatusCode::kFailedPrecondition) {
+      // Gone, not unknown: a drained node must stop rather than register again.
+      ApiError error = api_error_from_status(state.status());
+      error.http_status = 410;
+      channel->send(http::api_error_response(error));
+      return;
+    }
+    status = state.status();
   } else if (request.method == "POST" && action == "drain") {
     status = registry_.drain(id);
     if (status.ok()) PDS_LOG_INFO("node " + id + " is draining");
@@ -208,6 +233,13 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                     ? "no decode node is available"
                                     : "no decode node could take the request (tried " +
                                           std::to_string(exchange->tried.size()) + ")";
+    if (exchange->busy) {
+      // Backpressure: the decode pool is full, not broken; the client should come back.
+      count_response(429);
+      exchange->channel->send(http::api_error_response(too_many_requests(
+          "every decode node is full (KV pool, sequences or queue); " + message, 1)));
+      return;
+    }
     count_response(503);
     exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
     return;
@@ -249,6 +281,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     ex->content_type = std::string(http::find_header(headers, "Content-Type").value_or(""));
     if ((status == 429 || status == 503) && can_retry) {
       ex->retry = true;
+      ex->busy = ex->busy || status == 429;
       return;
     }
     if (ex->over) return;

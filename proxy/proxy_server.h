@@ -1,10 +1,12 @@
 // pdserve-proxy's HTTP front end: the OpenAI API (POST /v1/completions and
 // /v1/chat/completions, streaming or not; GET /v1/models) routed by phase, and the cluster API:
 //   POST   /cluster/nodes                 register a node (cluster token) -> {"id": ...}
-//   POST   /cluster/nodes/ID/heartbeat    load report (cluster token); 404 for unknown ids
+//   POST   /cluster/nodes/ID/heartbeat    load report (cluster token) -> {"state": "up" or
+//                                         "draining"}; 404 for unknown ids, 410 for drained ones
 //   DELETE /cluster/nodes/ID              a node leaves (cluster token)
 //   POST   /cluster/nodes/ID/drain        no new work; removed when its requests are done
 //   GET    /cluster                       nodes with role, state and load
+//   GET    /cluster/advice                pool load, SLO attainment, recommended P:D nodes
 // plus GET /health and GET /metrics.
 //
 // A generation request goes to the least loaded decode node with the header
@@ -24,6 +26,7 @@
 #include "common/http/http_client.h"
 #include "common/http/router.h"
 #include "common/metrics/metrics.h"
+#include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
 
 namespace pdserve::proxy {
@@ -32,6 +35,7 @@ struct ProxyOptions {
   std::string cluster_token;
   std::chrono::milliseconds request_timeout{600'000};  // one upstream exchange, whole
   int max_attempts = 3;                                // decode nodes tried per request
+  AdvisorOptions advice;                               // GET /cluster/advice
 };
 
 class ProxyServer {
@@ -41,6 +45,7 @@ class ProxyServer {
 
   void register_routes(http::Router& router);
   metrics::Registry& metrics() { return metrics_; }
+  ClusterAdvisor& advisor() { return advisor_; }
 
   struct Exchange;  // one client request being forwarded (defined in proxy_server.cpp)
 
@@ -57,6 +62,7 @@ class ProxyServer {
   http::HttpClient& client_;
   ProxyOptions options_;
   metrics::Registry metrics_;
+  ClusterAdvisor advisor_;
 };
 
 }  // namespace pdserve::proxy

@@ -53,7 +53,8 @@ NodeAgent::~NodeAgent() {
     http::ClientRequest request;
     request.method = "DELETE";
     request.target = "/cluster/nodes/" + id;
-    request.headers.emplace_back("Authorization", cluster_auth_header_value(options_.cluster_token));
+    request.headers.emplace_back("Authorization",
+                                 cluster_auth_header_value(options_.cluster_token));
     request.timeout = kCallTimeout;
     (void)client_->fetch_and_wait(proxy_, std::move(request));
   }
@@ -64,12 +65,26 @@ std::string NodeAgent::node_id() const {
   return node_id_;
 }
 
+bool NodeAgent::draining() const {
+  std::lock_guard lock(mutex_);
+  return draining_;
+}
+
+bool NodeAgent::retired() const {
+  std::lock_guard lock(mutex_);
+  return retired_;
+}
+
 void NodeAgent::run() {
   for (;;) {
     if (node_id().empty()) {
       register_node();
     } else {
       send_heartbeat();
+    }
+    if (retired()) {
+      if (options_.on_retired) options_.on_retired();
+      return;
     }
     std::unique_lock lock(mutex_);
     wake_.wait_for(lock, options_.heartbeat_interval, [this] { return stopping_; });
@@ -120,10 +135,22 @@ void NodeAgent::send_heartbeat() {
   request.timeout = kCallTimeout;
   request.body = Json{{"load", load_ ? load_() : Json::object()}}.dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
-  if (response.ok() && response->status == 404) {
+  if (!response.ok()) return;
+  if (response->status == 404) {
     PDS_LOG_WARN("the proxy no longer knows node " + node_id() + "; registering again");
     std::lock_guard lock(mutex_);
     node_id_.clear();
+  } else if (response->status == 410) {
+    PDS_LOG_INFO("the proxy retired node " + node_id() + " after draining it; leaving the cluster");
+    std::lock_guard lock(mutex_);
+    node_id_.clear();  // nothing to DELETE: the proxy already forgot it
+    retired_ = true;
+  } else if (response->status == 200) {
+    const Json body = Json::parse(response->body, nullptr, false);
+    const bool draining = body.is_object() && body.value("state", Json()) == "draining";
+    std::lock_guard lock(mutex_);
+    if (draining && !draining_) PDS_LOG_INFO("the proxy is draining node " + node_id_);
+    draining_ = draining;
   }
 }
 

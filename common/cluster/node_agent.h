@@ -2,7 +2,10 @@
 // role, HTTP address, model, KV descriptor and capacity), then sends its load as a heartbeat
 // every interval (POST /cluster/nodes/ID/heartbeat). When the proxy forgets it (404: the proxy
 // restarted, or dropped the node after missed heartbeats) it registers again; when the proxy
-// is unreachable it keeps retrying. On destruction it leaves (DELETE /cluster/nodes/ID).
+// is unreachable it keeps retrying. When the proxy drains the node its heartbeat answers say
+// "draining"; once the node's requests are done the proxy retires the id (410 Gone): the
+// agent then stops for good, without registering again, and calls on_retired. On destruction
+// it leaves (DELETE /cluster/nodes/ID) unless it was retired.
 #pragma once
 
 #include <chrono>
@@ -21,7 +24,7 @@
 namespace pdserve {
 
 struct NodeAgentOptions {
-  std::string proxy_url;      // http://HOST:PORT
+  std::string proxy_url;  // http://HOST:PORT
   std::string cluster_token;
   std::string role;           // "prefill" or "decode"
   std::string http_url;       // where the proxy reaches this node
@@ -29,6 +32,8 @@ struct NodeAgentOptions {
   std::string kv_descriptor;  // this node's UCX worker address and pool key (base64)
   int kv_blocks_total = 0;
   std::chrono::milliseconds heartbeat_interval{1'000};
+  // Called once on the agent's thread when the proxy retired this node after a drain.
+  std::function<void()> on_retired;
 };
 
 class NodeAgent {
@@ -40,8 +45,12 @@ class NodeAgent {
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
 
-  // The id the proxy gave this node; empty while unregistered.
+  // The id the proxy gave this node; empty while unregistered and after retirement.
   std::string node_id() const;
+  // The proxy asked this node to drain (no new work comes).
+  bool draining() const;
+  // The proxy retired this node after a drain; the agent has stopped.
+  bool retired() const;
 
  private:
   NodeAgent(NodeAgentOptions options, http::BaseUrl proxy, std::function<nlohmann::json()> load,
@@ -58,6 +67,8 @@ class NodeAgent {
   std::condition_variable wake_;
   std::string node_id_;
   bool stopping_ = false;
+  bool draining_ = false;
+  bool retired_ = false;
   bool warned_unreachable_ = false;
   std::thread thread_;
 };

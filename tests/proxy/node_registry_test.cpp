@@ -1,0 +1,299 @@
+// NodeRegistry: registration input, heartbeats, expiry, failures, drain and routing order,
+// with an explicit clock.
+#include "proxy/node_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = NodeRegistry::Clock;
+using std::chrono::milliseconds;
+
+RegistryOptions test_options() {
+  RegistryOptions options;
+  options.heartbeat_timeout = milliseconds(1'000);
+  options.static_down_cooldown = milliseconds(500);
+  return options;
+}
+
+Json registration(const std::string& role, int port) {
+  return {{"role", role},
+          {"url", "http://127.0.0.1:" + std::to_string(port)},
+          {"model", "m"},
+          {"kv_descriptor", "abc"},
+          {"kv_blocks_total", 100}};
+}
+
+std::string must_register(NodeRegistry& registry, const std::string& role, int port,
+                          Clock::time_point now) {
+  Result<std::string> id = registry.register_node(registration(role, port), now);
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  return id.ok() ? *id : std::string();
+}
+
+Json load(int running, int waiting, int kv_total, int kv_used) {
+  return {{"load",
+           {{"num_running", running},
+            {"num_waiting", waiting},
+            {"kv_blocks_total", kv_total},
+            {"kv_blocks_used", kv_used}}}};
+}
+
+std::vector<std::string> ids(const std::vector<NodeRef>& refs) {
+  std::vector<std::string> out;
+  for (const NodeRef& ref : refs) out.push_back(ref.id);
+  return out;
+}
+
+Json node_json(NodeRegistry& registry, const std::string& id, Clock::time_point now) {
+  const Json cluster = registry.to_json(now);
+  for (const Json& node : cluster["nodes"]) {
+    if (node["id"] == id) return node;
+  }
+  return Json();
+}
+
+TEST(NodeRegistryTest, RegistrationRefusesMalformedInput) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {Json::array(), "not a JSON object"},
+      {Json{{"url", "http://127.0.0.1:1"}}, "'role'"},
+      {Json{{"role", "router"}, {"url", "http://127.0.0.1:1"}}, "'role'"},
+      {Json{{"role", "decode"}}, "'url'"},
+      {Json{{"role", "decode"}, {"url", 5}}, "'url'"},
+      {Json{{"role", "decode"}, {"url", "ftp://127.0.0.1:1"}}, "http://"},
+      {Json{{"role", "decode"}, {"url", "http://127.0.0.1:1/v1"}}, "no path"},
+      {Json{{"role", "decode"}, {"url", "http://127.0.0.1:99999"}}, "invalid port"},
+      {Json{{"role", "decode"}, {"url", "http://:80"}}, "no valid host"},
+      {Json{{"role", "decode"}, {"url", "http://127.0.0.1:1"}, {"kv_descriptor", 1}},
+       "'kv_descriptor'"},
+  };
+  for (const auto& [body, expected] : cases) {
+    Result<std::string> id = registry.register_node(body, now);
+    ASSERT_FALSE(id.ok()) << body.dump();
+    EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument) << body.dump();
+    EXPECT_NE(id.status().message().find(expected), std::string::npos)
+        << body.dump() << ": " << id.status().message();
+  }
+  EXPECT_TRUE(registry.to_json(now)["nodes"].empty());
+}
+
+TEST(NodeRegistryTest, SecondLiveNodeAtTheSameAddressIsRefused) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string first = must_register(registry, "decode", 9000, now);
+  Json same = registration("prefill", 9000);
+  same["url"] = "http://127.0.0.1:9000/";  // the same address, spelled differently
+  Result<std::string> second = registry.register_node(same, now + milliseconds(10));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(first), std::string::npos);
+}
+
+TEST(NodeRegistryTest, RestartedNodeReplacesItsStaleOrDownEntry) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string silent = must_register(registry, "decode", 9000, now);
+  const std::string again = must_register(registry, "decode", 9000, now + milliseconds(1'500));
+  EXPECT_NE(again, silent);
+  EXPECT_TRUE(node_json(registry, silent, now).is_null());
+
+  registry.mark_down(again, now + milliseconds(1'600));
+  const std::string third = must_register(registry, "decode", 9000, now + milliseconds(1'700));
+  EXPECT_EQ(registry.to_json(now)["nodes"].size(), 1u);
+  EXPECT_FALSE(node_json(registry, third, now).is_null());
+
+  // A node registering at a static node's address takes it over.
+  ASSERT_TRUE(registry.add_static(NodeRole::kPrefill, "http://127.0.0.1:9100").ok());
+  const std::string owner = must_register(registry, "prefill", 9100, now);
+  EXPECT_EQ(registry.to_json(now)["nodes"].size(), 2u);
+  EXPECT_EQ(node_json(registry, owner, now)["static"], false);
+}
+
+TEST(NodeRegistryTest, StaticNodeNeedsAValidUrl) {
+  NodeRegistry registry(test_options());
+  Result<std::string> id = registry.add_static(NodeRole::kDecode, "127.0.0.1:9000");
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(NodeRegistryTest, HeartbeatFromUnknownIdIsNotFoundAndKnownOneUpdatesLoad) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  Result<NodeState> unknown = registry.heartbeat("decode-42", load(1, 0, 10, 1), now);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("decode-42"), std::string::npos);
+
+  const std::string id = must_register(registry, "decode", 9000, now);
+  Result<NodeState> state = registry.heartbeat(id, load(3, 2, 100, 25), now);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(*state, NodeState::kUp);
+  const Json node = node_json(registry, id, now);
+  EXPECT_EQ(node["load"]["num_running"], 3);
+  EXPECT_EQ(node["load"]["num_waiting"], 2);
+  EXPECT_DOUBLE_EQ(node["load"]["kv_usage"].get<double>(), 0.25);
+  // A malformed load is ignored, not fatal.
+  EXPECT_TRUE(registry.heartbeat(id, Json("garbage"), now).ok());
+}
+
+TEST(NodeRegistryTest, RegisteredNodesExpireWithoutHeartbeatsStaticOnesDoNot) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string registered = must_register(registry, "decode", 9000, now);
+  ASSERT_TRUE(registry.add_static(NodeRole::kDecode, "http://127.0.0.1:9001").ok());
+
+  registry.expire(now + milliseconds(900));
+  EXPECT_EQ(registry.to_json(now)["nodes"].size(), 2u);
+  ASSERT_TRUE(registry.heartbeat(registered, load(0, 0, 10, 0), now + milliseconds(900)).ok());
+  registry.expire(now + milliseconds(1'800));  // 900 ms after the heartbeat
+  EXPECT_EQ(registry.to_json(now)["nodes"].size(), 2u);
+  registry.expire(now + milliseconds(2'000));
+  EXPECT_TRUE(node_json(registry, registered, now).is_null());
+  EXPECT_EQ(registry.to_json(now)["nodes"].size(), 1u);  // the static one stays
+  EXPECT_EQ(registry.heartbeat(registered, Json::object(), now).status().code(),
+            StatusCode::kNotFound);  // expired, not drained: it may register again
+}
+
+TEST(NodeRegistryTest, MarkDownRegisteredUntilHeartbeatStaticUntilCooldown) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string registered = must_register(registry, "decode", 9000, now);
+  registry.mark_down(registered, now);
+  EXPECT_FALSE(registry.pick_decode({}, now));
+  EXPECT_FALSE(registry.has_node(NodeRole::kDecode, now));
+  ASSERT_TRUE(registry.heartbeat(registered, Json::object(), now + milliseconds(10)).ok());
+  ASSERT_TRUE(registry.pick_decode({}, now + milliseconds(10)));
+
+  NodeRegistry statics(test_options());
+  Result<std::string> id = statics.add_static(NodeRole::kPrefill, "http://127.0.0.1:9100");
+  ASSERT_TRUE(id.ok());
+  statics.mark_down(*id, now);
+  EXPECT_TRUE(statics.rank_prefill(now + milliseconds(499)).empty());
+  EXPECT_EQ(node_json(statics, *id, now)["state"], "down");
+  EXPECT_EQ(ids(statics.rank_prefill(now + milliseconds(500))), std::vector<std::string>{*id});
+  statics.mark_down("prefill-999", now);  // unknown: ignored
+}
+
+TEST(NodeRegistryTest, DrainStopsNewWorkWaitsForInFlightThenRetires) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string draining = must_register(registry, "decode", 9000, now);
+  const std::string other = must_register(registry, "decode", 9001, now);
+  // `draining` is the better choice until it drains.
+  ASSERT_TRUE(registry.heartbeat(other, load(5, 0, 100, 50), now).ok());
+  ASSERT_EQ(registry.pick_decode({}, now)->id, draining);
+  registry.begin_request(draining, "", 0);
+
+  EXPECT_EQ(registry.drain("decode-999").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(registry.drain(draining).ok());
+  EXPECT_EQ(registry.pick_decode({}, now)->id, other);
+  Result<NodeState> state = registry.heartbeat(draining, Json::object(), now);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(*state, NodeState::kDraining);
+  registry.mark_down(draining, now);  // a draining node stays draining
+  EXPECT_EQ(node_json(registry, draining, now)["state"], "draining");
+
+  // Its request is still in flight: it stays, even past the heartbeat timeout.
+  registry.expire(now + milliseconds(5'000));
+  EXPECT_FALSE(node_json(registry, draining, now).is_null());
+  registry.end_request(draining, "", 0);
+  registry.expire(now + milliseconds(5'000));
+  EXPECT_TRUE(node_json(registry, draining, now).is_null());
+  // Retired: its heartbeat is refused as gone, not unknown, so it does not register again.
+  Result<NodeState> gone = registry.heartbeat(draining, Json::object(), now);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(gone.status().message().find("drained"), std::string::npos);
+}
+
+TEST(NodeRegistryTest, DrainedStaticNodeIsRemovedToo) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  Result<std::string> id = registry.add_static(NodeRole::kPrefill, "http://127.0.0.1:9100");
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(registry.drain(*id).ok());
+  EXPECT_TRUE(registry.rank_prefill(now).empty());
+  registry.expire(now);
+  EXPECT_TRUE(registry.to_json(now)["nodes"].empty());
+}
+
+TEST(NodeRegistryTest, PickDecodePrefersLowKvUsageThenFewestSequencesAndHonoursExclusions) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string full = must_register(registry, "decode", 9000, now);
+  const std::string busy = must_register(registry, "decode", 9001, now);
+  const std::string quiet = must_register(registry, "decode", 9002, now);
+  must_register(registry, "prefill", 9003, now);  // never a decode choice
+  ASSERT_TRUE(registry.heartbeat(full, load(1, 0, 100, 90), now).ok());
+  ASSERT_TRUE(registry.heartbeat(busy, load(4, 1, 100, 10), now).ok());
+  ASSERT_TRUE(registry.heartbeat(quiet, load(1, 0, 100, 10), now).ok());
+
+  EXPECT_EQ(registry.pick_decode({}, now)->id, quiet);
+  // The proxy's own in-flight requests count as sequences: 1 + 5 > 5.
+  for (int i = 0; i < 5; ++i) registry.begin_request(quiet, "", 0);
+  EXPECT_EQ(registry.pick_decode({}, now)->id, busy);
+  EXPECT_EQ(registry.pick_decode({busy}, now)->id, quiet);
+  EXPECT_EQ(registry.pick_decode({busy, quiet}, now)->id, full);
+  EXPECT_FALSE(registry.pick_decode({busy, quiet, full}, now));
+  // Silent past the heartbeat timeout: not routable even before expire() runs.
+  EXPECT_FALSE(registry.pick_decode({}, now + milliseconds(1'001)));
+}
+
+TEST(NodeRegistryTest, RankPrefillOrdersByOutstandingPromptTokensAndSkipsUnroutable) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string a = must_register(registry, "prefill", 9000, now);
+  const std::string b = must_register(registry, "prefill", 9001, now);
+  const std::string c = must_register(registry, "prefill", 9002, now);
+  const std::string d = must_register(registry, "prefill", 9003, now);
+  const std::string decode = must_register(registry, "decode", 9004, now);
+  registry.begin_request(decode, a, 500);
+  registry.begin_request(decode, b, 100);
+  ASSERT_TRUE(registry.heartbeat(c, load(0, 3, 0, 0), now).ok());  // waiting breaks the tie
+  registry.mark_down(d, now);
+  EXPECT_EQ(ids(registry.rank_prefill(now)), (std::vector<std::string>{c, b, a}));
+
+  registry.end_request(decode, a, 500);
+  EXPECT_EQ(ids(registry.rank_prefill(now)), (std::vector<std::string>{a, c, b}));
+  ASSERT_TRUE(registry.drain(a).ok());
+  EXPECT_EQ(ids(registry.rank_prefill(now)), (std::vector<std::string>{c, b}));
+  // Ending more than began never goes below zero.
+  registry.end_request(decode, b, 1'000);
+  registry.end_request(decode, b, 1'000);
+  EXPECT_EQ(node_json(registry, b, now)["load"]["proxy_in_flight_prompt_tokens"], 0);
+  EXPECT_EQ(node_json(registry, b, now)["load"]["proxy_in_flight"], 0);
+}
+
+TEST(NodeRegistryTest, PoolLoadSumsRoutableNodesOfOneRole) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string d1 = must_register(registry, "decode", 9000, now);
+  const std::string d2 = must_register(registry, "decode", 9001, now);
+  const std::string down = must_register(registry, "decode", 9002, now);
+  const std::string p1 = must_register(registry, "prefill", 9003, now);
+  ASSERT_TRUE(registry.heartbeat(d1, load(2, 1, 100, 30), now).ok());
+  ASSERT_TRUE(registry.heartbeat(d2, load(3, 0, 50, 10), now).ok());
+  registry.mark_down(down, now);
+  registry.begin_request(d1, p1, 700);
+
+  const PoolLoad decode = registry.pool_load(NodeRole::kDecode, now);
+  EXPECT_EQ(decode.nodes, 2);
+  EXPECT_EQ(decode.running, 5);
+  EXPECT_EQ(decode.waiting, 1);
+  EXPECT_EQ(decode.kv_blocks_total, 150);
+  EXPECT_EQ(decode.kv_blocks_used, 40);
+  EXPECT_EQ(decode.in_flight, 1);
+  const PoolLoad prefill = registry.pool_load(NodeRole::kPrefill, now);
+  EXPECT_EQ(prefill.nodes, 1);
+  EXPECT_EQ(prefill.queued_prompt_tokens, 700);
+}
+
+}  // namespace
+}  // namespace pdserve::proxy
