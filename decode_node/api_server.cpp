@@ -15,6 +15,8 @@
 #include "common/protocol/openai_request.h"
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
+#include "decode_node/request_timeline.h"
+#include "decode_node/trace_context.h"
 
 namespace pdserve {
 namespace {
@@ -34,6 +36,9 @@ int64_t code_points(std::string_view text) {
   for (unsigned char byte : text) count += (byte & 0xC0) != 0x80;
   return count;
 }
+
+// Sent by the proxy: it wants the timeline even of a stream without a usage chunk.
+constexpr const char* kTimelineHeader = "X-Pdserve-Timeline";
 
 double seconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double>(to - from).count();
@@ -71,6 +76,12 @@ struct ApiServer::Generation {
   ResponseMeta meta;
   StreamOptions stream_options;
   std::vector<std::string> engine_ids;  // complete before any delta is handled
+  // For the timeline: t = 0, whose trace this is, this node's name, and whether the timeline
+  // goes out as an SSE comment when the stream has no usage chunk.
+  SteadyTime arrival{};
+  std::string trace_id;
+  std::string node;
+  bool timeline_comment = false;
 
   std::mutex mutex;
   std::vector<Choice> choices;
@@ -80,6 +91,9 @@ struct ApiServer::Generation {
   // prefilled request's head waits for its first delta, so that a failure before any token
   // (the prefill node refused, the KV pool is full) is a plain HTTP error the proxy can act on.
   bool started = false;
+  SteadyTime head_sent{};
+  std::vector<SteadyTime> first_choice_token_times;
+  std::vector<ChoiceTimeline> finished_choices;
 
   // Called with the mutex held.
   void write_event(const nlohmann::ordered_json& payload) { channel->write(sse_event(payload)); }
@@ -103,6 +117,7 @@ struct ApiServer::Generation {
     started = stream;
     if (!stream) return;
     channel->start_stream(200, "text/event-stream", {});
+    head_sent = std::chrono::steady_clock::now();
     for (size_t i = 0; i < choices.size(); ++i) {
       const int index = static_cast<int>(i);
       if (chat) {
@@ -146,12 +161,19 @@ struct ApiServer::Generation {
     std::lock_guard lock(mutex);
     if (over) return {};
     if (!started && (!delta.finished || delta.error.ok())) start();
+    // For the timeline: a stream's tokens leave now, after its head; a whole answer's go out
+    // with the body, the time they arrived stands for them.
+    const SteadyTime handed_over = stream ? std::chrono::steady_clock::now() : arrived;
     Choice& choice = choices[index];
     if (!delta.token_ids.empty()) {
       if (choice.last_token_at) {
         server->record_inter_token_latency(seconds_between(*choice.last_token_at, arrived));
       }
       choice.last_token_at = arrived;
+      if (index == 0) {
+        first_choice_token_times.insert(first_choice_token_times.end(), delta.token_ids.size(),
+                                        handed_over);
+      }
     }
     if (delta.finished && !delta.error.ok()) {
       fail(api_error_from_status(delta.error));
@@ -203,9 +225,25 @@ struct ApiServer::Generation {
     choice.finish_reason = delta.finish_reason;
     choice.prompt_tokens = delta.prompt_tokens;
     choice.completion_tokens = delta.completion_tokens;
+    finished_choices.push_back(
+        {choice_index, delta.timings, delta.remote_prefill, delta.completion_tokens, handed_over});
     server->record_finished(delta);
     if (--remaining == 0) finish();
     return {};
+  }
+
+  // Called with the mutex held, once every choice has finished.
+  nlohmann::ordered_json timeline() {
+    RequestTimelineInput input;
+    input.request_id = meta.id;
+    input.trace_id = trace_id;
+    input.node = node;
+    input.arrival = arrival;
+    input.head_sent = head_sent;
+    input.token_times = std::move(first_choice_token_times);
+    std::ranges::sort(finished_choices, {}, &ChoiceTimeline::index);
+    input.choices = std::move(finished_choices);
+    return request_timeline_json(input);
   }
 
   void finish() {
@@ -216,8 +254,16 @@ struct ApiServer::Generation {
       usage.completion_tokens += choice.completion_tokens;
     }
     server->count_response(200);
+    // A non-streamed answer's head goes out with its body, now.
+    if (!stream) head_sent = std::chrono::steady_clock::now();
     if (stream) {
-      if (stream_options.include_usage) write_event(usage_chunk(meta, chat, usage));
+      if (stream_options.include_usage) {
+        nlohmann::ordered_json chunk = usage_chunk(meta, chat, usage);
+        chunk["usage"]["pdserve_timeline"] = timeline();
+        write_event(chunk);
+      } else if (timeline_comment) {
+        channel->write(": pdserve_timeline " + to_json_text(timeline()) + "\n\n");
+      }
       channel->write(sse_done());
       channel->end_stream();
     } else if (chat) {
@@ -228,7 +274,9 @@ struct ApiServer::Generation {
         out.push_back({static_cast<int>(i), std::move(split.content), std::move(split.reasoning),
                        requested_logprobs(choice), choice.finish_reason});
       }
-      channel->send(json_response(200, to_json_text(chat_completion_response(meta, out, usage))));
+      nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
+      body["usage"]["pdserve_timeline"] = timeline();
+      channel->send(json_response(200, to_json_text(body)));
     } else {
       std::vector<CompletionChoice> out;
       for (size_t i = 0; i < choices.size(); ++i) {
@@ -236,7 +284,9 @@ struct ApiServer::Generation {
         out.push_back({static_cast<int>(i), std::move(choice.text), requested_logprobs(choice), 0,
                        choice.finish_reason});
       }
-      channel->send(json_response(200, to_json_text(completion_response(meta, out, usage))));
+      nlohmann::ordered_json body = completion_response(meta, out, usage);
+      body["usage"]["pdserve_timeline"] = timeline();
+      channel->send(json_response(200, to_json_text(body)));
     }
     channel.reset();
   }
@@ -301,6 +351,7 @@ void ApiServer::record_finished(const SequenceDelta& delta) {
         .observe(seconds_between(timings.arrival, *timings.first_token));
   }
   if (!timings.finished) return;
+  record_phases(delta);
   const double e2e = seconds_between(timings.arrival, *timings.finished);
   metrics_
       .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
@@ -312,6 +363,46 @@ void ApiServer::record_finished(const SequenceDelta& delta) {
         .histogram("pdserve:time_per_output_token_seconds",
                    "Mean time per output token after the first, per request.", kLatencyBuckets)
         .observe((e2e - ttft) / (delta.completion_tokens - 1));
+  }
+}
+
+void ApiServer::record_phases(const SequenceDelta& delta) {
+  const RequestTimings& timings = delta.timings;
+  const auto observe = [this](const char* name, const char* help, double seconds) {
+    metrics_.histogram(name, help, kLatencyBuckets).observe(seconds);
+  };
+  // Where the work on the prompt started: the prefill work's POST, or the local schedule.
+  std::optional<SteadyTime> inference_start = timings.first_scheduled;
+  if (delta.remote_prefill && delta.remote_prefill->work_posted != SteadyTime{}) {
+    const RemotePrefillStats& remote = *delta.remote_prefill;
+    inference_start = remote.work_posted;
+    observe("pdserve:remote_prefill_time_seconds",
+            "Prefill work posted to a prefill node to its first token received.",
+            seconds_between(remote.work_posted, remote.first_token_received));
+    // A request ended by its first token does not wait for its KV.
+    if (timings.kv_ready) {
+      observe("pdserve:kv_wait_time_seconds",
+              "First token received from the prefill node to its KV landed here.",
+              seconds_between(remote.first_token_received, *timings.kv_ready));
+      observe("pdserve:kv_transfer_time_seconds",
+              "KV transfer as the prefill node measured it (first put to acknowledgement).",
+              remote.transfer_seconds);
+      metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes received from prefill nodes.")
+          .inc(static_cast<double>(remote.transfer_bytes));
+    }
+  } else if (timings.first_scheduled && timings.first_token) {
+    observe("pdserve:request_prefill_time_seconds",
+            "Local prefill: first scheduled to the first token.",
+            seconds_between(*timings.first_scheduled, *timings.first_token));
+  }
+  if (timings.first_token) {
+    observe("pdserve:request_decode_time_seconds", "First token to the last token.",
+            seconds_between(*timings.first_token, *timings.finished));
+  }
+  if (inference_start) {
+    observe("pdserve:request_inference_time_seconds",
+            "Prompt work started (scheduled here or posted to a prefill node) to the last token.",
+            seconds_between(*inference_start, *timings.finished));
   }
 }
 
@@ -388,6 +479,7 @@ void ApiServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& cha
 void ApiServer::handle_generation(const http::HttpRequest& request,
                                   const std::shared_ptr<http::ResponseChannel>& channel,
                                   bool chat) {
+  const SteadyTime arrival = std::chrono::steady_clock::now();
   const auto reject = [&](const ApiError& error) {
     count_response(error.http_status);
     channel->send(http::api_error_response(error));
@@ -449,6 +541,11 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->stream = req.stream;
   generation->want_logprobs = req.sampling.want_logprobs;
   generation->stream_options.include_usage = req.include_usage;
+  generation->arrival = arrival;
+  const TraceContext trace = continue_or_start_trace(request.header("traceparent"));
+  generation->trace_id = trace.trace_id;
+  generation->node = "decode http://" + std::string(request.header("Host").value_or("unknown"));
+  generation->timeline_comment = request.header(kTimelineHeader).value_or("") == "1";
   char id[32];
   std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(++next_id_));
   generation->meta = {(chat ? "chatcmpl-" : "cmpl-") + std::string(id), unix_seconds(), model.name};
@@ -479,6 +576,8 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
         const Status hooked = request_hook_(request, engine_request);
         if (!hooked.ok()) return reject(api_error_from_status(hooked));
       }
+      if (engine_request.kv_import)
+        engine_request.kv_import->traceparent = traceparent_header(trace);
       requests.push_back(std::move(engine_request));
     }
   }

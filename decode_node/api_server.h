@@ -54,6 +54,9 @@ class ApiServer {
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
   void count_response(int status);
   void record_finished(const SequenceDelta& delta);
+  // Prefill, decode and inference times; for remotely prefilled requests the remote prefill,
+  // the wait for the KV and the transfer. `delta` is final and has timings.finished.
+  void record_phases(const SequenceDelta& delta);
   void record_inter_token_latency(double seconds);
   void abort_requests(const std::vector<std::string>& engine_ids);
   // Copies the engine's stats into the gauges, and advances the counters by what the engine's
