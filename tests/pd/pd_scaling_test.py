@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""Scaling a live cluster on real processes (2-layer synthetic model, UCX over tcp).
+
+scale: a closed-loop streaming pdserve-bench-serving run goes through the proxy while a second
+decode and a second prefill node join (started later with --proxy) and the first two are then
+drained (POST /cluster/nodes/ID/drain, nodes started with --exit-when-drained). Asserts: no
+failed request, every node got work while it was up, the drained nodes exited 0 and left
+/cluster (their ids answer 410 Gone), no KV block in use on the survivors, GET /cluster/advice
+describes the pools, and greedy answers for fixed prompts equal a colocated node's.
+
+backpressure: a decode node that holds at most 2 sequences behind the proxy, 8 concurrent
+requests: each is answered in full or refused with 429 and an OpenAI error body; the node
+stays up and holds no KV block afterwards.
+
+Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase (or "all").
+"""
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pd_e2e_test import (BUILD, TOKEN, complete, expect_same, free_port_base, http,  # noqa: E402
+                         make_model, metric, reference_answers, run_all)
+
+AUTH = {"Authorization": "Bearer " + TOKEN}
+NODE_ARGS = ["--threads", "1", "--kv-cache-memory-gib", "0.25", "--max-model-len", "4096",
+             "--heartbeat-interval-ms", "200", "--ucx-tls", "tcp", "--kv-transfer-timeout-ms", "10000"]
+
+
+class Processes:
+    """Started processes, each logging to DIR/NAME.log; all stopped on exit."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.running = {}
+
+    def start(self, name, command):
+        log = open(os.path.join(self.log_dir, name + ".log"), "w")
+        self.running[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                              env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
+        return self.running[name]
+
+    def stop_all(self):
+        for process in self.running.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.running.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_for(what, predicate, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def cluster_nodes(proxy):
+    return json.loads(http("GET", proxy + "/cluster")[1])["nodes"]
+
+
+def node_id(proxy, url):
+    for node in cluster_nodes(proxy):
+        if node["url"] == url and node["state"] == "up":
+            return node["id"]
+    return None
+
+
+def start_proxy(processes, name, port):
+    processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", str(port)])
+    proxy = f"http://127.0.0.1:{port}"
+    wait_for("the proxy", lambda: http("GET", proxy + "/health")[0] == 200, timeout=30)
+    return proxy
+
+
+def start_node(processes, name, role, model, port, proxy, extra=()):
+    """Starts a node with --proxy; returns (url, id) once the proxy routes to it."""
+    binary = os.path.join(BUILD, f"{'decode' if role == 'decode' else 'prefill'}_node/pdserve-{role}")
+    processes.start(name, [binary, "--model", model, "--port", str(port), "--proxy", proxy] + NODE_ARGS +
+                    list(extra))
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{name} to register", lambda: node_id(proxy, url) is not None)
+    return url, node_id(proxy, url)
+
+
+def work_done(url):
+    return metric(url, "pdserve:prompt_tokens_total")
+
+
+def check_no_blocks_in_use(urls):
+    for url in urls:
+        wait_for(f"{url} to free its KV blocks", lambda: metric(url, "pdserve:kv_cache_usage_perc") == 0,
+                 timeout=15)
+
+
+def fixed_requests():
+    return [{"prompt": [1000 + 37 * i + j for j in range(5 + 11 * i)], "max_tokens": 12, "temperature": 0,
+             "ignore_eos": True} for i in range(4)]
+
+
+def phase_scale(model, log_dir):
+    requests = fixed_requests()
+    reference = reference_answers(model, requests, log_dir)
+    base = free_port_base()
+    processes = Processes(log_dir)
+    try:
+        proxy = start_proxy(processes, "proxy", base)
+        prefill0, prefill0_id = start_node(processes, "prefill-0", "prefill", model, base + 100, proxy,
+                                           ["--exit-when-drained"])
+        decode0, decode0_id = start_node(processes, "decode-0", "decode", model, base + 200, proxy,
+                                         ["--exit-when-drained"])
+        result = os.path.join(log_dir, "bench.json")
+        bench = subprocess.Popen(
+            [os.path.join(BUILD, "bench/serving/pdserve-bench-serving"), "--base-url", proxy,
+             "--num-prompts", "48", "--input-len", "24", "--output-len", "32", "--max-concurrency", "4",
+             "--seed", "5", "--request-timeout", "120", "--result-json", result],
+            stdout=open(os.path.join(log_dir, "bench.log"), "w"), stderr=subprocess.STDOUT)
+        wait_for("the first nodes to get work", lambda: work_done(decode0) > 0 and work_done(prefill0) > 0)
+
+        prefill1, _ = start_node(processes, "prefill-1", "prefill", model, base + 101, proxy)
+        decode1, _ = start_node(processes, "decode-1", "decode", model, base + 201, proxy)
+        wait_for("the nodes that joined to get work", lambda: work_done(decode1) > 0 and work_done(prefill1) > 0)
+        if bench.poll() is not None:
+            raise AssertionError("the benchmark ended before the first nodes could be drained; make it longer")
+        print("ok: a decode and a prefill node joined under load and got work", flush=True)
+
+        for node in (decode0_id, prefill0_id):
+            status, body = http("POST", f"{proxy}/cluster/nodes/{node}/drain", {}, AUTH)
+            if status != 200:
+                raise AssertionError(f"drain {node}: HTTP {status} {body}")
+        for name in ("decode-0", "prefill-0"):
+            code = processes.running[name].wait(timeout=120)
+            if code != 0:
+                raise AssertionError(f"{name} exited with {code} after its drain (expected 0)")
+        left = {node["id"] for node in cluster_nodes(proxy)}
+        if left & {decode0_id, prefill0_id}:
+            raise AssertionError(f"drained nodes still in /cluster: {left}")
+        status, body = http("POST", f"{proxy}/cluster/nodes/{decode0_id}/heartbeat", {"load": {}}, AUTH)
+        if status != 410 or '"error"' not in body:
+            raise AssertionError(f"a retired id's heartbeat: expected 410 with an error body, got {status} {body}")
+        print("ok: the drained nodes finished their requests, exited 0 and left /cluster (410 for their ids)",
+              flush=True)
+
+        if bench.wait(timeout=300) != 0:
+            raise AssertionError(f"the benchmark failed; see {result}")
+        with open(result) as handle:
+            summary = json.load(handle)
+        if summary["failed"] != 0 or summary["completed"] != 48:
+            errors = {r["error"] for r in summary["requests"] if not r["success"]}
+            raise AssertionError(f"{summary['failed']} failed requests while scaling: {errors}")
+        print(f"ok: 48 streamed requests, none failed, while nodes joined and drained "
+              f"(E2E p99 {summary['e2e_ms']['p99']:.0f} ms)", flush=True)
+
+        check_no_blocks_in_use([decode1, prefill1])
+        advice = json.loads(http("GET", proxy + "/cluster/advice")[1])
+        pools = advice["load"]
+        if pools["prefill"]["nodes"] != 1 or pools["decode"]["nodes"] != 1 or not advice["explanation"]:
+            raise AssertionError(f"/cluster/advice does not describe the cluster: {advice}")
+        got = [complete(proxy, request) for request in requests]
+        expect_same(reference, got, "greedy answers after scaling")
+        check_no_blocks_in_use([decode1, prefill1])
+    finally:
+        processes.stop_all()
+
+
+def phase_backpressure(model, log_dir):
+    base = free_port_base()
+    processes = Processes(log_dir)
+    try:
+        proxy = start_proxy(processes, "bp-proxy", base)
+        prefill, _ = start_node(processes, "bp-prefill", "prefill", model, base + 100, proxy)
+        decode, _ = start_node(processes, "bp-decode", "decode", model, base + 200, proxy, ["--max-num-seqs", "2"])
+        request = {"prompt": list(range(2000, 2040)), "max_tokens": 48, "temperature": 0, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(lambda _: http("POST", proxy + "/v1/completions", request, timeout=120),
+                                    range(8)))
+        statuses = [status for status, _ in answers]
+        for status, body in answers:
+            if status == 200:
+                if json.loads(body)["usage"]["completion_tokens"] != 48:
+                    raise AssertionError(f"a truncated answer under backpressure: {body[:300]}")
+            elif status != 429 or "rate_limit_error" not in body:
+                raise AssertionError(f"expected 200 or 429 with an OpenAI error body, got {status}: {body[:300]}")
+        if statuses.count(429) == 0 or statuses.count(200) < 2:
+            raise AssertionError(f"a decode node holding 2 sequences answered 8 concurrent requests: {statuses}")
+        if processes.running["bp-decode"].poll() is not None:
+            raise AssertionError("the decode node died under backpressure")
+        if metric(proxy, "pdserve:proxy_retries_total") == 0:
+            raise AssertionError("the proxy never retried a refused request")
+        check_no_blocks_in_use([decode, prefill])
+        if run_all(proxy, [request])[0][2] != 48:
+            raise AssertionError("the node does not serve after the burst")
+        print(f"ok: backpressure: {statuses.count(200)} answered, {statuses.count(429)} refused with 429; "
+              "the node stayed up and holds no KV block", flush=True)
+    finally:
+        processes.stop_all()
+
+
+def main():
+    phase = sys.argv[1] if len(sys.argv) > 1 else "all"
+    with tempfile.TemporaryDirectory(prefix="pdserve-scaling-") as directory:
+        model = make_model(directory)
+        try:
+            if phase in ("scale", "all"):
+                phase_scale(model, directory)
+            if phase in ("backpressure", "all"):
+                phase_backpressure(model, directory)
+        except Exception:
+            for name in sorted(os.listdir(directory)):
+                if name.endswith(".log"):
+                    with open(os.path.join(directory, name), errors="replace") as handle:
+                        print(f"---- {name}\n{handle.read()[-3000:]}", file=sys.stderr)
+            raise
+
+
+if __name__ == "__main__":
+    main()
