@@ -19,6 +19,7 @@ round trip, which the timeline shows as prefill.request's start - prefill.remote
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR.
 """
+import http.server
 import json
 import math
 import os
@@ -28,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -223,6 +225,52 @@ def timeline_of(payload, stream, include_usage):
     return timeline, len(timeline["tokens_ms"])
 
 
+class RefusingPrefillNode(http.server.BaseHTTPRequestHandler):
+    """A prefill node that records the headers of the work it gets and refuses it (503), so
+    that the decode node moves on to the next prefill node."""
+    seen = []
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        RefusingPrefillNode.seen.append(dict(self.headers))
+        body = b'{"error": {"message": "busy", "type": "server_error", "code": 503}}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def check_traceparent_and_failover(decode_url, prefill_url):
+    """The work reaches the first prefill node with a child traceparent of the caller's trace;
+    refused there, it goes to the next one, which the timeline names."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusingPrefillNode)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    refusing_url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        headers = {"X-Pdserve-Prefill": f"{refusing_url},{prefill_url}", "Authorization": "Bearer " + TOKEN,
+                   "traceparent": TRACEPARENT}
+        body = {"prompt": [rng.randrange(1000, 100000) for _ in range(40)], "max_tokens": 3, "temperature": 0,
+                "ignore_eos": True}
+        _, payload, _, _ = post(decode_url, "/v1/completions", body, headers)
+    finally:
+        server.shutdown()
+    if len(RefusingPrefillNode.seen) != 1:
+        raise AssertionError(f"the refusing prefill node got {len(RefusingPrefillNode.seen)} requests")
+    sent = {k.lower(): v for k, v in RefusingPrefillNode.seen[0].items()}.get("traceparent", "")
+    match = re.fullmatch(r"00-([0-9a-f]{32})-([0-9a-f]{16})-01", sent)
+    if not match or match.group(1) != TRACE_ID or match.group(2) in ("0" * 16, TRACEPARENT.split("-")[2]):
+        raise AssertionError(f"the prefill work's traceparent {sent!r} is not a child of {TRACEPARENT}")
+    timeline = payload["usage"]["pdserve_timeline"]
+    if one(timeline, "prefill.remote")["args"]["prefill_url"] != prefill_url:
+        raise AssertionError(f"the timeline does not name the prefill node that answered: {timeline['spans']}")
+    print(f"ok: prefill work carried traceparent {sent}; refused, it went to {prefill_url}", flush=True)
+    return timeline["kv_transfer"]["bytes"]
+
+
 def metric(url, name):
     with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
         text = response.read().decode()
@@ -282,6 +330,9 @@ def run(decode_url, prefill_url, block_bytes, block_size):
               + (f", KV {timeline['kv_transfer']['bytes']} B in {timeline['kv_transfer']['ms']:.2f} ms"
                  if remote else ""), flush=True)
 
+    transferred += check_traceparent_and_failover(decode_url, prefill_url)
+    remote_requests += 1
+
     # A request without a traceparent gets a fresh trace.
     _, payload, _, _ = post(decode_url, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1}, {})
     fresh = payload["usage"]["pdserve_timeline"]["trace_id"]
@@ -293,8 +344,8 @@ def run(decode_url, prefill_url, block_bytes, block_size):
               (metric(decode_url, "pdserve:remote_prefill_time_seconds_count"), remote_requests, "remote prefills"),
               (metric(decode_url, "pdserve:kv_wait_time_seconds_count"), remote_requests, "kv waits"),
               (metric(prefill_url, "pdserve:kv_transfer_time_seconds_count"), remote_requests, "prefill transfers"),
-              (metric(decode_url, "pdserve:request_prefill_time_seconds_count"), len(cases) - remote_requests + 1,
-               "local prefills")]
+              (metric(decode_url, "pdserve:request_prefill_time_seconds_count"),
+               sum(1 for case in cases if not case[1]) + 1, "local prefills")]
     for got, expected, what in checks:
         if got != expected:
             raise AssertionError(f"/metrics {what}: {got}, expected {expected}")
