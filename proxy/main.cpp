@@ -33,6 +33,8 @@ struct Options {
   size_t max_body_bytes = size_t{16} << 20;
   AdvisorOptions advice;
   int advice_window_s = 60;
+  size_t trace_capacity = 1000;
+  std::string trace_file;
 };
 
 Status run(const Options& options) {
@@ -59,7 +61,11 @@ Status run(const Options& options) {
   proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
   proxy_options.advice = options.advice;
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
+  proxy_options.trace_capacity = options.trace_capacity;
   ProxyServer proxy(registry, *client, proxy_options);
+  if (!options.trace_file.empty()) {
+    PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
+  }
   http::Router router;
   proxy.register_routes(router);
   http::ServerOptions server_options;
@@ -156,6 +162,13 @@ int main(int argc, char** argv) {
                  "The decode nodes' --max-num-seqs, for the advice's decode batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  app.add_option("--trace-capacity", options.trace_capacity,
+                 "Finished requests' timelines kept for GET /trace")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
+  app.add_option("--trace-file", options.trace_file,
+                 "Append each finished request's Chrome trace events to this file (truncated at "
+                 "start; loads in Perfetto even when cut, see docs/TRACING.md)");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::proxy::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

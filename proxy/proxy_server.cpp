@@ -9,6 +9,9 @@
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
+#include "proxy/timeline_alignment.h"
+#include "proxy/timeline_metrics.h"
+#include "proxy/timeline_relay.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -28,6 +31,10 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+double ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 }  // namespace
 
 struct ProxyServer::Exchange {
@@ -37,6 +44,8 @@ struct ProxyServer::Exchange {
   http::HeaderList forward_headers;
   int64_t prompt_estimate = 0;
   Clock::time_point arrival = Clock::now();
+  TraceContext trace;
+  std::vector<RouteAttempt> routes;  // one per try, for the timeline
 
   std::mutex mutex;
   std::vector<std::string> tried;  // decode node ids
@@ -53,13 +62,16 @@ struct ProxyServer::Exchange {
   bool first_byte = false;
   std::string content_type;
   std::string buffered;
+  Clock::time_point head_at;
+  SseRelay relay;
 };
 
 ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options)
     : registry_(registry),
       client_(client),
       options_(std::move(options)),
-      advisor_(options_.advice) {}
+      advisor_(options_.advice),
+      traces_(options_.trace_capacity) {}
 
 void ProxyServer::count_response(int status) {
   metrics_
@@ -78,6 +90,10 @@ void ProxyServer::register_routes(http::Router& router) {
   router.add("GET", "/v1/models",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                handle_models(ch);
+             });
+  router.add("GET", "/trace",
+             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+               ch->send(traces_.handle(request));
              });
   router.add("GET", "/health",
              [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
@@ -204,9 +220,9 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->body = request.body;
   // A rough token count for load accounting; the nodes tokenize.
   exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
-  if (auto traceparent = request.header("traceparent")) {
-    exchange->forward_headers.emplace_back("traceparent", std::string(*traceparent));
-  }
+  exchange->trace = trace_ids_.context_for(request.header("traceparent"));
+  exchange->forward_headers.emplace_back("traceparent", exchange->trace.traceparent());
+  exchange->forward_headers.emplace_back("X-Pdserve-Timeline", "1");
   exchange->forward_headers.emplace_back("Authorization",
                                          cluster_auth_header_value(options_.cluster_token));
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
@@ -241,6 +257,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       return;
     }
     count_response(503);
+    record_failure(*exchange);
     exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
     return;
   }
@@ -251,6 +268,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   exchange->retry = false;
   exchange->streaming = false;
   exchange->buffered.clear();
+  exchange->relay = SseRelay();
   const std::vector<NodeRef> prefill = registry_.rank_prefill(now);
   exchange->prefill_id = prefill.empty() ? std::string() : prefill.front().id;
   registry_.begin_request(decode->id, exchange->prefill_id, exchange->prompt_estimate);
@@ -277,6 +295,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   http::StreamCallbacks callbacks;
   callbacks.on_head = [this, ex = strong, can_retry](int status, const http::HeaderList& headers) {
     std::lock_guard guard(ex->mutex);
+    ex->head_at = Clock::now();
     ex->status = status;
     ex->content_type = std::string(http::find_header(headers, "Content-Type").value_or(""));
     if ((status == 429 || status == 503) && can_retry) {
@@ -302,7 +321,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     }
     if (!ex->streaming) {
       ex->buffered.append(bytes);
-    } else if (!ex->channel->write(std::string(bytes)) && ex->call) {
+    } else if (std::string out = ex->relay.feed(bytes);
+               !out.empty() && !ex->channel->write(std::move(out)) && ex->call) {
       ex->call->cancel();  // the client is gone or cannot keep up
     }
   };
@@ -331,6 +351,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
         metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
             .inc();
         ex->over = true;
+        record_failure(*ex);
         const ApiError error = service_unavailable(
             "the decode node serving this request failed: " + outcome.message(), 1);
         if (ex->streaming) {
@@ -349,18 +370,69 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                        "Arrival to the end of the response.", kLatencyBuckets)
             .observe(seconds_since(ex->arrival));
         if (ex->streaming) {
+          if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
+          const std::optional<Json> aligned =
+              ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline()) : std::nullopt;
+          if (std::string rest = ex->relay.finish(aligned ? &*aligned : nullptr); !rest.empty()) {
+            ex->channel->write(std::move(rest));
+          }
           ex->channel->end_stream();
         } else {
           ex->channel->send({ex->status,
                              ex->content_type.empty() ? "application/json" : ex->content_type,
                              {},
-                             std::move(ex->buffered)});
+                             relay_body_timeline(*ex, std::move(ex->buffered))});
         }
       }
     }
     if (again) attempt(ex);
   };
+  exchange->routes.push_back({exchange->routes.empty() ? 0.0 : ms_between(exchange->arrival, now),
+                              ms_between(exchange->arrival, Clock::now()), decode->id,
+                              exchange->prefill_id});
   exchange->call = client_.stream(decode->base, std::move(upstream), std::move(callbacks));
+}
+
+std::optional<Json> ProxyServer::record_timeline(Exchange& exchange, const Json& node_timeline) {
+  ProxyMeasurements measured;
+  measured.trace_id = exchange.trace.trace_id;
+  measured.routes = exchange.routes;
+  measured.head_ms = ms_between(exchange.arrival, exchange.head_at);
+  measured.end_ms = ms_between(exchange.arrival, Clock::now());
+  Result<Json> aligned = align_timeline(node_timeline, measured);
+  if (!aligned.ok()) {
+    PDS_LOG_WARN("timeline from decode node " + exchange.decode.url +
+                 " not recorded: " + aligned.status().message());
+    return std::nullopt;
+  }
+  const TimelineSummary summary = summarize_timeline(*aligned);
+  observe_timeline(metrics_, summary);
+  advisor_.record(finished_request(summary));
+  const double arrival_us =
+      std::chrono::duration<double, std::micro>(exchange.arrival.time_since_epoch()).count();
+  traces_.record({*aligned, arrival_us});
+  return std::move(*aligned);
+}
+
+void ProxyServer::record_failure(const Exchange& exchange) {
+  FinishedRequest failed;
+  failed.e2e_ms = ms_between(exchange.arrival, Clock::now());
+  failed.ok = false;
+  advisor_.record(failed);
+}
+
+std::string ProxyServer::relay_body_timeline(Exchange& exchange, std::string body) {
+  if (exchange.status != 200) return body;
+  Result<std::optional<Json>> timeline = body_timeline(body);
+  if (!timeline.ok()) {
+    PDS_LOG_WARN(timeline.status().message());
+    return body;
+  }
+  if (!timeline->has_value()) return body;
+  const std::optional<Json> aligned = record_timeline(exchange, **timeline);
+  if (!aligned) return body;
+  Result<std::string> rewritten = replace_body_timeline(body, *aligned);
+  return rewritten.ok() ? std::move(*rewritten) : body;
 }
 
 }  // namespace pdserve::proxy

@@ -7,7 +7,8 @@
 //   POST   /cluster/nodes/ID/drain        no new work; removed when its requests are done
 //   GET    /cluster                       nodes with role, state and load
 //   GET    /cluster/advice                pool load, SLO attainment, recommended P:D nodes
-// plus GET /health and GET /metrics.
+// plus GET /health, GET /metrics and GET /trace?last=N | ?request_id=ID (Chrome trace JSON of
+// the last requests' timelines, docs/TRACING.md).
 //
 // A generation request goes to the least loaded decode node with the header
 // X-Pdserve-Prefill listing the prefill nodes, least loaded first (none: the decode node
@@ -21,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/http/http_client.h"
@@ -28,6 +30,8 @@
 #include "common/metrics/metrics.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
+#include "proxy/trace_recorder.h"
+#include "proxy/traceparent.h"
 
 namespace pdserve::proxy {
 
@@ -36,6 +40,7 @@ struct ProxyOptions {
   std::chrono::milliseconds request_timeout{600'000};  // one upstream exchange, whole
   int max_attempts = 3;                                // decode nodes tried per request
   AdvisorOptions advice;                               // GET /cluster/advice
+  size_t trace_capacity = 1000;                        // timelines kept for GET /trace
 };
 
 class ProxyServer {
@@ -46,6 +51,7 @@ class ProxyServer {
   void register_routes(http::Router& router);
   metrics::Registry& metrics() { return metrics_; }
   ClusterAdvisor& advisor() { return advisor_; }
+  TraceRecorder& traces() { return traces_; }
 
   struct Exchange;  // one client request being forwarded (defined in proxy_server.cpp)
 
@@ -57,12 +63,22 @@ class ProxyServer {
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);
   void count_response(int status);
+  // Aligns the decode node's timeline to the exchange and records it (/trace, trace file,
+  // histograms); the aligned timeline, or nullopt (logged) when it cannot be read.
+  std::optional<nlohmann::json> record_timeline(Exchange& exchange,
+                                                const nlohmann::json& node_timeline);
+  // Tells the advisor that the cluster could not serve the request.
+  void record_failure(const Exchange& exchange);
+  // A non-streaming body with its timeline recorded and replaced by the aligned one.
+  std::string relay_body_timeline(Exchange& exchange, std::string body);
 
   NodeRegistry& registry_;
   http::HttpClient& client_;
   ProxyOptions options_;
   metrics::Registry metrics_;
   ClusterAdvisor advisor_;
+  TraceIdGenerator trace_ids_;
+  TraceRecorder traces_;
 };
 
 }  // namespace pdserve::proxy
