@@ -353,6 +353,103 @@ def run(decode_url, prefill_url, block_bytes, block_size):
           flush=True)
 
 
+def check_proxy_timeline(t, what, client_first_ms, client_end_ms):
+    """A timeline as pdserve-proxy gives it: on the proxy's clock, its spans added, sync dropped."""
+    expect(t["origin"] == "proxy" and "sync" not in t and t["trace_id"] == TRACE_ID, f"{what}: origin/sync/trace", t)
+    request, route, decode = one(t, "proxy.request"), one(t, "proxy.route"), one(t, "decode.request")
+    expect(request["start_ms"] == 0 and abs(request["end_ms"] - t["e2e_ms"]) <= EPS, f"{what}: proxy.request", t)
+    expect(t["e2e_ms"] <= client_end_ms, f"{what}: e2e above the client's {client_end_ms:.2f} ms", t)
+    # The one-way delay estimate: the node's arrival sits between the request sent and the head back.
+    one_way = decode["start_ms"] - route["end_ms"]
+    expect(one_way >= -EPS, f"{what}: the decode node received the request before it was sent", t)
+    for span in t["spans"]:
+        expect(span["start_ms"] <= span["end_ms"] + EPS, f"{what}: {span['name']} ends before it starts", t)
+        if span["node"] != "proxy":
+            expect(route["end_ms"] - EPS <= span["start_ms"] and span["end_ms"] <= request["end_ms"] + EPS,
+                   f"{what}: {span['name']} outside the proxy's exchange", t)
+    expect(t["ttft_ms"] <= t["e2e_ms"] + EPS, f"{what}: ttft after e2e", t)
+    if client_first_ms is not None:
+        expect(t["ttft_ms"] <= client_first_ms + one_way + EPS,
+               f"{what}: ttft {t['ttft_ms']:.2f} ms > client's {client_first_ms:.2f} ms", t)
+    if t["output_tokens"] >= 2:
+        expect(abs(t["tpot_ms"] - (t["e2e_ms"] - t["ttft_ms"]) / (t["output_tokens"] - 1)) <= EPS, f"{what}: tpot", t)
+
+
+def check_trace_events(events, what):
+    """Chrome trace events: named processes and threads, X events with ts/dur, TTFT inside E2E."""
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = set(processes.values())
+    if not {"requests", "proxy"} <= names or not any(n.startswith("decode http://") for n in names):
+        raise AssertionError(f"{what}: trace processes {sorted(names)}")
+    slices = [e for e in events if e["ph"] == "X"]
+    for e in slices:
+        if e["pid"] not in processes or (e["pid"], e["tid"]) not in threads or e["dur"] < 0:
+            raise AssertionError(f"{what}: trace event without names or with a negative duration: {e}")
+        if e["args"]["trace_id"] != TRACE_ID:
+            raise AssertionError(f"{what}: trace event of another trace: {e}")
+    e2e = [e for e in slices if e["name"] == "E2E"]
+    ttft = [e for e in slices if e["name"] == "TTFT"]
+    for total in e2e:
+        inner = [e for e in ttft if (e["pid"], e["tid"]) == (total["pid"], total["tid"])]
+        if len(inner) != 1 or inner[0]["ts"] < total["ts"] or inner[0]["ts"] + inner[0]["dur"] > total["ts"] + total["dur"]:
+            raise AssertionError(f"{what}: TTFT not nested in E2E: {total} {inner}")
+    return len(e2e)
+
+
+def check_proxy(decode_url, prefill_url, directory):
+    """Through pdserve-proxy: the timeline comment never reaches the client, the usage timeline is
+    on the proxy's clock, GET /trace and --trace-file hold every request, the proxy's histograms
+    count them."""
+    trace_file = os.path.join(directory, "trace.json")
+    log = os.path.join(directory, "proxy.log")
+    proxy = subprocess.Popen([os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0", "--cluster-token", TOKEN,
+                              "--decode", decode_url, "--prefill", prefill_url, "--trace-file", trace_file],
+                             stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    try:
+        match = re.search(r"on (http://[0-9.]+:[0-9]+)", proxy.stdout.readline())
+        if not match:
+            raise AssertionError(f"pdserve-proxy did not start; see {log}")
+        proxy_url = match.group(1)
+        ids = []
+        for stream, include_usage in ((False, False), (True, True), (True, False)):
+            what = f"proxy {'stream' + (' +usage' if include_usage else ' comment') if stream else 'whole'}"
+            body = {"prompt": [rng.randrange(1000, 100000) for _ in range(70)], "max_tokens": 6, "temperature": 0,
+                    "ignore_eos": True, "stream": stream}
+            if include_usage:
+                body["stream_options"] = {"include_usage": True}
+            _, payload, first_ms, end_ms = post(proxy_url, "/v1/completions", body, {"traceparent": TRACEPARENT})
+            if stream and (payload[-1] != "data: [DONE]" or any(line.startswith(":") for line in payload)):
+                raise AssertionError(f"{what}: the timeline comment reached the client or no [DONE]: {payload[-3:]}")
+            if stream and not include_usage:
+                ids.append(json.loads(next(line for line in payload if line.startswith("data: {"))[6:])["id"])
+                continue
+            timeline, _ = timeline_of(payload, stream, include_usage)
+            check_proxy_timeline(timeline, what, first_ms, end_ms)
+            ids.append(timeline["request_id"])
+            print(f"ok: {what}: ttft {timeline['ttft_ms']:.1f} ms, e2e {timeline['e2e_ms']:.1f} ms "
+                  f"(client {end_ms:.1f} ms)", flush=True)
+        for request_id in ids:
+            with urllib.request.urlopen(f"{proxy_url}/trace?request_id={request_id}", timeout=30) as response:
+                if check_trace_events(json.loads(response.read().decode())["traceEvents"], request_id) != 1:
+                    raise AssertionError(f"/trace?request_id={request_id}: not one request")
+        with open(trace_file) as handle:
+            text = handle.read()
+        # JSON Array Format without the closing bracket: every line but the first is one event and a comma.
+        if check_trace_events(json.loads(text.rstrip().rstrip(",") + "]"), "--trace-file") != len(ids):
+            raise AssertionError(f"--trace-file does not hold {len(ids)} requests")
+        counted = metric(proxy_url, "pdserve:proxy_time_to_first_token_seconds_count")
+        if counted != len(ids):
+            raise AssertionError(f"proxy TTFT histogram counted {counted} of {len(ids)} requests")
+        print(f"ok: proxy /trace, --trace-file and histograms hold the {len(ids)} requests", flush=True)
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        try:
+            proxy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proxy.kill()
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="pdserve-timeline-") as directory:
         model = os.path.join(directory, "model")
@@ -370,8 +467,9 @@ def main():
                 os.path.join(directory, "decode.log"))
             nodes.append(decode)
             run(decode_url, prefill_url, block_bytes, block_size)
+            check_proxy(decode_url, prefill_url, directory)
         except Exception:
-            for name in ("prefill.log", "decode.log"):
+            for name in ("prefill.log", "decode.log", "proxy.log"):
                 path = os.path.join(directory, name)
                 if os.path.exists(path):
                     with open(path, errors="replace") as handle:
