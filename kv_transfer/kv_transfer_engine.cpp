@@ -23,7 +23,8 @@ struct AckMessage {
   std::uint64_t transfer_id;
 };
 
-enum class Stage { kPutting, kNotifying, kDone, kFailed };
+// kOpen: puts may still be added (layer-by-layer sending); kPutting: flushing the last ones.
+enum class Stage { kOpen, kPutting, kNotifying, kDone, kFailed };
 
 struct Transfer {
   PeerId peer = 0;
@@ -200,7 +201,7 @@ struct KvTransferEngine::Impl {
       peer.failure = UCS_ERR_IO_ERROR;
       return;
     }
-    if (!*settled) return;
+    if (!*settled || transfer.stage == Stage::kOpen) return;
     if (transfer.stage == Stage::kPutting) {
       // The puts are remotely complete (flushed): tell the receiver.
       ucp_request_param_t params{};
@@ -331,35 +332,63 @@ Status KvTransferEngine::disconnect(PeerId id) {
 Result<TransferId> KvTransferEngine::submit_puts(PeerId peer_id, std::span<const BlockCopy> copies,
                                                  std::uint64_t request_tag,
                                                  std::chrono::milliseconds timeout) {
-  if (impl_->pool == nullptr) return failed_precondition("submit_puts: no registered KV pool");
+  if (copies.empty()) return invalid_argument("submit_puts: no blocks");
+  PDS_ASSIGN_OR_RETURN(const TransferId id, open_transfer(peer_id, request_tag, timeout));
+  // A bad range fails the transfer (reported by poll()) before any put is issued.
+  if (const Status added = add_puts(id, copies); added.code() == StatusCode::kInvalidArgument) {
+    impl_->transfers.erase(id);
+    return added;
+  }
+  (void)close_transfer(id);  // any failure is the transfer's, reported by poll()
+  return id;
+}
+
+Result<TransferId> KvTransferEngine::open_transfer(PeerId peer_id, std::uint64_t request_tag,
+                                                   std::chrono::milliseconds timeout) {
+  if (impl_->pool == nullptr) return failed_precondition("open_transfer: no registered KV pool");
   auto it = impl_->peers.find(peer_id);
   if (it == impl_->peers.end()) {
-    return not_found("submit_puts: no KV peer " + std::to_string(peer_id));
+    return not_found("open_transfer: no KV peer " + std::to_string(peer_id));
   }
-  Peer& peer = *it->second;
+  const Peer& peer = *it->second;
   if (peer.closed || peer.failure != UCS_OK) {
-    return unavailable("submit_puts: KV peer " + std::to_string(peer_id) + " has failed");
+    return unavailable("open_transfer: KV peer " + std::to_string(peer_id) + " has failed");
   }
-  if (copies.empty()) return invalid_argument("submit_puts: no blocks");
-  if (timeout.count() <= 0) return invalid_argument("submit_puts: the timeout must be positive");
-  std::uint64_t total = 0;
+  if (timeout.count() <= 0) return invalid_argument("open_transfer: the timeout must be positive");
+  const TransferId id = impl_->next_transfer++;
+  Transfer& transfer = impl_->transfers[id];
+  transfer.peer = peer_id;
+  transfer.stage = Stage::kOpen;
+  transfer.deadline = std::chrono::steady_clock::now() + timeout;
+  transfer.message = {id, request_tag, 0, 0};
+  return id;
+}
+
+Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copies) {
+  auto it = impl_->transfers.find(id);
+  if (it == impl_->transfers.end() || it->second.stage != Stage::kOpen) {
+    return failed_precondition("add_puts: KV transfer " + std::to_string(id) + " is not open");
+  }
+  Transfer& transfer = it->second;
+  Peer& peer = *impl_->peers.at(transfer.peer);
   for (std::size_t i = 0; i < copies.size(); ++i) {
     const BlockCopy& copy = copies[i];
     if (copy.bytes == 0 || !range_fits(copy.local_offset, copy.bytes, impl_->pool_bytes) ||
         !range_fits(copy.remote_offset, copy.bytes, peer.descriptor.pool_bytes)) {
-      return invalid_argument("submit_puts: block " + std::to_string(i) + " (local " +
-                              std::to_string(copy.local_offset) + ", remote " +
-                              std::to_string(copy.remote_offset) + ", " +
-                              std::to_string(copy.bytes) + " bytes) is empty or outside a pool");
+      const Status bad = invalid_argument(
+          "add_puts: block " + std::to_string(i) + " (local " + std::to_string(copy.local_offset) +
+          ", remote " + std::to_string(copy.remote_offset) + ", " + std::to_string(copy.bytes) +
+          " bytes) is empty or outside a pool");
+      // The transfer fails; puts already issued end with the peer's endpoint.
+      transfer.error = bad.with_context("transfer " + std::to_string(id));
+      if (transfer.requests.empty() && transfer.message.blocks == 0) {
+        transfer.stage = Stage::kFailed;
+      } else {
+        impl_->fail_peer(transfer.peer, peer, transfer.error);
+      }
+      return bad;
     }
-    total += copy.bytes;
   }
-
-  const TransferId id = impl_->next_transfer++;
-  Transfer& transfer = impl_->transfers[id];
-  transfer.peer = peer_id;
-  transfer.deadline = std::chrono::steady_clock::now() + timeout;
-  transfer.message = {id, request_tag, total, copies.size()};
   ucp_request_param_t params{};
   Status issued;
   for (const BlockCopy& copy : copies) {
@@ -368,17 +397,34 @@ Result<TransferId> KvTransferEngine::submit_puts(PeerId peer_id, std::span<const
                     peer.descriptor.pool_base + copy.remote_offset, peer.rkey->get(), &params),
         transfer.requests, "ucp_put_nbx");
     if (!issued.ok()) break;
-  }
-  if (issued.ok()) {
-    issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params), transfer.requests,
-                          "ucp_ep_flush_nbx");
+    transfer.message.bytes += copy.bytes;
+    ++transfer.message.blocks;
   }
   if (!issued.ok()) {
     // Reported through poll() like any later failure; the peer's endpoint is closed.
     transfer.error = issued.with_context("transfer " + std::to_string(id));
-    impl_->fail_peer(peer_id, peer, transfer.error);
+    impl_->fail_peer(transfer.peer, peer, transfer.error);
   }
-  return id;
+  return issued;
+}
+
+Status KvTransferEngine::close_transfer(TransferId id) {
+  auto it = impl_->transfers.find(id);
+  if (it == impl_->transfers.end() || it->second.stage != Stage::kOpen) {
+    return failed_precondition("close_transfer: KV transfer " + std::to_string(id) +
+                               " is not open");
+  }
+  Transfer& transfer = it->second;
+  Peer& peer = *impl_->peers.at(transfer.peer);
+  transfer.stage = Stage::kPutting;
+  ucp_request_param_t params{};
+  Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params), transfer.requests,
+                               "ucp_ep_flush_nbx");
+  if (!issued.ok()) {
+    transfer.error = issued.with_context("transfer " + std::to_string(id));
+    impl_->fail_peer(transfer.peer, peer, transfer.error);
+  }
+  return issued;
 }
 
 Result<TransferStatus> KvTransferEngine::poll(TransferId id) {

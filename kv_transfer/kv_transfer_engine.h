@@ -68,6 +68,16 @@ class KvTransferEngine {
   // done or failed.
   Result<TransferId> submit_puts(PeerId peer, std::span<const BlockCopy> copies,
                                  std::uint64_t request_tag, std::chrono::milliseconds timeout);
+  // The same in steps, for layer-by-layer sending: open_transfer(), add_puts() as the data
+  // becomes ready (each range checked; a bad one fails the transfer with InvalidArgument and
+  // nothing of the call is issued), then close_transfer() flushes and sends the completion
+  // message.
+  // An open transfer has its deadline too. FailedPrecondition for a transfer not open (closed,
+  // failed or unknown).
+  Result<TransferId> open_transfer(PeerId peer, std::uint64_t request_tag,
+                                   std::chrono::milliseconds timeout);
+  Status add_puts(TransferId id, std::span<const BlockCopy> copies);
+  Status close_transfer(TransferId id);
   // The transfer's state. A finished transfer (done or failed) is reported once, then
   // forgotten; NOT_FOUND for an unknown id.
   Result<TransferStatus> poll(TransferId id);

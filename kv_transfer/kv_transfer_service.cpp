@@ -19,7 +19,11 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinAfterActivity = std::chrono::milliseconds(2);
 constexpr auto kIdleSleep = std::chrono::microseconds(500);
 
-struct SendCommand {
+// One step of a stream (see the header); kOpen carries the peer, tag, timeout and callback.
+struct Command {
+  enum class Op { kOpen, kPut, kClose, kAbort };
+  Op op = Op::kOpen;
+  uint64_t stream = 0;
   std::string peer;
   std::vector<BlockCopy> copies;
   uint64_t tag = 0;
@@ -35,22 +39,25 @@ struct KvTransferService::Impl {
 
   std::mutex mutex;
   std::condition_variable wake;
-  std::deque<SendCommand> commands;
+  std::deque<Command> commands;
+  uint64_t next_stream = 1;
   bool stopping = false;
   std::thread thread;
 
   // Transfer thread only.
   struct Pending {
-    SendCommand command;
+    std::function<void(const KvTransferReport&)> done;
+    TransferId transfer = 0;
     PeerId peer = 0;
     Clock::time_point started;
     uint64_t bytes = 0;
   };
   std::map<std::string, PeerId> peers;  // by descriptor
-  std::map<TransferId, Pending> pending;
+  std::map<uint64_t, Pending> pending;  // by stream; a stream that failed to open is absent
 
-  static void report(const SendCommand& command, KvTransferReport report) {
-    if (command.done) command.done(report);
+  static void report(const std::function<void(const KvTransferReport&)>& done,
+                     KvTransferReport report) {
+    if (done) done(report);
   }
 
   Result<PeerId> peer_for(const std::string& descriptor_base64) {
@@ -72,25 +79,51 @@ struct KvTransferService::Impl {
     }
   }
 
-  void start(SendCommand command) {
+  void apply(Command& command) {
+    switch (command.op) {
+      case Command::Op::kOpen:
+        open(command);
+        return;
+      case Command::Op::kPut:
+        if (auto it = pending.find(command.stream); it != pending.end()) {
+          // A failure fails the transfer; poll() reports it.
+          if (engine->add_puts(it->second.transfer, command.copies).ok()) {
+            for (const BlockCopy& copy : command.copies) it->second.bytes += copy.bytes;
+          }
+        }
+        return;
+      case Command::Op::kClose:
+        if (auto it = pending.find(command.stream); it != pending.end()) {
+          (void)engine->close_transfer(it->second.transfer);
+        }
+        return;
+      case Command::Op::kAbort:
+        // Closing the endpoint is the only way to stop puts already issued; it fails the
+        // peer's other transfers too (reported as usual).
+        if (auto it = pending.find(command.stream); it != pending.end()) {
+          forget_peer(it->second.peer);
+        }
+        return;
+    }
+  }
+
+  void open(Command& command) {
     Result<PeerId> peer = peer_for(command.peer);
     if (!peer.ok()) {
-      report(command, {peer.status().with_context("connecting to the KV receiver")});
+      report(command.done, {peer.status().with_context("connecting to the KV receiver")});
       return;
     }
-    Result<TransferId> id = engine->submit_puts(*peer, command.copies, command.tag, command.timeout);
+    Result<TransferId> id = engine->open_transfer(*peer, command.tag, command.timeout);
     if (!id.ok()) {
-      report(command, {id.status()});
+      report(command.done, {id.status()});
       return;
     }
-    uint64_t bytes = 0;
-    for (const BlockCopy& copy : command.copies) bytes += copy.bytes;
-    pending.emplace(*id, Pending{std::move(command), *peer, Clock::now(), bytes});
+    pending.emplace(command.stream, Pending{std::move(command.done), *id, *peer, Clock::now(), 0});
   }
 
   void finish_transfers() {
     for (auto it = pending.begin(); it != pending.end();) {
-      Result<TransferStatus> status = engine->poll(it->first);
+      Result<TransferStatus> status = engine->poll(it->second.transfer);
       if (status.ok() && status->state == TransferState::kPending) {
         ++it;
         continue;
@@ -105,7 +138,7 @@ struct KvTransferService::Impl {
         // The engine closed the peer's endpoint; the next send must connect again.
         forget_peer(it->second.peer);
       }
-      report(it->second.command, result);
+      report(it->second.done, result);
       it = pending.erase(it);
     }
   }
@@ -113,7 +146,7 @@ struct KvTransferService::Impl {
   void run() {
     Clock::time_point last_activity = Clock::now();
     for (;;) {
-      std::deque<SendCommand> batch;
+      std::deque<Command> batch;
       {
         std::unique_lock lock(mutex);
         if (commands.empty() && pending.empty() && !stopping &&
@@ -123,7 +156,7 @@ struct KvTransferService::Impl {
         if (stopping) break;
         batch.swap(commands);
       }
-      for (SendCommand& command : batch) start(std::move(command));
+      for (Command& command : batch) apply(command);
       bool active = engine->progress();
       for (const ReceivedTransfer& received : engine->take_received()) {
         active = true;
@@ -134,14 +167,14 @@ struct KvTransferService::Impl {
       if (!active) std::this_thread::yield();
     }
     // Fail what is left, so every caller hears back.
-    std::deque<SendCommand> left;
+    std::deque<Command> left;
     {
       std::lock_guard lock(mutex);
       left.swap(commands);
     }
     const Status stopped = unavailable("the KV transfer service is stopping");
-    for (SendCommand& command : left) report(command, {stopped});
-    for (auto& [id, transfer] : pending) report(transfer.command, {stopped});
+    for (Command& command : left) report(command.done, {stopped});
+    for (auto& [stream, transfer] : pending) report(transfer.done, {stopped});
     pending.clear();
   }
 };
@@ -179,18 +212,53 @@ KvTransferService::~KvTransferService() {
 void KvTransferService::send(std::string peer_descriptor_base64, std::vector<BlockCopy> copies,
                              uint64_t tag, std::chrono::milliseconds timeout,
                              std::function<void(const KvTransferReport&)> done) {
+  const std::optional<uint64_t> stream =
+      open(std::move(peer_descriptor_base64), tag, timeout, std::move(done));
+  if (!stream) return;
+  put(*stream, std::move(copies));
+  close(*stream);
+}
+
+std::optional<uint64_t> KvTransferService::open(std::string peer_descriptor_base64, uint64_t tag,
+                                                std::chrono::milliseconds timeout,
+                                                std::function<void(const KvTransferReport&)> done) {
   {
     std::lock_guard lock(impl_->mutex);
     if (!impl_->stopping) {
-      impl_->commands.push_back(
-          {std::move(peer_descriptor_base64), std::move(copies), tag, timeout, std::move(done)});
+      const uint64_t stream = impl_->next_stream++;
+      impl_->commands.push_back({Command::Op::kOpen,
+                                 stream,
+                                 std::move(peer_descriptor_base64),
+                                 {},
+                                 tag,
+                                 timeout,
+                                 std::move(done)});
       impl_->wake.notify_one();
-      return;
+      return stream;
     }
   }
   KvTransferReport report;
   report.status = unavailable("the KV transfer service is stopping");
   if (done) done(report);
+  return std::nullopt;
+}
+
+void KvTransferService::put(uint64_t stream, std::vector<BlockCopy> copies) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->commands.push_back({Command::Op::kPut, stream, {}, std::move(copies), 0, {}, {}});
+  impl_->wake.notify_one();
+}
+
+void KvTransferService::close(uint64_t stream) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->commands.push_back({Command::Op::kClose, stream, {}, {}, 0, {}, {}});
+  impl_->wake.notify_one();
+}
+
+void KvTransferService::abort(uint64_t stream) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->commands.push_back({Command::Op::kAbort, stream, {}, {}, 0, {}, {}});
+  impl_->wake.notify_one();
 }
 
 }  // namespace pdserve::kv_transfer

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,19 @@ class KvTransferService {
   // after a failure), tagged for the receiver. `done` runs once on the transfer thread.
   void send(std::string peer_descriptor_base64, std::vector<BlockCopy> copies, uint64_t tag,
             std::chrono::milliseconds timeout, std::function<void(const KvTransferReport&)> done);
+
+  // send() in steps, for layer-by-layer sending: open() a stream, put() copies as their data
+  // is written (in order, from any thread), close() it after the last; `done` runs once, as
+  // for send(). A stream that failed (to connect, a bad range, the deadline) ignores later
+  // put() and close(). nullopt, with `done` already called, when the service is stopping.
+  std::optional<uint64_t> open(std::string peer_descriptor_base64, uint64_t tag,
+                               std::chrono::milliseconds timeout,
+                               std::function<void(const KvTransferReport&)> done);
+  void put(uint64_t stream, std::vector<BlockCopy> copies);
+  void close(uint64_t stream);
+  // Stops a stream whose data will not be complete: the peer's endpoint is closed (so no put
+  // of it can still land), which fails the stream and the peer's other unfinished transfers.
+  void abort(uint64_t stream);
 
   struct Impl;
 

@@ -1,5 +1,6 @@
 #include "kv_transfer/ucx_kv_connector.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,21 @@ struct Import {
   std::optional<Clock::time_point> release_at;  // after a failure: when the blocks are safe
 };
 
+// How far an export got, shared with its report callback (which runs on the transfer thread).
+struct ExportProgress {
+  std::atomic<int> layers_sent{0};
+  std::atomic<int> layers_overlapped{0};  // sent before the forward returned
+};
+
+// One export started and not yet finished or aborted (engine thread only).
+struct Export {
+  uint64_t stream = 0;
+  std::vector<std::vector<BlockCopy>> layers;  // each layer's puts, K and V
+  int next_layer = 0;
+  bool layerwise = true;
+  std::shared_ptr<ExportProgress> progress;
+};
+
 }  // namespace
 
 std::size_t PoolLayout::layer_block_bytes() const {
@@ -65,6 +81,20 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   std::map<std::string, Import> imports;       // by request id
   std::map<uint64_t, std::string> tag_owners;  // transfer tag -> request id
   uint64_t next_tag = 1;
+
+  // Export side: the engine thread only.
+  std::map<std::string, Export> exports;  // by request id
+  std::atomic<bool> layerwise{true};      // set by the node's main thread
+
+  // Posts layers [export.next_layer, end) of an export.
+  void send_layers(Export& export_state, int end, bool overlapped) {
+    for (; export_state.next_layer < end; ++export_state.next_layer) {
+      service->put(export_state.stream,
+                   std::move(export_state.layers[static_cast<size_t>(export_state.next_layer)]));
+      ++export_state.progress->layers_sent;
+      if (overlapped) ++export_state.progress->layers_overlapped;
+    }
+  }
 
   // Declared last: destroyed first, so no callback runs into destroyed state.
   std::unique_ptr<http::HttpClient> http;
@@ -202,7 +232,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     request.method = "POST";
     request.target = "/internal/v1/prefill";
     request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
-    if (!import.traceparent.empty()) request.headers.emplace_back("traceparent", import.traceparent);
+    if (!import.traceparent.empty())
+      request.headers.emplace_back("traceparent", import.traceparent);
     request.body = prefill_work_to_json(import.work).dump();
     request.timeout = std::chrono::duration_cast<Clock::duration>(import.deadline - Clock::now()) +
                       options.transfer_timeout;
@@ -390,9 +421,12 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
     }
   }
   // One put per run of blocks consecutive on both sides, per layer and half.
-  std::vector<BlockCopy> copies;
+  Export export_state;
+  export_state.layerwise = impl_->layerwise;
+  export_state.progress = std::make_shared<ExportProgress>();
   const std::uint64_t run_unit = local.layer_block_bytes();
   for (int layer = 0; layer < local.block.num_layers; ++layer) {
+    std::vector<BlockCopy>& copies = export_state.layers.emplace_back();
     for (bool value_half : {false, true}) {
       for (int i = target.first_block; i < prompt_blocks;) {
         int run = 1;
@@ -414,10 +448,13 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
   }
   const int num_blocks = prompt_blocks - target.first_block;
   std::weak_ptr<Impl> weak = impl_;
-  impl_->service->send(
-      target.peer_descriptor, std::move(copies), target.transfer_tag, target.timeout,
-      [weak, request_id, num_blocks, on_finished = target.on_finished](KvTransferReport report) {
+  const std::optional<uint64_t> stream = impl_->service->open(
+      target.peer_descriptor, target.transfer_tag, target.timeout,
+      [weak, request_id, num_blocks, progress = export_state.progress,
+       on_finished = target.on_finished](KvTransferReport report) {
         report.blocks = num_blocks;
+        report.layers = progress->layers_sent.load();
+        report.layers_overlapped = progress->layers_overlapped.load();
         if (on_finished) on_finished(report);
         if (auto self = weak.lock()) {
           {
@@ -428,7 +465,39 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
           self->wake();
         }
       });
+  // Without a stream the service is stopping and has already reported the failure.
+  if (stream) {
+    export_state.stream = *stream;
+    impl_->exports.insert_or_assign(request_id, std::move(export_state));
+  }
   return Status::ok_status();
+}
+
+void UcxKvConnector::layer_written(int layer) {
+  for (auto& [request_id, export_state] : impl_->exports) {
+    if (export_state.layerwise) impl_->send_layers(export_state, layer + 1, /*overlapped=*/true);
+  }
+}
+
+void UcxKvConnector::finish_export(const std::string& request_id) {
+  auto it = impl_->exports.find(request_id);
+  if (it == impl_->exports.end()) return;
+  Export& export_state = it->second;
+  impl_->send_layers(export_state, static_cast<int>(export_state.layers.size()),
+                     /*overlapped=*/false);
+  impl_->service->close(export_state.stream);
+  impl_->exports.erase(it);
+}
+
+void UcxKvConnector::abort_export(const std::string& request_id) {
+  auto it = impl_->exports.find(request_id);
+  if (it == impl_->exports.end()) return;
+  impl_->service->abort(it->second.stream);
+  impl_->exports.erase(it);
+}
+
+void UcxKvConnector::set_layerwise(bool layerwise) {
+  impl_->layerwise = layerwise;
 }
 
 Status UcxKvConnector::start_import(const InferenceRequest& request,

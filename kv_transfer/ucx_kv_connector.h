@@ -1,7 +1,10 @@
 // The KvConnector of a disaggregated node over a KvTransferService (UCX), both sides:
 //  * export (prefill node): turns the prompt's block table into one-sided puts into the decode
-//    node's blocks (per layer, K and V, consecutive blocks merged into one put), and reports
-//    the outcome to the request's on_finished and, with kExportReleased, to the engine;
+//    node's blocks (per layer, K and V, consecutive blocks merged into one put), posts each
+//    layer's puts as soon as the forward reports that layer written (layer-wise, the default)
+//    or all of them after the forward, sends the completion message after the last layer and
+//    the first token, and reports the outcome (KvTransferReport: layers, layers_overlapped) to
+//    the request's on_finished and, with kExportReleased, to the engine;
 //  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
 //    cluster token), reads its events (first token, then kv_sent / kv_failed), reports
 //    kFirstToken at once and kImportReady when the transfer's completion message is here too.
@@ -57,6 +60,12 @@ class UcxKvConnector : public KvConnector {
   void set_wakeup(std::function<void()> wakeup) override;
   Status start_export(const std::string& request_id, const KvExportTarget& target,
                       std::span<const int32_t> block_table, int num_prompt_tokens) override;
+  void layer_written(int layer) override;
+  void finish_export(const std::string& request_id) override;
+  void abort_export(const std::string& request_id) override;
+  // Layer-by-layer sending (on by default); off: every put after the forward. Takes effect
+  // for exports started afterwards.
+  void set_layerwise(bool layerwise);
   Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
                       int num_cached_tokens) override;
   void cancel_import(const std::string& request_id) override;

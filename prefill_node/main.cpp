@@ -12,10 +12,11 @@
 namespace pdserve {
 namespace {
 
-Status run(const ServingNodeOptions& options) {
+Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   const sigset_t signals = block_shutdown_signals();
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
                        start_serving_node(options, /*with_kv_transfer=*/true));
+  node->connector->set_layerwise(kv_layerwise);
   PrefillServer prefill(*node->engine, node->connector->layout().block, options.cluster_token);
   http::Router router;
   prefill.register_routes(router);
@@ -37,7 +38,13 @@ int main(int argc, char** argv) {
   options.engine.max_num_seqs = 64;
   CLI::App app{"pdserve-prefill: the prefill node of a disaggregated cluster"};
   pdserve::add_serving_node_options(app, options);
+  std::string kv_layerwise = "on";
+  app.add_option("--kv-layerwise", kv_layerwise,
+                 "send each layer's KV while the next layers compute (on) or all of it after "
+                 "the forward (off)")
+      ->check(CLI::IsMember({"on", "off"}));
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
-  pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
+  pdserve::Status status =
+      pdserve::capture_status([&] { return pdserve::run(options, kv_layerwise == "on"); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);
 }

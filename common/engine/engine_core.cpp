@@ -227,30 +227,42 @@ void EngineCore::import_failed(const std::string& request_id, const Status& stat
   end_with_error(seq_id, status);
 }
 
-void EngineCore::start_exports(const ScheduledBatch& batch,
-                               std::vector<std::pair<SeqId, Status>>& failures) {
+std::vector<std::pair<std::string, SeqId>> EngineCore::start_exports(
+    const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures) {
+  std::vector<std::pair<std::string, SeqId>> started;
   for (const ScheduledSequence& entry : batch.entries) {
     const Sequence& seq = *entry.sequence;
-    if (!entry.samples || seq.status() == SequenceStatus::kAborted || seq.num_output_tokens() > 0) {
-      continue;
-    }
+    if (!entry.samples || seq.num_output_tokens() > 0) continue;
     RequestState& state = requests_.at(seq.id());
     if (!state.kv_export) continue;
     Status pinned = scheduler_.block_manager().pin(seq.id());
     PDS_CHECK(pinned.ok(), pinned.to_string());
     const std::vector<int32_t> table(entry.block_table.begin(), entry.block_table.end());
-    const Status started = capture_status([&] {
+    const Status status = capture_status([&] {
       return connector_->start_export(state.id, *state.kv_export, table, seq.num_prompt_tokens());
     });
-    if (started.ok()) {
+    if (status.ok()) {
       exports_.emplace(state.id, seq.id());
+      started.emplace_back(state.id, seq.id());
       continue;
     }
     unpin(seq.id());
     failures.emplace_back(seq.id(),
-                          started.with_context("sending the KV of request '" + state.id + "'"));
+                          status.with_context("sending the KV of request '" + state.id + "'"));
     const Status aborted = scheduler_.abort(seq.id());
     PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
+  return started;
+}
+
+void EngineCore::finish_exports(const std::vector<std::pair<std::string, SeqId>>& started) {
+  for (const auto& [request_id, seq_id] : started) {
+    const Sequence* seq = scheduler_.find(seq_id);
+    if (seq != nullptr && seq->status() != SequenceStatus::kAborted) {
+      connector_->finish_export(request_id);
+    } else {
+      connector_->abort_export(request_id);
+    }
   }
 }
 
@@ -283,19 +295,29 @@ bool EngineCore::step() {
   }
   note_scheduled(batch);
 
+  // Exports start before the forward so that each layer's KV can leave as soon as it exists.
+  std::vector<std::pair<SeqId, Status>> failures;
+  std::vector<std::pair<std::string, SeqId>> exporting;
+  if (connector_ != nullptr) exporting = start_exports(batch, failures);
+  LayerKvWritten on_layer_written;
+  if (!exporting.empty())
+    on_layer_written = [this](int layer) { connector_->layer_written(layer); };
+
   const size_t vocab = static_cast<size_t>(executor_.vocab_size());
   logits_.resize(static_cast<size_t>(batch.num_samples) * vocab);
   const SteadyTime forward_start = now();
-  const Status executed = capture_status([&] { return executor_.execute(batch, logits_); });
+  const Status executed =
+      capture_status([&] { return executor_.execute(batch, logits_, on_layer_written); });
   if (!executed.ok()) {
+    for (const auto& [request_id, seq_id] : exporting) connector_->abort_export(request_id);
     fail_batch(batch, executed);
+    for (const auto& [seq_id, status] : failures) end_with_error(seq_id, status);
     return true;
   }
   note_prefill_chunks(batch, forward_start, now());
 
-  std::vector<std::pair<SeqId, Status>> failures;
   const std::vector<int32_t> tokens = sample_batch(batch, failures);
-  if (connector_ != nullptr) start_exports(batch, failures);
+  finish_exports(exporting);
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
   PDS_CHECK(updates.ok(), updates.status().to_string());
@@ -338,6 +360,10 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
   for (const ScheduledSequence& entry : batch.entries) {
     if (!entry.samples) continue;
     const Sequence& seq = *entry.sequence;
+    if (seq.status() == SequenceStatus::kAborted) {  // its export could not start
+      ++row;
+      continue;
+    }
     RequestState& state = requests_.at(seq.id());
     const std::span<const float> logits(logits_.data() + row * vocab, vocab);
     Result<SampleResult> sampled = sampler_.sample(
@@ -365,6 +391,7 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
 void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {
   std::vector<SeqId> failed;
   for (const ScheduledSequence& entry : batch.entries) {
+    if (entry.sequence->status() == SequenceStatus::kAborted) continue;  // already ended
     failed.push_back(entry.sequence->id());
     const Status aborted = scheduler_.abort(entry.sequence->id());
     PDS_CHECK(aborted.ok(), aborted.to_string());

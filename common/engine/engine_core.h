@@ -99,9 +99,13 @@ class EngineCore {
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, RemotePrefillStats stats);
   void import_failed(const std::string& request_id, const Status& status);
-  // Pins and hands over the prompt KV of the batch's sampled requests that export it; a
-  // request whose export cannot start is aborted and recorded in `failures`.
-  void start_exports(const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures);
+  // Before the forward: pins the blocks of the batch's requests whose prompt this step
+  // completes and that export their KV, and starts their exports; a request whose export
+  // cannot start is aborted and recorded in `failures`. Returns the exports started.
+  std::vector<std::pair<std::string, SeqId>> start_exports(
+      const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures);
+  // After sampling: the exports of requests still alive finish, the others are aborted.
+  void finish_exports(const std::vector<std::pair<std::string, SeqId>>& started);
   void unpin(const SeqId seq_id);
 
   void note_scheduled(const ScheduledBatch& batch);

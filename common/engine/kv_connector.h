@@ -1,10 +1,14 @@
 // How a disaggregated node moves KV in and out of its engine's paged pool, behind an interface
 // so that common/ stays free of UCX (the implementations live in kv_transfer/).
 //
-// Prefill side (export): when a request marked with `kv_export` has its prompt's KV computed
-// and its first token sampled, the engine pins the request's blocks and calls start_export();
-// the connector sends them and later reports kExportReleased, after which the engine unpins
-// them (so a block is never reused while a put may still read it).
+// Prefill side (export), layer by layer: before the forward of the step that completes the
+// prompt of a request marked with `kv_export`, the engine pins the request's blocks and calls
+// start_export(); during that forward, layer_written(l) says layer l's KV of every such prompt
+// is written (the connector may start its puts while the next layers compute); after the
+// forward and the first token, finish_export() (the rest of the puts, then the completion
+// message) or, when the forward or the sampling failed, abort_export(). The connector later
+// reports kExportReleased, after which the engine unpins the blocks (so a block is never
+// reused while a put may still read it).
 //
 // Decode side (import): a request marked with `kv_import` gets its blocks at once (refused
 // with ResourceExhausted when the pool is full, so the router can try another node), reusing
@@ -68,9 +72,15 @@ class KvConnector {
   // The engine's wakeup; called once before any other method.
   virtual void set_wakeup(std::function<void()> wakeup) = 0;
 
-  // Prefill side. `block_table` covers the whole prompt (num_prompt_tokens tokens).
+  // Prefill side. `block_table` covers the whole prompt (num_prompt_tokens tokens). An error
+  // means nothing was started (no kExportReleased follows).
   virtual Status start_export(const std::string& request_id, const KvExportTarget& target,
                               std::span<const int32_t> block_table, int num_prompt_tokens) = 0;
+  // Layer `layer` (in order, from 0) of every started, unfinished export is written.
+  virtual void layer_written(int layer) = 0;
+  virtual void finish_export(const std::string& request_id) = 0;
+  // The KV will not be complete: no completion message; the receiver must not use it.
+  virtual void abort_export(const std::string& request_id) = 0;
 
   // Decode side. The request's blocks are `block_table`; the first `num_cached_tokens` prompt
   // tokens (whole blocks) are already in the pool.

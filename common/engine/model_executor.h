@@ -4,12 +4,18 @@
 // scripted model.
 #pragma once
 
+#include <functional>
 #include <span>
 
 #include "common/core/status.h"
 #include "common/engine/scheduler.h"
 
 namespace pdserve {
+
+// Told during a forward that layer `layer` (0, 1, ... in order) has written the KV of every
+// entry's new tokens: a prefill node starts sending that layer while the next ones compute
+// (layer-by-layer KV transfer). Empty: nobody listens.
+using LayerKvWritten = std::function<void(int layer)>;
 
 class ModelExecutor {
  public:
@@ -20,7 +26,9 @@ class ModelExecutor {
   // Computes every entry's new tokens (writing their KV) and fills one row of vocab_size()
   // float logits per entry with `samples` set, in entry order, into `logits` (at least
   // batch.num_samples * vocab_size() floats). An error fails every request of the batch.
-  virtual Status execute(const ScheduledBatch& batch, std::span<float> logits) = 0;
+  // `on_layer_written`, when set, is called once per layer, in order, before execute returns.
+  virtual Status execute(const ScheduledBatch& batch, std::span<float> logits,
+                         const LayerKvWritten& on_layer_written) = 0;
 };
 
 }  // namespace pdserve

@@ -26,7 +26,8 @@ Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(
       new Qwen3ModelRunner(model, std::move(cache), std::move(context)));
 }
 
-Status Qwen3ModelRunner::execute(const ScheduledBatch& batch, std::span<float> logits) {
+Status Qwen3ModelRunner::execute(const ScheduledBatch& batch, std::span<float> logits,
+                                 const LayerKvWritten& on_layer_written) {
   const size_t vocab = static_cast<size_t>(vocab_size());
   const size_t num_samples = static_cast<size_t>(batch.num_samples);
   if (logits.size() < num_samples * vocab) {
@@ -42,10 +43,10 @@ Status Qwen3ModelRunner::execute(const ScheduledBatch& batch, std::span<float> l
   }
   // The model returns one row per slice; when every entry samples those are the rows wanted.
   if (num_samples == slices_.size()) {
-    return model_.forward(slices_, cache_, context_, logits);
+    return model_.forward(slices_, cache_, context_, logits, on_layer_written);
   }
   all_logits_.resize(slices_.size() * vocab);
-  PDS_RETURN_IF_ERROR(model_.forward(slices_, cache_, context_, all_logits_));
+  PDS_RETURN_IF_ERROR(model_.forward(slices_, cache_, context_, all_logits_, on_layer_written));
   size_t row = 0;
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     if (!batch.entries[i].samples) continue;

@@ -38,7 +38,8 @@ class Qwen3ModelRunner : public ModelExecutor {
                                                           const ModelRunnerConfig& config);
 
   int vocab_size() const override { return model_.config().vocab_size; }
-  Status execute(const ScheduledBatch& batch, std::span<float> logits) override;
+  Status execute(const ScheduledBatch& batch, std::span<float> logits,
+                 const LayerKvWritten& on_layer_written) override;
 
   const KvCache& kv_cache() const { return cache_; }
 
@@ -68,14 +69,13 @@ struct EngineConfig {
 };
 
 // Builds a disaggregated node's KV connector over the engine's pool (which outlives it).
-using KvConnectorFactory =
-    std::function<Result<std::unique_ptr<KvConnector>>(const KvCache& pool)>;
+using KvConnectorFactory = std::function<Result<std::unique_ptr<KvConnector>>(const KvCache& pool)>;
 
 // The KV pool takes as many blocks as kv_cache_memory_gib holds. InvalidArgument for
 // settings out of range, ResourceExhausted when the budget holds no block or the backend
 // cannot allocate it. `model` must outlive the engine, which is returned not yet started.
-Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
-                                                   const EngineConfig& config,
-                                                   const KvConnectorFactory& connector_factory = {});
+Result<std::unique_ptr<LlmEngine>> make_llm_engine(
+    LoadedModel& model, Tokenizer tokenizer, const EngineConfig& config,
+    const KvConnectorFactory& connector_factory = {});
 
 }  // namespace pdserve

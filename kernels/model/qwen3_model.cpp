@@ -196,19 +196,28 @@ Status Qwen3Model::prepare_batch(std::span<const SequenceSlice> slices, const Kv
 }
 
 Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache,
-                           ForwardContext& context, std::span<float> logits) {
+                           ForwardContext& context, std::span<float> logits,
+                           const std::function<void(int layer)>& on_layer_written) {
   const size_t vocab = static_cast<size_t>(weights_.config.vocab_size);
   PDS_RETURN_IF_ERROR(prepare_batch(slices, cache, context));
   if (logits.size() < slices.size() * vocab)
     return invalid_argument("forward: logits buffer too small");
   AttentionBatch batch;
   PDS_RETURN_IF_ERROR(upload_batch(context, batch));
-  PDS_RETURN_IF_ERROR(compute(batch, cache.view(), context));
-  return fetch_logits(context, batch.num_seqs, logits);
+  PDS_RETURN_IF_ERROR(compute(batch, cache.view(), context, on_layer_written));
+  PDS_RETURN_IF_ERROR(fetch_logits(context, batch.num_seqs, logits));
+  // Queued kernels are only known to be done after the synchronize in fetch_logits().
+  if (on_layer_written && backend_.kind() != DeviceKind::kCpu) {
+    for (int layer = 0; layer < weights_.config.num_hidden_layers; ++layer) on_layer_written(layer);
+  }
+  return Status::ok_status();
 }
 
 Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
-                           ForwardContext& context) {
+                           ForwardContext& context,
+                           const std::function<void(int layer)>& on_layer_written) {
+  // The CPU backend runs each operation before returning; others only queue it.
+  const bool report_layers = on_layer_written && backend_.kind() == DeviceKind::kCpu;
   const ModelConfig& config = weights_.config;
   const int64_t tokens = batch.num_tokens;
   const DType act = backend_.activation_dtype();
@@ -262,6 +271,7 @@ Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
     rope.k_norm_weight = layer.k_norm;
     PDS_RETURN_IF_ERROR(
         backend_.qk_norm_rope_kv_write(q, k, v, rope, batch, kv, static_cast<int>(l)));
+    if (report_layers) on_layer_written(static_cast<int>(l));
     PDS_RETURN_IF_ERROR(backend_.paged_attention(q, batch, kv, static_cast<int>(l),
                                                  config.num_attention_heads, scale, attention_out));
     PDS_RETURN_IF_ERROR(backend_.linear(attention_out, layer.o_proj, hidden));

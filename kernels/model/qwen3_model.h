@@ -3,6 +3,7 @@
 // over a packed batch that mixes prefill chunks and decode tokens.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -59,8 +60,13 @@ class Qwen3Model {
   // One step: computes the new tokens of every slice, writes their KV into `cache`, and
   // stores float32 logits of each slice's last new token into `logits` (row-major
   // [slices.size(), vocab_size], host memory).
+  // `on_layer_written(l)`, when set, is called once layer l's KV is in `cache`: right after
+  // the layer's KV write on a synchronous (CPU) backend, so the caller can send it while the
+  // next layers compute; after the whole forward on an asynchronous one (CUDA: the kernels are
+  // only queued; per-layer CUDA events are not done yet).
   Status forward(std::span<const SequenceSlice> slices, KvCache& cache, ForwardContext& context,
-                 std::span<float> logits);
+                 std::span<float> logits,
+                 const std::function<void(int layer)>& on_layer_written = {});
 
   // forward() in phases, for a caller that replays the device phase as a CUDA graph:
   // prepare_batch() validates the slices into context.host_batch() (which the caller may then
@@ -71,7 +77,9 @@ class Qwen3Model {
   Status prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,
                        ForwardContext& context) const;
   Status upload_batch(ForwardContext& context, AttentionBatch& batch);
-  Status compute(const AttentionBatch& batch, const KvCacheView& kv, ForwardContext& context);
+  // `on_layer_written` is only called on a synchronous backend (see forward()).
+  Status compute(const AttentionBatch& batch, const KvCacheView& kv, ForwardContext& context,
+                 const std::function<void(int layer)>& on_layer_written = {});
   Status fetch_logits(ForwardContext& context, int rows, std::span<float> logits);
 
  private:

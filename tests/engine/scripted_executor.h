@@ -35,11 +35,14 @@ class ScriptedExecutor : public ModelExecutor {
   void fail_at_step(uint64_t step) { fail_step_ = step; }
   void nan_for(int32_t first_token) { nan_requests_.insert(first_token); }
   void set_step_delay(std::chrono::microseconds delay) { delay_ = delay; }
+  // How many layers the observer of execute() hears about (0: none).
+  void set_num_layers(int num_layers) { num_layers_ = num_layers; }
   int steps() const { return steps_.load(); }
 
   int vocab_size() const override { return vocab_size_; }
 
-  Status execute(const ScheduledBatch& batch, std::span<float> logits) override {
+  Status execute(const ScheduledBatch& batch, std::span<float> logits,
+                 const LayerKvWritten& on_layer_written) override {
     steps_.fetch_add(1);
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     if (fail_step_ && batch.step == *fail_step_) return internal_error("injected model failure");
@@ -56,6 +59,9 @@ class ScriptedExecutor : public ModelExecutor {
       if (nan_requests_.contains(first)) out[0] = std::numeric_limits<float>::quiet_NaN();
       ++row;
     }
+    if (on_layer_written) {
+      for (int layer = 0; layer < num_layers_; ++layer) on_layer_written(layer);
+    }
     return Status::ok_status();
   }
 
@@ -71,6 +77,7 @@ class ScriptedExecutor : public ModelExecutor {
   std::optional<uint64_t> fail_step_;
   std::set<int32_t> nan_requests_;
   std::chrono::microseconds delay_{0};
+  int num_layers_ = 0;
   std::atomic<int> steps_{0};
 };
 

@@ -2,7 +2,8 @@
 """End to end: proxy -> prefill -> UCX -> decode on real processes over loopback, launched
 with tools/cluster/pdserve-cluster. Greedy outputs of 32 concurrent requests of mixed lengths
 must be token-identical (same text, finish reason and usage) to a colocated pdserve-decode,
-over UCX tcp and shared memory, with 1P1D and 2P2D (a shared system prompt hitting the prefix
+over UCX tcp (KV sent layer by layer) and shared memory (all layers after the forward,
+--kv-layerwise off), with 1P1D and 2P2D (a shared system prompt hitting the prefix
 caches); then faults: a decode node killed mid-stream (error event within 5 s, node marked
 down, later requests succeed), a dead prefill node (the next one takes over), a client that
 leaves mid-flight, and bad cluster calls. After each phase no KV block is left in use.
@@ -137,11 +138,11 @@ class Cluster:
         return code
 
 
-def topology(prefill, decode, extra=()):
+def topology(prefill, decode, extra=(), prefill_args=()):
     return {"proxy": {"port": 8000},
             "node_args": ["--kv-cache-memory-gib", "0.25", "--threads", "1", "--max-model-len", "4096",
                           "--kv-transfer-timeout-ms", "10000"] + list(extra),
-            "prefill": [{"port": 8100 + i} for i in range(prefill)],
+            "prefill": [{"port": 8100 + i, "args": list(prefill_args)} for i in range(prefill)],
             "decode": [{"port": 8200 + i} for i in range(decode)]}
 
 
@@ -185,13 +186,14 @@ def reference_answers(model, requests, log_dir):
         node.wait(timeout=30)
 
 
-def phase_transport(model, log_dir, ucx_tls):
+def phase_transport(model, log_dir, ucx_tls, kv_layerwise):
     requests = workload(1, 32)
     reference = reference_answers(model, requests, log_dir)
-    cluster = Cluster(topology(1, 1), model, free_port_base(), ucx_tls, log_dir)
+    cluster = Cluster(topology(1, 1, prefill_args=["--kv-layerwise", kv_layerwise]), model,
+                      free_port_base(), ucx_tls, log_dir)
     try:
         got = run_all(cluster.proxy, requests)
-        expect_same(reference, got, f"1P1D over UCX {ucx_tls}, 32 concurrent")
+        expect_same(reference, got, f"1P1D over UCX {ucx_tls}, KV layer-wise {kv_layerwise}, 32 concurrent")
         prefills = metric(cluster.url("prefill", 0), "pdserve:prefill_requests_total")
         if prefills < len(requests):
             raise AssertionError(f"only {prefills} of {len(requests)} prompts went to the prefill node")
@@ -321,10 +323,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pdserve-e2e-") as directory:
         model = make_model(directory)
         try:
+            # Layer-by-layer KV sending on over tcp, off over shared memory: both against the
+            # same colocated reference, at no extra cost.
             if phase in ("tcp", "all"):
-                phase_transport(model, directory, "tcp")
+                phase_transport(model, directory, "tcp", "on")
             if phase in ("sm", "all"):
-                phase_transport(model, directory, "sm")
+                phase_transport(model, directory, "sm", "off")
             if phase in ("2p2d", "all"):
                 phase_2p2d(model, directory)
         except Exception:

@@ -1,8 +1,11 @@
-// EngineCore on the decode side of disaggregation, with a scripted KvConnector: the remotely
-// sampled first token is streamed as soon as the connector reports it (before the KV lands
-// and before any local forward), the rest comes from local decode steps once the KV is
-// ready, a first token that ends the request cancels the import, and the blocks stay pinned
-// until the connector releases them, whatever happens to the request.
+// EngineCore with a scripted KvConnector, both sides of disaggregation.
+// Decode side: the remotely sampled first token is streamed as soon as the connector reports
+// it (before the KV lands and before any local forward), the rest comes from local decode
+// steps once the KV is ready, a first token that ends the request cancels the import.
+// Prefill side: an export starts before the forward of the step that completes the prompt,
+// hears every layer during that forward, and finishes after the first token is sampled (or
+// is aborted when the forward or the sampling fails).
+// Either way the blocks stay pinned until the connector releases them.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -42,9 +45,19 @@ class ScriptedConnector : public KvConnector {
   };
 
   void set_wakeup(std::function<void()>) override {}
-  Status start_export(const std::string&, const KvExportTarget&, std::span<const int32_t>,
-                      int) override {
-    return unimplemented("the scripted connector only imports");
+  Status start_export(const std::string& request_id, const KvExportTarget&,
+                      std::span<const int32_t> block_table, int num_prompt_tokens) override {
+    if (refuse_exports) return unavailable("no route to the receiver");
+    calls.push_back("start " + request_id + " " + std::to_string(block_table.size()) + " " +
+                    std::to_string(num_prompt_tokens));
+    return Status::ok_status();
+  }
+  void layer_written(int layer) override { calls.push_back("layer " + std::to_string(layer)); }
+  void finish_export(const std::string& request_id) override {
+    calls.push_back("finish " + request_id);
+  }
+  void abort_export(const std::string& request_id) override {
+    calls.push_back("abort " + request_id);
   }
   Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
                       int num_cached_tokens) override {
@@ -83,6 +96,13 @@ class ScriptedConnector : public KvConnector {
     pending.push_back(
         {KvEventKind::kImportReleased, id, Status::ok_status(), std::nullopt, std::nullopt});
   }
+  void export_released(const std::string& id) {
+    pending.push_back(
+        {KvEventKind::kExportReleased, id, Status::ok_status(), std::nullopt, std::nullopt});
+  }
+
+  bool refuse_exports = false;
+  std::vector<std::string> calls;  // export side, in order
 
   std::vector<Started> started;
   std::vector<std::string> cancelled;
@@ -101,20 +121,45 @@ struct Stream {
   }
 };
 
-class EngineCoreImportTest : public ::testing::Test {
+class EngineCoreKvTest : public ::testing::Test {
  protected:
-  EngineCoreImportTest() : executor_(kVocab) {
+  EngineCoreKvTest() : executor_(kVocab) {
+    make_core(64);
+    script_ = tokenizer().encode(" one two three four five six seven").value();
+    executor_.set_script(kPromptStart, script_);
+  }
+
+  void make_core(int max_num_batched_tokens) {
     SchedulerConfig config;
     config.num_blocks = 32;
     config.block_size = kBlockSize;
-    config.max_num_batched_tokens = 64;
+    config.max_num_batched_tokens = max_num_batched_tokens;
     config.max_num_seqs = 8;
     config.max_num_waiting = 16;
     config.vocab_size = kVocab;
     config.eos_token_ids = {kImEnd};
     core_ = EngineCore::create(config, executor_, tokenizer(), &connector_).value();
-    script_ = tokenizer().encode(" one two three four five six seven").value();
-    executor_.set_script(kPromptStart, script_);
+  }
+
+  // A prefill node's request: max_tokens 1, its KV sent to a decode node.
+  void add_exported(const std::string& id, int32_t prompt_start = kPromptStart) {
+    InferenceRequest r;
+    r.id = id;
+    for (int i = 0; i < kPromptLen; ++i) r.prompt_tokens.push_back(prompt_start + i);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 1;
+    r.kv_export.emplace();
+    const Status added = core_->add(std::move(r), sink(id));
+    ASSERT_TRUE(added.ok()) << added.to_string();
+  }
+
+  DeltaSink sink(const std::string& id) {
+    return [this, id](SequenceDelta delta) {
+      Stream& stream = streams_[id];
+      EXPECT_EQ(stream.finals, 0) << id << ": a delta after the final one";
+      if (delta.finished) ++stream.finals;
+      stream.deltas.push_back(std::move(delta));
+    };
   }
 
   void add_imported(const std::string& id, int max_tokens, std::vector<std::string> stop = {}) {
@@ -126,12 +171,7 @@ class EngineCoreImportTest : public ::testing::Test {
     r.stop = std::move(stop);
     r.kv_import.emplace();
     r.kv_import->prefill_urls = {"http://prefill"};
-    const Status added = core_->add(std::move(r), [this, id](SequenceDelta delta) {
-      Stream& stream = streams_[id];
-      EXPECT_EQ(stream.finals, 0) << id << ": a delta after the final one";
-      if (delta.finished) ++stream.finals;
-      stream.deltas.push_back(std::move(delta));
-    });
+    const Status added = core_->add(std::move(r), sink(id));
     ASSERT_TRUE(added.ok()) << added.to_string();
   }
 
@@ -155,7 +195,7 @@ class EngineCoreImportTest : public ::testing::Test {
   std::map<std::string, Stream> streams_;
 };
 
-TEST_F(EngineCoreImportTest, TheFirstTokenStreamsBeforeTheKvLandsThenDecodingFollows) {
+TEST_F(EngineCoreKvTest, TheFirstTokenStreamsBeforeTheKvLandsThenDecodingFollows) {
   add_imported("a", 5);
   ASSERT_EQ(connector_.started.size(), 1u);
   EXPECT_EQ(connector_.started[0].block_table.size(), 3u);
@@ -205,7 +245,7 @@ TEST_F(EngineCoreImportTest, TheFirstTokenStreamsBeforeTheKvLandsThenDecodingFol
   expect_all_released();
 }
 
-TEST_F(EngineCoreImportTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
+TEST_F(EngineCoreKvTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
   struct Case {
     std::string id;
     int max_tokens;
@@ -252,7 +292,7 @@ TEST_F(EngineCoreImportTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
   for (const Case& c : cases) EXPECT_EQ(streams_[c.id].finals, 1);
 }
 
-TEST_F(EngineCoreImportTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
+TEST_F(EngineCoreKvTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
   add_imported("waiting", 8);
   add_imported("streaming", 8);
   connector_.first_token("streaming", script_[0]);
@@ -278,7 +318,7 @@ TEST_F(EngineCoreImportTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
   expect_all_released();
 }
 
-TEST_F(EngineCoreImportTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestWithAnError) {
+TEST_F(EngineCoreKvTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestWithAnError) {
   add_imported("lost-kv", 8);
   add_imported("bad-token", 8);
   add_imported("ready-too-early", 8);
@@ -302,6 +342,75 @@ TEST_F(EngineCoreImportTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestW
     connector_.released(id);
   }
   drain();
+  expect_all_released();
+}
+
+TEST_F(EngineCoreKvTest, AnExportStartsBeforeTheLastChunkHearsEveryLayerAndEndsAfterSampling) {
+  make_core(/*max_num_batched_tokens=*/4);  // the 10-token prompt takes three steps
+  executor_.set_num_layers(3);
+  add_exported("p");
+  drain();
+  EXPECT_EQ(executor_.steps(), 3);
+  // Only the step that completes the prompt exports, with the whole prompt's table.
+  const std::vector<std::string> expected = {"start p 3 10", "layer 0", "layer 1", "layer 2",
+                                             "finish p"};
+  EXPECT_EQ(connector_.calls, expected);
+  const Stream& stream = streams_["p"];
+  ASSERT_EQ(stream.finals, 1);
+  EXPECT_EQ(stream.tokens(), std::vector<int32_t>{script_[0]});
+  EXPECT_TRUE(stream.deltas.back().sampler_state.has_value());
+  // Finished, but the puts may still read the blocks until the connector releases them.
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 3);
+  EXPECT_TRUE(core_->has_pending_work());
+  connector_.export_released("p");
+  drain();
+  expect_all_released();
+}
+
+TEST_F(EngineCoreKvTest, FailedForwardsAndSamplingAbortTheExportsTheyStarted) {
+  executor_.set_num_layers(2);
+  executor_.fail_at_step(1);
+  add_exported("forward-fails");
+  drain();
+  EXPECT_EQ(connector_.calls,
+            (std::vector<std::string>{"start forward-fails 3 10", "abort forward-fails"}));
+  EXPECT_EQ(streams_["forward-fails"].deltas.back().error.code(), StatusCode::kInternal);
+
+  connector_.calls.clear();
+  executor_.nan_for(2000);
+  add_exported("nan", 2000);
+  add_exported("fine");
+  drain();
+  const std::vector<std::string> expected = {"start nan 3 10", "start fine 3 10", "layer 0",
+                                             "layer 1",        "abort nan",       "finish fine"};
+  EXPECT_EQ(connector_.calls, expected);
+  EXPECT_EQ(streams_["nan"].deltas.back().error.code(), StatusCode::kInternal);
+  EXPECT_TRUE(streams_["fine"].deltas.back().error.ok());
+  for (const char* id : {"forward-fails", "nan", "fine"}) {
+    EXPECT_EQ(streams_[id].finals, 1) << id;
+    connector_.export_released(id);
+  }
+  drain();
+  expect_all_released();
+}
+
+TEST_F(EngineCoreKvTest, AnExportThatCannotStartFailsOnlyItsRequest) {
+  executor_.set_num_layers(2);
+  connector_.refuse_exports = true;
+  add_exported("refused");
+  InferenceRequest local;
+  local.id = "local";
+  local.prompt_tokens = {kPromptStart, 5, 6};
+  local.sampling.temperature = 0.0f;
+  local.sampling.max_tokens = 3;
+  ASSERT_TRUE(core_->add(std::move(local), sink("local")).ok());
+  drain();
+  EXPECT_TRUE(connector_.calls.empty()) << "no layer reports without a started export";
+  ASSERT_EQ(streams_["refused"].finals, 1);
+  EXPECT_EQ(streams_["refused"].deltas.back().error.code(), StatusCode::kUnavailable);
+  EXPECT_NE(streams_["refused"].deltas.back().error.message().find("sending the KV"),
+            std::string::npos);
+  EXPECT_EQ(streams_["local"].tokens(), (std::vector<int32_t>{script_[0], script_[1], script_[2]}));
   expect_all_released();
 }
 
