@@ -83,7 +83,8 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
 
     const auto verb = bhttp::string_to_verb(request_.method);
     bhttp::request<bhttp::string_body> message(verb, request_.target, 11);
-    message.set(bhttp::field::host, url_.host);
+    // RFC 9110: the port is part of Host unless it is the scheme's default.
+    message.set(bhttp::field::host, url_.port == "80" ? url_.host : url_.host + ":" + url_.port);
     message.keep_alive(false);
     for (const auto& [name, value] : request_.headers) message.set(name, value);
     if (!request_.body.empty() || verb == bhttp::verb::post) {

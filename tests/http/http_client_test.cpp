@@ -20,10 +20,12 @@ class HttpClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     Router router;
-    router.add("POST", "/echo", [](const HttpRequest& request, std::shared_ptr<ResponseChannel> ch) {
-      std::string auth(request.header("Authorization").value_or(""));
-      ch->send({201, "application/json", {{"X-Auth", auth}}, request.body});
-    });
+    router.add(
+        "POST", "/echo", [](const HttpRequest& request, std::shared_ptr<ResponseChannel> ch) {
+          std::string auth(request.header("Authorization").value_or(""));
+          std::string host(request.header("Host").value_or(""));
+          ch->send({201, "application/json", {{"X-Auth", auth}, {"X-Host", host}}, request.body});
+        });
     router.add("GET", "/stream", [](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
       ch->start_stream(200, "text/event-stream", {});
       std::thread([ch] {
@@ -71,6 +73,8 @@ TEST_F(HttpClientTest, FetchesAWholeResponseWithHeaders) {
     EXPECT_EQ(response->status, 201);
     EXPECT_EQ(response->body, request.body);
     EXPECT_EQ(response->header("x-auth").value_or(""), "Bearer t");
+    // A non-default port is part of Host (RFC 9110), so a server can name itself from it.
+    EXPECT_EQ(response->header("x-host").value_or(""), "127.0.0.1:" + url_.port);
   }
 }
 
