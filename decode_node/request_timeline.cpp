@@ -1,6 +1,7 @@
 #include "decode_node/request_timeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace pdserve {
@@ -11,7 +12,7 @@ using Json = nlohmann::ordered_json;
 // Spans of one request under construction, with the decode node's name and the origin.
 class SpanList {
  public:
-  SpanList(const RequestTimelineInput& input) : input_(input) {}
+  explicit SpanList(const RequestTimelineInput& input) : input_(input) {}
 
   Json& add(std::string name, const std::string& node, double start_ms, double end_ms, int index) {
     Json span;
@@ -45,6 +46,14 @@ class SpanList {
   const RequestTimelineInput& input_;
   std::vector<Json> spans_;
 };
+
+// The prefill node's span args travel as doubles; counts are written as integers again.
+Json arg_json(double value) {
+  if (std::nearbyint(value) == value && std::fabs(value) < 9e15) {
+    return Json(static_cast<int64_t>(value));
+  }
+  return Json(value);
+}
 
 void add_prefill_chunks(SpanList& spans, const ChoiceTimeline& choice) {
   for (const PrefillChunkTiming& chunk : choice.timings.prefill_chunks) {
@@ -82,7 +91,7 @@ void add_remote_prefill(SpanList& spans, const ChoiceTimeline& choice,
     for (const TimelineSpan& span : remote.spans) {
       Json& args =
           spans.add(span.name, node, receipt + span.start_ms, receipt + span.end_ms, choice.index);
-      for (const auto& [key, value] : span.args) args[key] = value;
+      for (const auto& [key, value] : span.args) args[key] = arg_json(value);
     }
   }
   // Chunks computed here too (only when the import fell back to a local prefill).

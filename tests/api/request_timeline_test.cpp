@@ -174,6 +174,7 @@ TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
   const Json transfer = spans_named(timeline, "kv.transfer").at(0);
   EXPECT_NEAR(transfer["end_ms"].get<double>(), 49.0, 1e-3);
   EXPECT_EQ(transfer["args"]["bytes"], 4096);
+  EXPECT_TRUE(transfer["args"]["bytes"].is_number_integer()) << "counts print as integers";
   EXPECT_NEAR(spans_named(timeline, "prefill.request").at(0)["end_ms"].get<double>(), 50.0, 1e-3);
   const Json chunk = spans_named(timeline, "prefill.chunk").at(0);
   EXPECT_EQ(chunk["args"]["prompt_tokens"], 96);
