@@ -146,7 +146,9 @@ double milliseconds_after(SteadyTime origin, SteadyTime time) {
 }
 
 double aligned_receipt_ms(double sent_ms, double head_received_ms, double head_sent_ms) {
-  return sent_ms + ((head_received_ms - sent_ms) - head_sent_ms) / 2.0;
+  // A callee that says it held the request longer than the round trip took (clocks that run
+  // at slightly different rates) received it when it was sent, not before.
+  return sent_ms + std::max(0.0, (head_received_ms - sent_ms) - head_sent_ms) / 2.0;
 }
 
 std::optional<double> time_per_output_token_ms(double ttft_ms, double e2e_ms, int output_tokens) {

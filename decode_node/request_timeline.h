@@ -41,7 +41,7 @@ double milliseconds_after(SteadyTime origin, SteadyTime time);
 
 // The callee's receipt of a request on the caller's clock, assuming symmetric one-way delays:
 // the caller sent it at `sent_ms`, the answer's head arrived at `head_received_ms`, and the
-// callee says it sent that head `head_sent_ms` after its receipt.
+// callee says it sent that head `head_sent_ms` after its receipt. Never before `sent_ms`.
 double aligned_receipt_ms(double sent_ms, double head_received_ms, double head_sent_ms);
 
 // (e2e - ttft) / (output_tokens - 1); nullopt below two tokens.

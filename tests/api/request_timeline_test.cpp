@@ -43,6 +43,8 @@ TEST(RequestTimelineTest, AlignmentSplitsTheRoundTripEvenly) {
   EXPECT_DOUBLE_EQ(aligned_receipt_ms(10, 30, 4), 18.0);
   // A callee that answered at once: half the round trip.
   EXPECT_DOUBLE_EQ(aligned_receipt_ms(0, 2, 0), 1.0);
+  // A callee that claims to have held it longer than the round trip: received when sent.
+  EXPECT_DOUBLE_EQ(aligned_receipt_ms(10, 12, 5), 10.0);
   // Whatever the delays, the receipt falls between sending and the head's return minus the
   // callee's own time.
   for (double held : {0.0, 1.0, 5.0, 9.0}) {
