@@ -1,7 +1,7 @@
-// The per-request timeline the decode node returns as `usage.pdserve_timeline` (the shared
-// format: /work/notes/timeline_spec.md, summarized in docs/METRICS.md): its spans, the time each
-// output token of choice 0 left the node, TTFT/TPOT/e2e, the KV transfer, and when the HTTP
-// head went out (for the proxy's clock alignment). All times are ms after the decode node's
+// The per-request timeline the decode node returns as `usage.pdserve_timeline` (the format
+// shared with the proxy: docs/TRACING.md): its spans, the time each output token of choice 0
+// left the node, TTFT/TPOT/e2e, the KV transfer, and when the HTTP head went out (for the
+// proxy's clock alignment). All times are ms after the decode node's
 // arrival of the HTTP request, on its steady clock; the prefill node's spans (ms after its
 // receipt of the work) are shifted by the NTP-style estimate of that receipt.
 #pragma once

@@ -35,7 +35,7 @@ struct KvExportTarget {
   std::function<void(const KvTransferReport&)> on_finished;
 };
 
-// One span of a node's work for the per-request timeline (docs: timeline_spec.md), in ms after
+// One span of a node's work for the per-request timeline (docs/TRACING.md), in ms after
 // that node's receipt of the request; args are numeric.
 struct TimelineSpan {
   std::string name;
