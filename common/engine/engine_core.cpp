@@ -198,14 +198,25 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
   prompt_tokens_total_ += state.prompt_tokens;
   if (result.first_logprobs) state.step_logprobs = std::move(result.first_logprobs);
   emit(state, *update);
-  // Ended by its first token (EOS, max_tokens 1, a stop string): the KV is no longer wanted;
-  // its blocks stay pinned until the connector says no put can still land.
-  if (!ids_.contains(request_id)) connector_->cancel_import(request_id);
+  // A stop string in the first token aborted the sequence: the KV is no longer wanted (its
+  // blocks stay pinned until the connector says no put can still land). A first token that
+  // ended it otherwise (EOS, max_tokens 1) leaves the import running: the landed prompt
+  // enters the prefix cache (import_ready).
+  if (!ids_.contains(request_id) && scheduler_.find(seq_id) == nullptr) {
+    connector_->cancel_import(request_id);
+  }
 }
 
 void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats stats) {
   auto id = ids_.find(request_id);
-  if (id == ids_.end()) return;  // aborted or finished meanwhile
+  if (id == ids_.end()) {
+    // Finished by its first token: its prompt still enters the prefix cache.
+    if (const std::optional<SeqId> seq_id = awaiting_after_finish(request_id)) {
+      const Status completed = scheduler_.complete_import(*seq_id);
+      PDS_CHECK(completed.ok(), completed.to_string());
+    }
+    return;
+  }
   const SeqId seq_id = id->second;
   RequestState& state = requests_.at(seq_id);
   const Status completed = scheduler_.complete_import(seq_id);
@@ -218,9 +229,23 @@ void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats 
   state.remote_prefill = std::move(stats);
 }
 
+std::optional<SeqId> EngineCore::awaiting_after_finish(const std::string& request_id) const {
+  auto it = imports_.find(request_id);
+  if (it == imports_.end() || ids_.contains(request_id)) return std::nullopt;
+  const Sequence* seq = scheduler_.find(it->second);
+  if (seq == nullptr || seq->status() != SequenceStatus::kAwaitingKv) return std::nullopt;
+  return it->second;
+}
+
 void EngineCore::import_failed(const std::string& request_id, const Status& status) {
   auto id = ids_.find(request_id);
-  if (id == ids_.end()) return;
+  if (id == ids_.end()) {
+    if (const std::optional<SeqId> seq_id = awaiting_after_finish(request_id)) {
+      const Status aborted = scheduler_.abort(*seq_id);
+      PDS_CHECK(aborted.ok(), aborted.to_string());
+    }
+    return;
+  }
   const SeqId seq_id = id->second;
   const Status aborted = scheduler_.abort(seq_id);
   PDS_CHECK(aborted.ok(), aborted.to_string());

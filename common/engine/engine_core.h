@@ -99,6 +99,8 @@ class EngineCore {
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, RemotePrefillStats stats);
   void import_failed(const std::string& request_id, const Status& status);
+  // The sequence of a request that its first token finished while its KV is still coming.
+  std::optional<SeqId> awaiting_after_finish(const std::string& request_id) const;
   // Before the forward: pins the blocks of the batch's requests whose prompt this step
   // completes and that export their KV, and starts their exports; a request whose export
   // cannot start is aborted and recorded in `failures`. Returns the exports started.

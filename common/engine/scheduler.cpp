@@ -128,10 +128,9 @@ Result<SequenceUpdate> Scheduler::accept_remote_first_token(SeqId seq_id, int32_
   }
   Sequence& seq = *it->second;
   const FinishReason reason = seq.append_output_token(first_token);
-  if (reason != FinishReason::kNone) {
-    --num_awaiting_kv_;
-    retire(seq_id);
-  }
+  // Even when that token ends the sequence, it waits for its KV, so that the landed prompt
+  // enters the prefix cache.
+  seq.set_status(SequenceStatus::kAwaitingKv);
   return SequenceUpdate{seq_id, first_token, reason};
 }
 
@@ -145,8 +144,13 @@ Status Scheduler::complete_import(SeqId seq_id) {
   --num_awaiting_kv_;
   seq.set_num_computed_tokens(seq.num_prompt_tokens());
   block_manager_.cache_computed_blocks(seq);
-  seq.set_status(SequenceStatus::kRunning);
-  insert_running(seq);
+  if (seq.finish_reason() != FinishReason::kNone) {
+    seq.set_status(SequenceStatus::kFinished);
+    retire(seq_id);
+  } else {
+    seq.set_status(SequenceStatus::kRunning);
+    insert_running(seq);
+  }
   return Status::ok_status();
 }
 

@@ -92,14 +92,14 @@ class Scheduler {
   // route the request elsewhere); otherwise add_request()'s errors.
   Result<SeqId> add_imported_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
   // The prefill node sampled `first_token`; its KV may still be on the way. The token is
-  // appended while the sequence keeps awaiting KV, or finishes it at once (max_tokens 1, EOS;
-  // its blocks go, deferred while pinned). FailedPrecondition unless the sequence awaits KV
-  // without a first token; InvalidArgument for a token outside the vocabulary. Nothing
-  // changes on error.
+  // appended and the sequence keeps awaiting KV, even when the token finishes it (max_tokens
+  // 1, EOS: the update says so), so that the prompt's KV still enters the prefix cache.
+  // FailedPrecondition unless the sequence awaits KV without a first token; InvalidArgument
+  // for a token outside the vocabulary. Nothing changes on error.
   Result<SequenceUpdate> accept_remote_first_token(SeqId seq_id, int32_t first_token);
-  // The prompt's KV has arrived: the sequence joins the running batch and its full prompt
-  // blocks enter the prefix cache. FailedPrecondition unless it awaits KV and has its first
-  // token.
+  // The prompt's KV has arrived: its full blocks enter the prefix cache and the sequence joins
+  // the running batch, or, finished by its first token, is retired (blocks freed, deferred
+  // while pinned). FailedPrecondition unless it awaits KV and has its first token.
   Status complete_import(SeqId seq_id);
 
   // Plans the next step. Must be followed by postprocess() before the next schedule().

@@ -245,7 +245,7 @@ TEST_F(EngineCoreKvTest, TheFirstTokenStreamsBeforeTheKvLandsThenDecodingFollows
   expect_all_released();
 }
 
-TEST_F(EngineCoreKvTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
+TEST_F(EngineCoreKvTest, AFirstTokenThatEndsTheRequestEndsItAtOnce) {
   struct Case {
     std::string id;
     int max_tokens;
@@ -276,20 +276,26 @@ TEST_F(EngineCoreKvTest, AFirstTokenThatEndsTheRequestCancelsTheImport) {
   EXPECT_EQ(streams_["stop-string"].deltas[0].text, "");
   EXPECT_EQ(streams_["stop-string"].deltas[0].matched_stop, first_text);
   EXPECT_EQ(streams_["max-tokens-1"].deltas[0].text, first_text);
-  EXPECT_EQ(connector_.cancelled, (std::vector<std::string>{"max-tokens-1", "eos", "stop-string"}));
+  // The stop string aborted its sequence: that KV is not wanted. The others keep importing so
+  // that their prompt enters the prefix cache.
+  EXPECT_EQ(connector_.cancelled, std::vector<std::string>{"stop-string"});
+  EXPECT_EQ(core_->scheduler().num_awaiting_kv(), 2);
 
-  // The transfer may still be writing: nothing goes back to the pool before its release, and
-  // a late "ready" is ignored.
+  // Nothing goes back to the pool before the connector's release.
   EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 9);
   connector_.ready("eos");
+  connector_.failed("max-tokens-1");
   connector_.released("eos");
   connector_.released("max-tokens-1");
   drain();
+  EXPECT_EQ(core_->scheduler().num_awaiting_kv(), 0);
   EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 3);
   connector_.released("stop-string");
   drain();
   expect_all_released();
   for (const Case& c : cases) EXPECT_EQ(streams_[c.id].finals, 1);
+  // Only the landed prompt ("eos") is cached: its two full blocks.
+  EXPECT_EQ(core_->scheduler().block_manager().num_cached_blocks(), 2);
 }
 
 TEST_F(EngineCoreKvTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {

@@ -165,29 +165,50 @@ TEST(SchedulerImportTest, ABadFirstTokenChangesNothing) {
   expect_nothing_held(scheduler);
 }
 
-TEST(SchedulerImportTest, AFirstTokenThatFinishesFreesTheBlocksOnlyWhenTheTransferUnpins) {
+TEST(SchedulerImportTest, AFirstTokenThatFinishesStillWaitsForTheKvToCacheIt) {
   for (const bool by_eos : {false, true}) {
     SCOPED_TRACE(by_eos ? "EOS" : "max_tokens 1");
     Scheduler scheduler = make_scheduler();
-    const SeqId imported =
-        add_imported(scheduler, iota_tokens(9), by_eos ? 5 : 1, /*ignore_eos=*/!by_eos);
+    FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
+    const std::vector<int32_t> prompt = iota_tokens(9);
+    const SeqId imported = add_imported(scheduler, prompt, by_eos ? 5 : 1, /*ignore_eos=*/!by_eos);
     ASSERT_TRUE(scheduler.block_manager().pin(imported).ok());  // the transfer's pin
     Result<SequenceUpdate> first =
         scheduler.accept_remote_first_token(imported, by_eos ? kTestEos : 5);
     ASSERT_TRUE(first.ok()) << first.status().to_string();
     EXPECT_EQ(first->finish_reason, by_eos ? FinishReason::kStop : FinishReason::kLength);
+    // Finished for the client, but its blocks wait for the KV; nothing schedules it.
+    const Sequence& seq = *scheduler.find(imported);
+    EXPECT_EQ(seq.status(), SequenceStatus::kAwaitingKv);
+    EXPECT_EQ(scheduler.num_awaiting_kv(), 1);
+    EXPECT_FALSE(scheduler.has_schedulable());
+    EXPECT_EQ(scheduler.accept_remote_first_token(imported, 5).status().code(),
+              StatusCode::kFailedPrecondition);
+
+    runner.write_remote_kv(prompt, table_of(scheduler, imported), 0);
+    ASSERT_TRUE(scheduler.complete_import(imported).ok());
     EXPECT_EQ(scheduler.find(imported), nullptr);
-    EXPECT_FALSE(scheduler.has_unfinished());
-    EXPECT_EQ(scheduler.num_awaiting_kv(), 0);
-    EXPECT_EQ(scheduler.complete_import(imported).code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(scheduler.abort(imported).code(), StatusCode::kNotFound);
-    // A put may still land: the blocks stay out of the pool until the pin goes.
+    // A put may still be in flight until the transfer unpins.
     EXPECT_EQ(scheduler.block_manager().num_used_blocks(), 3);
     ASSERT_TRUE(scheduler.block_manager().unpin(imported).ok());
     expect_nothing_held(scheduler);
-    // The KV never landed, so nothing of it may be served from the prefix cache.
-    EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 0);
+    // The landed prompt serves the next request with the same prefix.
+    const SeqId again = add_imported(scheduler, prompt, 1);
+    EXPECT_EQ(scheduler.find(again)->num_computed_tokens(), 8);
   }
+}
+
+TEST(SchedulerImportTest, AFinishedImportWhoseKvNeverLandsCachesNothing) {
+  Scheduler scheduler = make_scheduler();
+  const std::vector<int32_t> prompt = iota_tokens(9);
+  const SeqId imported = add_imported(scheduler, prompt, 1);
+  ASSERT_TRUE(scheduler.accept_remote_first_token(imported, 5).ok());
+  ASSERT_TRUE(scheduler.abort(imported).ok());  // the transfer failed
+  expect_nothing_held(scheduler);
+  EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 0);
+  const SeqId again = add_imported(scheduler, prompt, 1);
+  EXPECT_EQ(scheduler.find(again)->num_computed_tokens(), 0);
 }
 
 TEST(SchedulerImportTest, AbortInEveryStateOfAnImport) {
