@@ -11,6 +11,11 @@
 // than answered with prompt tokens whose logprobs are all null: a scoring client (the usual
 // reason to ask for both) would otherwise read the nulls as a result. text_offset counts code
 // points of the token strings from the start of the choice's generated text, in streams too.
+//
+// Timeline: every answer's usage carries `pdserve_timeline` (request_timeline.h); a stream
+// without a usage chunk sends it as the SSE comment `: pdserve_timeline {json}` before
+// [DONE] when asked with `X-Pdserve-Timeline: 1` (the proxy). Its trace id continues the
+// request's W3C `traceparent` (or starts a trace); remote prefill work gets a child of it.
 #pragma once
 
 #include <atomic>
