@@ -87,6 +87,9 @@ struct KvTransferService::Impl {
       case Command::Op::kPut:
         if (auto it = pending.find(command.stream); it != pending.end()) {
           // A failure fails the transfer; poll() reports it.
+          // The report times the puts, not the wait for their data (a stream opens before
+          // the forward whose layers it carries).
+          if (it->second.bytes == 0) it->second.started = Clock::now();
           if (engine->add_puts(it->second.transfer, command.copies).ok()) {
             for (const BlockCopy& copy : command.copies) it->second.bytes += copy.bytes;
           }
