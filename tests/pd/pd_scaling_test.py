@@ -112,6 +112,22 @@ def fixed_requests():
              "ignore_eos": True} for i in range(4)]
 
 
+def check_advice(proxy, minimum_requests):
+    """GET /cluster/advice reflects the 1P1D cluster left and the requests the proxy recorded."""
+    advice = json.loads(http("GET", proxy + "/cluster/advice")[1])
+    pools, workload, capacity = advice["load"], advice["workload"], advice["capacity"]
+    if pools["prefill"]["nodes"] != 1 or pools["decode"]["nodes"] != 1 or not advice["explanation"]:
+        raise AssertionError(f"/cluster/advice does not describe the cluster: {advice}")
+    if workload["requests"] < minimum_requests or workload["failed"] != 0:
+        raise AssertionError(f"/cluster/advice saw {workload['requests']} requests ({workload['failed']} failed), "
+                             f"expected at least {minimum_requests} and none failed: {advice}")
+    recommendation = advice["recommendation"]
+    if capacity["prefill_tokens_per_s_per_node"] <= 0 or not recommendation["prefill_nodes"] \
+            or not recommendation["decode_nodes"]:
+        raise AssertionError(f"/cluster/advice measured no capacity: {advice}")
+    print(f"ok: /cluster/advice: {advice['explanation']}", flush=True)
+
+
 def phase_scale(model, log_dir):
     requests = fixed_requests()
     reference = reference_answers(model, requests, log_dir)
@@ -166,10 +182,7 @@ def phase_scale(model, log_dir):
               f"(E2E p99 {summary['e2e_ms']['p99']:.0f} ms)", flush=True)
 
         check_no_blocks_in_use([decode1, prefill1])
-        advice = json.loads(http("GET", proxy + "/cluster/advice")[1])
-        pools = advice["load"]
-        if pools["prefill"]["nodes"] != 1 or pools["decode"]["nodes"] != 1 or not advice["explanation"]:
-            raise AssertionError(f"/cluster/advice does not describe the cluster: {advice}")
+        check_advice(proxy, minimum_requests=48)
         got = [complete(proxy, request) for request in requests]
         expect_same(reference, got, "greedy answers after scaling")
         check_no_blocks_in_use([decode1, prefill1])
