@@ -23,6 +23,7 @@ import json
 import os
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,16 @@ def figures(timeline):
     }
 
 
+def ports_free(port_offset):
+    for port in (8000, 8100, 8200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + port_offset))
+            except OSError:
+                return False
+    return True
+
+
 def run_cluster(args, tls, layerwise, log_dir, port_offset):
     topology = {"proxy": {"port": 8000},
                 "node_args": ["--kv-cache-memory-gib", str(args.kv_gib), "--threads", str(args.threads),
@@ -112,18 +123,25 @@ def main():
         print("error: --prompt-tokens >= 16, --requests >= 1 and an existing --model folder",
               file=sys.stderr)
         sys.exit(2)
+    with open(os.path.join(args.model, "config.json")) as handle:
+        num_layers = json.load(handle)["num_hidden_layers"]
     rng = random.Random(11)
     results = []
     port_offset = rng.randrange(20000, 40000, 1000)
     with tempfile.TemporaryDirectory(prefix="pdserve-kvpath-") as log_dir:
         for tls in args.transports.split(","):
             for layerwise in ("on", "off"):
+                while not ports_free(port_offset):
+                    port_offset += 1000
                 process, proxy = run_cluster(args, tls, layerwise, log_dir, port_offset)
                 try:
                     rows = []
                     for index in range(args.requests + 1):
                         prompt = [rng.randrange(1000, 100000) for _ in range(args.prompt_tokens)]
                         row = figures(stream_completion(proxy, prompt))
+                        if row["layers"] != num_layers:  # another cluster answered on our ports
+                            raise RuntimeError(f"the transfer carried {row['layers']} layers, "
+                                               f"the model has {num_layers}")
                         if index == 0:
                             continue  # warm-up: first connection, first allocations
                         rows.append(row)
