@@ -16,7 +16,6 @@
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
 #include "decode_node/request_timeline.h"
-#include "decode_node/trace_context.h"
 
 namespace pdserve {
 namespace {
@@ -542,7 +541,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->want_logprobs = req.sampling.want_logprobs;
   generation->stream_options.include_usage = req.include_usage;
   generation->arrival = arrival;
-  const TraceContext trace = continue_or_start_trace(request.header("traceparent"));
+  const http::TraceContext trace = trace_ids_.context_for(request.header("traceparent"));
   generation->trace_id = trace.trace_id;
   generation->node = "decode http://" + std::string(request.header("Host").value_or("unknown"));
   generation->timeline_comment = request.header(kTimelineHeader).value_or("") == "1";
@@ -576,8 +575,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
         const Status hooked = request_hook_(request, engine_request);
         if (!hooked.ok()) return reject(api_error_from_status(hooked));
       }
-      if (engine_request.kv_import)
-        engine_request.kv_import->traceparent = traceparent_header(trace);
+      if (engine_request.kv_import) engine_request.kv_import->traceparent = trace.traceparent();
       requests.push_back(std::move(engine_request));
     }
   }

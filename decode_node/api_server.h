@@ -29,6 +29,7 @@
 #include "common/chat/chat_template.h"
 #include "common/engine/inference_service.h"
 #include "common/http/router.h"
+#include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -73,6 +74,7 @@ class ApiServer {
   const ChatTemplate& chat_template_;
   metrics::Registry metrics_;
   RequestHook request_hook_;
+  http::TraceIdGenerator trace_ids_;
   std::atomic<uint64_t> next_id_{0};
   std::mutex scrape_mutex_;
   ServiceStats last_scraped_;  // guarded by scrape_mutex_

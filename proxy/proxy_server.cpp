@@ -44,7 +44,7 @@ struct ProxyServer::Exchange {
   http::HeaderList forward_headers;
   int64_t prompt_estimate = 0;
   Clock::time_point arrival = Clock::now();
-  TraceContext trace;
+  http::TraceContext trace;
   std::vector<RouteAttempt> routes;  // one per try, for the timeline
 
   std::mutex mutex;

@@ -27,11 +27,11 @@
 
 #include "common/http/http_client.h"
 #include "common/http/router.h"
+#include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
 #include "proxy/trace_recorder.h"
-#include "proxy/traceparent.h"
 
 namespace pdserve::proxy {
 
@@ -77,7 +77,7 @@ class ProxyServer {
   ProxyOptions options_;
   metrics::Registry metrics_;
   ClusterAdvisor advisor_;
-  TraceIdGenerator trace_ids_;
+  http::TraceIdGenerator trace_ids_;
   TraceRecorder traces_;
 };
 

@@ -10,8 +10,8 @@
 
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
+#include "common/http/traceparent.h"
 #include "proxy/proxy_server.h"
-#include "proxy/traceparent.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -184,8 +184,8 @@ TEST_F(ProxyTimeline, NonStreamingBodyCarriesTheAlignedTimeline) {
 
   const http::HeaderList sent = decode_.last_headers();
   EXPECT_EQ(http::find_header(sent, "X-Pdserve-Timeline").value_or(""), "1");
-  const std::optional<TraceParent> forwarded =
-      parse_traceparent(http::find_header(sent, "traceparent").value_or(""));
+  const std::optional<http::TraceParent> forwarded =
+      http::parse_traceparent(http::find_header(sent, "traceparent").value_or(""));
   ASSERT_TRUE(forwarded.has_value());
   EXPECT_EQ(forwarded->trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
   EXPECT_NE(forwarded->parent_id, "00f067aa0ba902b7");  // the proxy's own span
@@ -206,8 +206,8 @@ TEST_F(ProxyTimeline, StreamWithoutUsageHidesTheComment) {
             "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n"
             "data: [DONE]\n\n");
   // An invalid client traceparent: a fresh trace id, forwarded and recorded.
-  const std::optional<TraceParent> forwarded =
-      parse_traceparent(http::find_header(decode_.last_headers(), "traceparent").value_or(""));
+  const std::optional<http::TraceParent> forwarded = http::parse_traceparent(
+      http::find_header(decode_.last_headers(), "traceparent").value_or(""));
   ASSERT_TRUE(forwarded.has_value());
   const auto events = trace_of("cmpl-s");
   ASSERT_TRUE(events.contains("E2E"));
@@ -225,8 +225,8 @@ TEST_F(ProxyTimeline, StreamWithUsageGetsTheAlignedTimeline) {
   const Json chunk = Json::parse(
       response.body.substr(usage_at + 6, response.body.find("\n\n", usage_at) - usage_at - 6));
   const Json& timeline = chunk["usage"]["pdserve_timeline"];
-  const std::optional<TraceParent> forwarded =
-      parse_traceparent(http::find_header(decode_.last_headers(), "traceparent").value_or(""));
+  const std::optional<http::TraceParent> forwarded = http::parse_traceparent(
+      http::find_header(decode_.last_headers(), "traceparent").value_or(""));
   ASSERT_TRUE(forwarded.has_value());
   expect_aligned(timeline, forwarded->trace_id);
   EXPECT_EQ(chunk["usage"]["prompt_tokens"], 3);

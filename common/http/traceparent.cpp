@@ -1,8 +1,8 @@
-#include "proxy/traceparent.h"
+#include "common/http/traceparent.h"
 
 #include <algorithm>
 
-namespace pdserve::proxy {
+namespace pdserve::http {
 namespace {
 
 constexpr size_t kTraceIdDigits = 32;
@@ -51,14 +51,13 @@ std::string TraceIdGenerator::random_hex(size_t digits) {
   return hex;
 }
 
-TraceContext TraceIdGenerator::context_for(std::optional<std::string_view> client_header) {
+TraceContext TraceIdGenerator::context_for(std::optional<std::string_view> header) {
   std::lock_guard lock(mutex_);
   TraceContext context;
-  const std::optional<TraceParent> parent =
-      client_header ? parse_traceparent(*client_header) : std::nullopt;
+  const std::optional<TraceParent> parent = header ? parse_traceparent(*header) : std::nullopt;
   context.trace_id = parent ? parent->trace_id : random_hex(kTraceIdDigits);
   context.span_id = random_hex(kSpanIdDigits);
   return context;
 }
 
-}  // namespace pdserve::proxy
+}  // namespace pdserve::http

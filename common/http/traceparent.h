@@ -1,5 +1,6 @@
-// W3C Trace Context for the proxy: validates a client's `traceparent` header, or starts a new
-// trace, and names the proxy's own span in the header it forwards to the decode node.
+// W3C Trace Context (https://www.w3.org/TR/trace-context/, version 00) for every hop of a
+// request: keep a caller's valid `traceparent` trace id or start a new trace, and name this
+// process's own span in the header it forwards (proxy -> decode node -> prefill node).
 #pragma once
 
 #include <mutex>
@@ -8,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace pdserve::proxy {
+namespace pdserve::http {
 
 struct TraceParent {
   std::string trace_id;   // 32 lowercase hex digits, not all zero
@@ -23,7 +24,7 @@ std::optional<TraceParent> parse_traceparent(std::string_view header);
 // The ids of one request as the proxy forwards it.
 struct TraceContext {
   std::string trace_id;
-  std::string span_id;  // the proxy's span: the parent of the decode node's
+  std::string span_id;  // this process's span: the parent of the next hop's
 
   // "00-<trace id>-<span id>-01".
   std::string traceparent() const;
@@ -34,9 +35,9 @@ class TraceIdGenerator {
  public:
   TraceIdGenerator();
 
-  // The client's trace id when `client_header` is a valid traceparent, else a new one; a new
-  // span id either way.
-  TraceContext context_for(std::optional<std::string_view> client_header);
+  // The caller's trace id when `header` is a valid traceparent, else a new one; a new span id
+  // either way.
+  TraceContext context_for(std::optional<std::string_view> header);
 
  private:
   // `digits` lowercase hex digits, not all zero.
@@ -46,4 +47,4 @@ class TraceIdGenerator {
   std::mt19937_64 random_;
 };
 
-}  // namespace pdserve::proxy
+}  // namespace pdserve::http
