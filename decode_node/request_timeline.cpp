@@ -122,14 +122,32 @@ void add_decode_steps(SpanList& spans, const ChoiceTimeline& choice) {
   args["tokens"] = choice.completion_tokens - 1;
 }
 
+// The part of the transfer after the prefill node's last forward step: what the transfer adds
+// to the request once the prompt is computed (with layer-by-layer sending most of it is
+// hidden under the forward). Null without both spans.
+Json exposed_transfer_ms(const RemotePrefillStats& remote) {
+  std::optional<double> transfer_end;
+  std::optional<double> forward_end;
+  for (const TimelineSpan& span : remote.spans) {
+    if (span.name == "kv.transfer") transfer_end = span.end_ms;
+    if (span.name == "prefill.chunk")
+      forward_end = std::max(forward_end.value_or(0.0), span.end_ms);
+  }
+  if (!transfer_end || !forward_end) return nullptr;
+  return std::max(0.0, *transfer_end - *forward_end);
+}
+
 Json kv_transfer_json(const RemotePrefillStats& remote) {
   Json out;
   out["bytes"] = remote.transfer_bytes;
   out["blocks"] = remote.transfer_blocks;
   out["ms"] = remote.transfer_seconds * 1000.0;
-  out["gb_per_s"] = remote.transfer_seconds > 0
-                        ? static_cast<double>(remote.transfer_bytes) / remote.transfer_seconds / 1e9
-                        : 0.0;
+  // Only a transfer that did not wait for the forward measures the link.
+  out["gb_per_s"] =
+      remote.transfer_layers_overlapped == 0 && remote.transfer_seconds > 0
+          ? Json(static_cast<double>(remote.transfer_bytes) / remote.transfer_seconds / 1e9)
+          : Json(nullptr);
+  out["exposed_ms"] = exposed_transfer_ms(remote);
   out["layers"] = remote.transfer_layers;
   out["layers_overlapped"] = remote.transfer_layers_overlapped;
   return out;

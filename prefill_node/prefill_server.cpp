@@ -76,17 +76,18 @@ struct PrefillServer::Exchange {
       event.layers = transfer.layers;
       event.layers_overlapped = transfer.layers_overlapped;
       const double acknowledged_ms = milliseconds_between(receipt, at);
-      TimelineSpan transfer_span{
-          "kv.transfer",
-          std::max(0.0, acknowledged_ms - event.transfer_ms),
-          acknowledged_ms,
-          {{"bytes", static_cast<double>(transfer.bytes)},
-           {"blocks", transfer.blocks},
-           {"gb_per_s", transfer.seconds > 0
-                            ? static_cast<double>(transfer.bytes) / transfer.seconds / 1e9
-                            : 0.0},
-           {"layers", transfer.layers},
-           {"layers_overlapped", transfer.layers_overlapped}}};
+      TimelineSpan transfer_span{"kv.transfer",
+                                 std::max(0.0, acknowledged_ms - event.transfer_ms),
+                                 acknowledged_ms,
+                                 {{"bytes", static_cast<double>(transfer.bytes)},
+                                  {"blocks", transfer.blocks},
+                                  {"layers", transfer.layers},
+                                  {"layers_overlapped", transfer.layers_overlapped}}};
+      // Overlapped puts wait for the forward's later layers: their span is not a bandwidth.
+      if (transfer.layers_overlapped == 0 && transfer.seconds > 0) {
+        transfer_span.args.emplace_back(
+            "gb_per_s", static_cast<double>(transfer.bytes) / transfer.seconds / 1e9);
+      }
       event.spans.push_back(std::move(transfer_span));
       // This is the exchange's last event.
       event.spans.push_back({"prefill.request",

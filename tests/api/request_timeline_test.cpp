@@ -201,9 +201,16 @@ TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
   EXPECT_EQ(kv["bytes"], 4096);
   EXPECT_EQ(kv["blocks"], 2);
   EXPECT_NEAR(kv["ms"].get<double>(), 15.0, 1e-9);
-  EXPECT_NEAR(kv["gb_per_s"].get<double>(), 4096 / 0.015 / 1e9, 1e-12);
+  EXPECT_TRUE(kv["gb_per_s"].is_null()) << "an overlapped transfer is not a bandwidth";
+  EXPECT_NEAR(kv["exposed_ms"].get<double>(), 45.0 - 30.0, 1e-9) << "after the last chunk";
   EXPECT_EQ(kv["layers"], 2);
   EXPECT_EQ(kv["layers_overlapped"], 1);
+
+  // Without overlap the span is the link's: bytes / time.
+  choice.remote_prefill->transfer_layers_overlapped = 0;
+  input.choices = {choice};
+  const Json plain = request_timeline_json(input)["kv_transfer"];
+  EXPECT_NEAR(plain["gb_per_s"].get<double>(), 4096 / 0.015 / 1e9, 1e-12);
   EXPECT_NEAR(timeline["tpot_ms"].get<double>(), (71.5 - 41.0) / 2, 1e-3);
 }
 

@@ -202,8 +202,13 @@ def check_disaggregated(t, what, prompt_tokens, completion_tokens, prefill_url, 
     expect(args["bytes"] == kv["bytes"] and args["blocks"] == kv["blocks"] and args["layers"] == kv["layers"]
            and args["layers_overlapped"] == kv["layers_overlapped"], f"{what}: kv.transfer args", t)
     expect(abs(transfer["end_ms"] - transfer["start_ms"] - kv["ms"]) <= EPS, f"{what}: kv ms", t)
-    expect(kv["ms"] <= 0 or abs(kv["gb_per_s"] - kv["bytes"] / kv["ms"] / 1e6) <= 1e-6 * kv["gb_per_s"] + 1e-9,
-           f"{what}: gb_per_s", t)
+    if kv["layers_overlapped"] == 0:
+        expect(kv["ms"] <= 0 or abs(kv["gb_per_s"] - kv["bytes"] / kv["ms"] / 1e6) <= 1e-6 * kv["gb_per_s"] + 1e-9,
+               f"{what}: gb_per_s", t)
+    else:
+        expect(kv["gb_per_s"] is None and "gb_per_s" not in args, f"{what}: no bandwidth for an overlapped transfer", t)
+    last_chunk_end = max(s["end_ms"] for s in t["spans"] if s["name"] == "prefill.chunk")
+    expect(abs(kv["exposed_ms"] - max(0.0, transfer["end_ms"] - last_chunk_end)) <= EPS, f"{what}: exposed_ms", t)
     return kv["bytes"]
 
 
