@@ -93,6 +93,7 @@ struct KvTransferEngine::Impl {
   // Destruction runs bottom-up: peers close (UCX finishes with every request), then the
   // worker, and only then the message buffers UCX may have been reading.
   std::unique_ptr<UcpContext> context;
+  PoolMemory pool_memory = PoolMemory::kHost;
   std::map<TransferId, Transfer> transfers;
   std::vector<PendingAck> acks;
   std::vector<ReceivedTransfer> received;
@@ -272,15 +273,27 @@ Result<std::unique_ptr<KvTransferEngine>> KvTransferEngine::create(
     const KvTransferOptions& options) {
   auto impl = std::make_unique<Impl>();
   PDS_ASSIGN_OR_RETURN(impl->context, UcpContext::create(options.transports));
+  impl->pool_memory = options.pool_memory;
   PDS_ASSIGN_OR_RETURN(impl->worker, UcpWorker::create(*impl->context));
   PDS_RETURN_IF_ERROR(impl->install_handlers());
   return std::unique_ptr<KvTransferEngine>(new KvTransferEngine(std::move(impl)));
 }
 
+bool KvTransferEngine::supports_cuda_memory() const {
+  return impl_->context->supports_cuda_memory();
+}
+
 Status KvTransferEngine::register_pool(void* base, std::size_t bytes) {
   if (impl_->pool != nullptr) return failed_precondition("the KV pool is already registered");
   if (base == nullptr || bytes == 0) return invalid_argument("register_pool: empty KV pool");
-  PDS_ASSIGN_OR_RETURN(impl_->pool, MemoryRegion::create(*impl_->context, base, bytes));
+  const bool cuda = impl_->pool_memory == PoolMemory::kCuda;
+  if (cuda && !impl_->context->supports_cuda_memory()) {
+    return unimplemented(
+        "register_pool: the KV pool is in CUDA memory and this UCX build has no CUDA memory "
+        "support (no cuda_copy/cuda_ipc transport loaded: see `ucx_info -d`, UCX_TLS); "
+        "staging a GPU pool through pinned host buffers is not implemented yet");
+  }
+  PDS_ASSIGN_OR_RETURN(impl_->pool, MemoryRegion::create(*impl_->context, base, bytes, cuda));
   impl_->pool_base = static_cast<std::uint8_t*>(base);
   impl_->pool_bytes = bytes;
   return {};

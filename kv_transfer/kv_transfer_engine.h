@@ -43,8 +43,12 @@ struct ReceivedTransfer {
   std::uint64_t blocks = 0;
 };
 
+// Where the registered pool lives.
+enum class PoolMemory { kHost, kCuda };
+
 struct KvTransferOptions {
   std::string transports;  // UCX_TLS for this engine ("tcp", "sm,self"); empty: UCX decides
+  PoolMemory pool_memory = PoolMemory::kHost;
 };
 
 class KvTransferEngine {
@@ -54,8 +58,13 @@ class KvTransferEngine {
   KvTransferEngine(const KvTransferEngine&) = delete;
   KvTransferEngine& operator=(const KvTransferEngine&) = delete;
 
-  // Registers the node's whole pool (once). The memory must outlive the engine.
+  // Registers the node's whole pool (once), as the options' pool_memory. The memory must
+  // outlive the engine. A CUDA pool is registered for zero-copy puts when this UCX build
+  // supports CUDA memory (asked at run time); otherwise Unimplemented (staging through pinned
+  // host buffers is not built yet), never a host registration of device addresses.
   Status register_pool(void* base, std::size_t bytes);
+  // Whether this UCX build can put from and into CUDA memory.
+  bool supports_cuda_memory() const;
   // This node's worker address, pool key and extent, for the control plane.
   Result<PeerDescriptor> local_descriptor() const;
 

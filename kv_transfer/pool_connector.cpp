@@ -12,7 +12,8 @@ PoolLayout pool_layout(const KvCacheShape& shape) {
 }
 
 Result<std::unique_ptr<UcxKvConnector>> make_pool_connector(const KvCache& pool,
-                                                            const UcxKvConnectorOptions& options) {
+                                                            UcxKvConnectorOptions options) {
+  options.pool_memory = pool.device() == DeviceKind::kCuda ? PoolMemory::kCuda : PoolMemory::kHost;
   return UcxKvConnector::create(options, pool.data(), pool.size_bytes(), pool_layout(pool.shape()));
 }
 

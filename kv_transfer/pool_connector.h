@@ -13,8 +13,9 @@ namespace pdserve::kv_transfer {
 KvBlockLayout kv_block_layout(const KvCacheShape& shape);
 PoolLayout pool_layout(const KvCacheShape& shape);
 
-// InvalidArgument for a pool the transfer layer cannot address (not host memory yet).
+// The pool's memory (host or CUDA) decides how it is registered; Unimplemented for a CUDA pool
+// when this UCX build cannot address CUDA memory (see KvTransferEngine::register_pool).
 Result<std::unique_ptr<UcxKvConnector>> make_pool_connector(const KvCache& pool,
-                                                            const UcxKvConnectorOptions& options);
+                                                            UcxKvConnectorOptions options);
 
 }  // namespace pdserve::kv_transfer

@@ -51,7 +51,15 @@ Result<std::unique_ptr<UcpContext>> UcpContext::create(const std::string& transp
   if (status != UCS_OK) {
     return ucx_error(status, "ucp_init (transports '" + transports + "')");
   }
-  return std::unique_ptr<UcpContext>(new UcpContext(handle));
+  ucp_context_attr_t attributes{};
+  attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  status = ucp_context_query(handle, &attributes);
+  if (status != UCS_OK) {
+    ucp_cleanup(handle);
+    return ucx_error(status, "ucp_context_query");
+  }
+  const bool cuda = (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  return std::unique_ptr<UcpContext>(new UcpContext(handle, cuda));
 }
 
 UcpContext::~UcpContext() {
@@ -115,11 +123,13 @@ UcpEndpoint::~UcpEndpoint() {
 }
 
 Result<std::unique_ptr<MemoryRegion>> MemoryRegion::create(const UcpContext& context, void* base,
-                                                           std::size_t bytes) {
+                                                           std::size_t bytes, bool cuda_memory) {
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   params.address = base;
   params.length = bytes;
+  params.memory_type = cuda_memory ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   ucp_mem_h handle = nullptr;
   ucs_status_t status = ucp_mem_map(context.get(), &params, &handle);
   if (status != UCS_OK) {

@@ -24,10 +24,15 @@ class UcpContext {
   UcpContext(const UcpContext&) = delete;
   UcpContext& operator=(const UcpContext&) = delete;
   ucp_context_h get() const { return handle_; }
+  // Whether this UCX build loaded a transport that reads and writes CUDA device memory
+  // (cuda_copy, cuda_ipc, or RDMA with GPUDirect): asked of UCX at run time.
+  bool supports_cuda_memory() const { return supports_cuda_memory_; }
 
  private:
-  explicit UcpContext(ucp_context_h handle) : handle_(handle) {}
+  UcpContext(ucp_context_h handle, bool supports_cuda_memory)
+      : handle_(handle), supports_cuda_memory_(supports_cuda_memory) {}
   ucp_context_h handle_;
+  bool supports_cuda_memory_;
 };
 
 // A single-threaded worker; progressed only by its owner's thread.
@@ -71,8 +76,9 @@ class UcpEndpoint {
 // A registered (pinned, remotely writable) memory region and its packed remote key.
 class MemoryRegion {
  public:
+  // `cuda_memory`: the range is CUDA device memory (the context must support it).
   static Result<std::unique_ptr<MemoryRegion>> create(const UcpContext& context, void* base,
-                                                      std::size_t bytes);
+                                                      std::size_t bytes, bool cuda_memory);
   ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;

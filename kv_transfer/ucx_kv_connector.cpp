@@ -368,6 +368,7 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
   Impl* raw = impl.get();
   KvTransferOptions transfer_options;
   transfer_options.transports = options.transports;
+  transfer_options.pool_memory = options.pool_memory;
   PDS_ASSIGN_OR_RETURN(
       impl->service, KvTransferService::create(
                          transfer_options, pool_base, pool_bytes,

@@ -39,6 +39,7 @@ struct PoolLayout {
 
 struct UcxKvConnectorOptions {
   std::string transports;  // UCX_TLS ("tcp", "sm,self"; empty: UCX decides)
+  PoolMemory pool_memory = PoolMemory::kHost;
   std::string cluster_token;
   std::chrono::milliseconds transfer_timeout{30'000};
   // After a failed import whose sender may still be writing: deadline + this, then release.

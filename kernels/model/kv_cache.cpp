@@ -49,7 +49,7 @@ Result<KvCache> KvCache::create(Backend& backend, const KvCacheShape& shape) {
   if (!buffer.ok())
     return buffer.status().with_context("KV cache of " + std::to_string(shape.total_bytes()) +
                                         " bytes");
-  return KvCache(shape, std::move(buffer).value());
+  return KvCache(shape, backend.kind(), std::move(buffer).value());
 }
 
 KvCacheView KvCache::view() const {

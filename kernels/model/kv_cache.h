@@ -44,12 +44,16 @@ class KvCache {
   const KvCacheShape& shape() const { return shape_; }
   KvCacheView view() const;
   void* data() const { return buffer_.data(); }
+  // Where the pool lives (host memory for the CPU backend, device memory for CUDA).
+  DeviceKind device() const { return device_; }
   size_t size_bytes() const { return buffer_.size(); }
 
  private:
-  KvCache(KvCacheShape shape, DeviceBuffer buffer) : shape_(shape), buffer_(std::move(buffer)) {}
+  KvCache(KvCacheShape shape, DeviceKind device, DeviceBuffer buffer)
+      : shape_(shape), device_(device), buffer_(std::move(buffer)) {}
 
   KvCacheShape shape_;
+  DeviceKind device_;
   DeviceBuffer buffer_;
 };
 

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 
 namespace pdserve::kv_transfer {
 namespace {
@@ -210,6 +212,41 @@ TEST_P(KvTransferLoopback, TransferToADestroyedPeerFailsWithinItsDeadline) {
   // The peer is now unusable.
   EXPECT_EQ(sender->submit_puts(*peer, std::span(&copy, 1), 2, timeout).status().code(),
             StatusCode::kUnavailable);
+}
+
+// `ucx_info -d` (UCX's own tool, another process) names the memory domains this UCX build
+// loads; a CUDA one (cuda_cpy, cuda_ipc, gdr_copy) is what lets it address device memory.
+bool ucx_info_lists_a_cuda_memory_domain() {
+  FILE* pipe = popen("ucx_info -d 2>/dev/null", "r");
+  EXPECT_NE(pipe, nullptr) << "ucx_info (Debian ucx-utils) is needed";
+  if (pipe == nullptr) return false;
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  EXPECT_EQ(pclose(pipe), 0);
+  EXPECT_NE(output.find("# Memory domain:"), std::string::npos) << "ucx_info -d printed no domain";
+  for (const char* name : {"Memory domain: cuda", "Memory domain: gdr_copy"}) {
+    if (output.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The run-time detection agrees with UCX's own listing, and a CUDA pool on a build without
+// CUDA support is refused with a reason instead of being registered as host memory.
+TEST(KvTransferPoolMemory, CudaSupportIsDetectedAndAnUnsupportedCudaPoolIsRefused) {
+  KvTransferOptions options;  // every transport UCX has, as ucx_info lists them
+  options.pool_memory = PoolMemory::kCuda;
+  auto engine = KvTransferEngine::create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const bool supported = (*engine)->supports_cuda_memory();
+  EXPECT_EQ(supported, ucx_info_lists_a_cuda_memory_domain());
+  if (supported) return;  // zero-copy registration needs device memory: tests/kernels_gpu
+  std::vector<std::uint8_t> pool(kPoolBytes);
+  const Status refused = (*engine)->register_pool(pool.data(), pool.size());
+  EXPECT_EQ(refused.code(), StatusCode::kUnimplemented) << refused.to_string();
+  EXPECT_NE(refused.message().find("CUDA"), std::string::npos) << refused.message();
+  EXPECT_EQ((*engine)->local_descriptor().status().code(), StatusCode::kFailedPrecondition)
+      << "nothing was registered";
 }
 
 TEST_P(KvTransferLoopback, RejectsBadRequests) {
