@@ -6,7 +6,8 @@ pdserve-proxy with that node as its static decode node, then runs the same close
 pdserve-bench-serving workload (streaming, short prompts and outputs) against the node directly
 and through the proxy, alternating ROUNDS times so that drift in the machine's load hits both
 alike. Prints TTFT and E2E p50/p99 of each path and their difference, and the proxy's own
-routing histogram (arrival to the upstream request), as Markdown.
+routing histogram (arrival to the upstream request), and, per request, what the proxy added
+according to its aligned timeline (proxy.request minus decode.request), as Markdown.
 
 Usage: bench/proxy/proxy_overhead.py --build-dir build [--num-prompts 300] [--rounds 2]
        [--concurrency 1] [--output-len 4] [--input-len 16] [--out FILE.md]
@@ -78,6 +79,31 @@ def merged_percentiles(runs, field):
     return {"p50": pick(0.50), "p99": pick(0.99), "count": len(values)}
 
 
+def span(timeline, name):
+    return next((s for s in timeline["spans"] if s["name"] == name), None)
+
+
+def timeline_overheads(runs):
+    """Per request, from the proxy's aligned timeline: what the proxy added in total (its
+    request span minus the decode node's) and before the node saw the request."""
+    added, before = [], []
+    for run in runs:
+        for record in run["requests"]:
+            timeline = record.get("timeline")
+            if not record["success"] or not timeline:
+                continue
+            outer, inner = span(timeline, "proxy.request"), span(timeline, "decode.request")
+            if outer and inner:
+                added.append((outer["end_ms"] - outer["start_ms"]) - (inner["end_ms"] - inner["start_ms"]))
+                before.append(inner["start_ms"] - outer["start_ms"])
+    return added, before
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", default="build")
@@ -141,6 +167,12 @@ def main():
         direct, proxied = merged_percentiles(runs["direct"], field), merged_percentiles(runs["proxy"], field)
         lines.append(f"| {field} | {direct['p50']:.2f} | {proxied['p50']:.2f} | {proxied['p50'] - direct['p50']:+.2f} "
                      f"| {direct['p99']:.2f} | {proxied['p99']:.2f} | {proxied['p99'] - direct['p99']:+.2f} |")
+    added, before = timeline_overheads(runs["proxy"])
+    if added:
+        lines.append(f"- per request, from the timelines ({len(added)} requests): proxy.request - decode.request "
+                     f"p50 {quantile(added, 0.5):.3f} ms, p99 {quantile(added, 0.99):.3f} ms, max {max(added):.3f} ms; "
+                     f"proxy arrival -> decode arrival p50 {quantile(before, 0.5):.3f} ms, "
+                     f"p99 {quantile(before, 0.99):.3f} ms")
     for name in ("pdserve:proxy_routing_seconds", "pdserve:proxy_time_to_first_byte_seconds"):
         count, quantiles = histogram_quantiles(proxy_metrics, name, (0.5, 0.99))
         if count:
