@@ -17,6 +17,11 @@ shift 2
 rates=("$@")
 [[ ${#rates[@]} -gt 0 ]] || rates=(1 2 4)
 build=${BUILD_DIR:-build}
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  echo "topology_study: no build in $build (run scripts/quickstart.sh or scripts/test.sh first)" >&2
+  exit 2
+fi
+cmake --build "$build" --target pdserve-proxy pdserve-prefill pdserve-decode pdserve-bench-serving >/dev/null
 port_offset=${PORT_OFFSET:-300}
 mkdir -p "$out/logs"
 
