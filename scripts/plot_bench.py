@@ -313,7 +313,7 @@ def plot_waterfall(plt, run, slowest, out_dir, stem):
         for name, _, _ in timeline.spans:
             if name not in names:
                 names.append(name)
-    colors = {name: plt.get_cmap("tab10")(k % 10) for k, name in enumerate(names)}
+    colors = {name: plt.get_cmap("tab20")(k % 20) for k, name in enumerate(names)}  # 11 span names
     lane = 0.8 / len(names) if names else 0.8
     figure, axis = plt.subplots(figsize=(10, 1.2 + 0.45 * len(shown)), layout="constrained")
     for row, timeline in enumerate(shown):  # the slowest request on top
