@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/engine/engine_core.h"
+#include "engine_test_util.h"
 #include "scripted_executor.h"
 
 namespace pdserve {
@@ -109,17 +110,7 @@ class ScriptedConnector : public KvConnector {
   std::deque<KvEvent> pending;
 };
 
-struct Stream {
-  std::vector<SequenceDelta> deltas;
-  int finals = 0;
-
-  std::vector<int32_t> tokens() const {
-    std::vector<int32_t> all;
-    for (const SequenceDelta& d : deltas)
-      all.insert(all.end(), d.token_ids.begin(), d.token_ids.end());
-    return all;
-  }
-};
+using testing::Stream;
 
 class EngineCoreKvTest : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/engine/engine_core.h"
+#include "engine_test_util.h"
 #include "scripted_executor.h"
 
 namespace pdserve {
@@ -41,24 +42,7 @@ std::string decode(std::span<const int32_t> ids, bool skip_special = true) {
   return tokenizer().decode(ids, skip_special).value();
 }
 
-// Everything one request received.
-struct Stream {
-  std::vector<SequenceDelta> deltas;
-  int finals = 0;
-
-  std::vector<int32_t> tokens() const {
-    std::vector<int32_t> all;
-    for (const SequenceDelta& d : deltas)
-      all.insert(all.end(), d.token_ids.begin(), d.token_ids.end());
-    return all;
-  }
-  std::string text() const {
-    std::string all;
-    for (const SequenceDelta& d : deltas) all += d.text;
-    return all;
-  }
-  const SequenceDelta& last() const { return deltas.back(); }
-};
+using testing::Stream;
 
 class EngineCoreTest : public ::testing::Test {
  protected:

@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "common/engine/inference_service.h"
 #include "common/engine/sequence.h"
 
 namespace pdserve::testing {
@@ -29,6 +31,25 @@ inline Sequence make_sequence(SeqId id, std::vector<int32_t> prompt, int max_tok
   return Sequence(id, std::move(prompt), greedy_params(max_tokens), std::move(stop).value(),
                   static_cast<uint64_t>(id), std::chrono::steady_clock::now());
 }
+
+// Everything one request received from the engine, in order.
+struct Stream {
+  std::vector<SequenceDelta> deltas;
+  int finals = 0;
+
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> all;
+    for (const SequenceDelta& d : deltas)
+      all.insert(all.end(), d.token_ids.begin(), d.token_ids.end());
+    return all;
+  }
+  std::string text() const {
+    std::string all;
+    for (const SequenceDelta& d : deltas) all += d.text;
+    return all;
+  }
+  const SequenceDelta& last() const { return deltas.back(); }
+};
 
 // 1, 2, ..., n shifted by `first - 1`.
 inline std::vector<int32_t> iota_tokens(int n, int32_t first = 1) {
