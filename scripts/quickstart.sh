@@ -83,6 +83,14 @@ ttft = (first or end) - start
 tpot = (end - start - ttft) / (tokens - 1) if tokens > 1 else 0.0
 print("answer:", "".join(text))
 print(f"prompt_tokens={usage.get('prompt_tokens')} completion_tokens={tokens} "
-      f"TTFT={ttft * 1000:.1f} ms (prefill node + KV transfer) TPOT={tpot * 1000:.1f} ms (decode node) "
+      f"TTFT={ttft * 1000:.1f} ms (prefill node) TPOT={tpot * 1000:.1f} ms (decode node) "
       f"E2E={(end - start) * 1000:.1f} ms")
+timeline = usage.get("pdserve_timeline") or {}
+kv = timeline.get("kv_transfer")
+if kv:
+    exposed = kv.get("exposed_ms")
+    print(f"KV transfer: {kv['bytes'] / 1e6:.1f} MB in {kv['blocks']} blocks, {kv['layers_overlapped']} of "
+          f"{kv['layers']} layers sent during the prefill's forward"
+          + (f", {exposed:.1f} ms left after it" if exposed is not None else "")
+          + " (all spans: usage.pdserve_timeline, docs/TRACING.md)")
 PY
