@@ -83,13 +83,8 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer) {
-  ModelLoadOptions load_options;
-  PDS_ASSIGN_OR_RETURN(load_options.backend.device, parse_device_kind(options.device));
-  load_options.backend.num_threads = options.threads;
-  if (!options.dtype.empty()) {
-    PDS_ASSIGN_OR_RETURN(DType dtype, parse_dtype(options.dtype));
-    load_options.dtype = dtype;
-  }
+  PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
+                       model_load_options(options.device, options.threads, options.dtype));
   EngineConfig engine_config = options.engine;
   PDS_ASSIGN_OR_RETURN(engine_config.kv_cache_dtype, parse_kv_cache_dtype(options.kv_cache_dtype));
   PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));

@@ -20,6 +20,18 @@ SamplingDefaults LoadedModel::sampling_defaults() const {
   return defaults;
 }
 
+Result<ModelLoadOptions> model_load_options(std::string_view device, int threads,
+                                            std::string_view dtype) {
+  ModelLoadOptions options;
+  PDS_ASSIGN_OR_RETURN(options.backend.device, parse_device_kind(device));
+  options.backend.num_threads = threads;
+  if (!dtype.empty()) {
+    PDS_ASSIGN_OR_RETURN(DType parsed, parse_dtype(dtype));
+    options.dtype = parsed;
+  }
+  return options;
+}
+
 Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptions& options) {
   LoadedModel loaded;
   PDS_ASSIGN_OR_RETURN(loaded.model_dir, resolve_model_path(model_spec));

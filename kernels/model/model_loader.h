@@ -18,6 +18,11 @@ struct ModelLoadOptions {
   std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype
 };
 
+// The options from the command-line words every tool takes: `--device` (cpu, cuda),
+// `--threads`, `--dtype` (empty: the checkpoint's). InvalidArgument for an unknown name.
+Result<ModelLoadOptions> model_load_options(std::string_view device, int threads,
+                                            std::string_view dtype);
+
 struct LoadedModel {
   std::filesystem::path model_dir;
   std::unique_ptr<Backend> backend;

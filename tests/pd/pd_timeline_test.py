@@ -34,9 +34,9 @@ import time
 import urllib.error
 import urllib.request
 
-BUILD = os.environ["PDSERVE_BUILD_DIR"]
-SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
-CONFIG = os.path.join(SOURCE, "configs/models/qwen3-0.6b/config.json")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pd_e2e_test import BUILD, make_model, metric  # noqa: E402
+
 TOKEN = "timeline-secret"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
@@ -276,15 +276,6 @@ def check_traceparent_and_failover(decode_url, prefill_url):
     return timeline["kv_transfer"]["bytes"]
 
 
-def metric(url, name):
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
-        text = response.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def run(decode_url, prefill_url, block_bytes, block_size):
     remote_headers = {"X-Pdserve-Prefill": prefill_url, "Authorization": "Bearer " + TOKEN}
     transferred = 0
@@ -457,9 +448,7 @@ def check_proxy(decode_url, prefill_url, directory):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="pdserve-timeline-") as directory:
-        model = os.path.join(directory, "model")
-        subprocess.run([os.path.join(BUILD, "tools/make_model/pdserve-make-model"), "--config", CONFIG,
-                        "--layers", "2", "--out", model, "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+        model = make_model(directory)
         nodes = []
         try:
             prefill, prefill_url, line = start_node(

@@ -60,7 +60,8 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t used = 0;
     long long value = 0;
     try {
@@ -86,7 +87,8 @@ Result<std::vector<int32_t>> prompt_tokens(const Options& options, const Tokeniz
     PDS_ASSIGN_OR_RETURN(ChatTemplate chat_template,
                          ChatTemplate::from_tokenizer_config(model_dir / "tokenizer_config.json"));
     nlohmann::json messages = nlohmann::json::array();
-    if (!options.system.empty()) messages.push_back({{"role", "system"}, {"content", options.system}});
+    if (!options.system.empty())
+      messages.push_back({{"role", "system"}, {"content", options.system}});
     messages.push_back({{"role", "user"}, {"content", options.prompt}});
     nlohmann::json context = {{"messages", messages},
                               {"add_generation_prompt", true},
@@ -96,7 +98,8 @@ Result<std::vector<int32_t>> prompt_tokens(const Options& options, const Tokeniz
   return tokenizer.encode(text);
 }
 
-Result<SamplingParams> sampling_params(const Options& options, const SamplingDefaults& model_defaults) {
+Result<SamplingParams> sampling_params(const Options& options,
+                                       const SamplingDefaults& model_defaults) {
   SamplingParams base;
   base.max_tokens = options.max_new_tokens;
   base.repetition_penalty = options.repetition_penalty;
@@ -104,7 +107,8 @@ Result<SamplingParams> sampling_params(const Options& options, const SamplingDef
   base.frequency_penalty = options.frequency_penalty;
   base.seed = options.seed;
   base.ignore_eos = options.ignore_eos;
-  SamplingDefaults request{options.temperature, options.top_p, options.top_k, options.min_p, std::nullopt};
+  SamplingDefaults request{options.temperature, options.top_p, options.top_k, options.min_p,
+                           std::nullopt};
   return resolve_sampling_defaults(base, request, model_defaults);
 }
 
@@ -115,13 +119,8 @@ long peak_rss_mib() {
 }
 
 Status run(const Options& options) {
-  ModelLoadOptions load_options;
-  PDS_ASSIGN_OR_RETURN(load_options.backend.device, parse_device_kind(options.device));
-  load_options.backend.num_threads = options.threads;
-  if (!options.dtype.empty()) {
-    PDS_ASSIGN_OR_RETURN(DType dtype, parse_dtype(options.dtype));
-    load_options.dtype = dtype;
-  }
+  PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
+                       model_load_options(options.device, options.threads, options.dtype));
   if (options.block_size <= 0 || options.block_size > 256) {
     return invalid_argument("--block-size must be in [1, 256]");
   }
@@ -138,12 +137,13 @@ Status run(const Options& options) {
   Qwen3Model& model = *loaded.model;
   const ModelConfig& config = model.config();
 
-  PDS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_tokens(options, tokenizer, loaded.model_dir));
+  PDS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                       prompt_tokens(options, tokenizer, loaded.model_dir));
   if (prompt.empty()) return invalid_argument("the prompt encodes to no tokens");
   for (int32_t id : prompt) {
     if (id >= config.vocab_size) {
-      return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
-                              std::to_string(config.vocab_size));
+      return invalid_argument("prompt token id " + std::to_string(id) +
+                              " is outside the vocabulary of " + std::to_string(config.vocab_size));
     }
   }
   PDS_ASSIGN_OR_RETURN(SamplingParams params, sampling_params(options, loaded.sampling_defaults()));
@@ -159,26 +159,32 @@ Status run(const Options& options) {
                         std::to_string(config.max_position_embeddings) + ")");
   }
   if (context_len > config.max_position_embeddings) {
-    return out_of_range("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-new-tokens (" +
-                        std::to_string(options.max_new_tokens) + ") exceeds max_position_embeddings (" +
+    return out_of_range("prompt (" + std::to_string(prompt.size()) +
+                        " tokens) + --max-new-tokens (" + std::to_string(options.max_new_tokens) +
+                        ") exceeds max_position_embeddings (" +
                         std::to_string(config.max_position_embeddings) + ")");
   }
-  PDS_ASSIGN_OR_RETURN(std::optional<DType> kv_choice, parse_kv_cache_dtype(options.kv_cache_dtype));
+  PDS_ASSIGN_OR_RETURN(std::optional<DType> kv_choice,
+                       parse_kv_cache_dtype(options.kv_cache_dtype));
   const DType kv_dtype = kv_choice.value_or(loaded.backend->activation_dtype());
-  const int blocks_needed = static_cast<int>((context_len + options.block_size - 1) / options.block_size);
-  const int blocks_available = kv_blocks_for_memory(
-      config, static_cast<size_t>(options.kv_cache_memory_gib * (1 << 30)), options.block_size, kv_dtype);
+  const int blocks_needed =
+      static_cast<int>((context_len + options.block_size - 1) / options.block_size);
+  const int blocks_available =
+      kv_blocks_for_memory(config, static_cast<size_t>(options.kv_cache_memory_gib * (1 << 30)),
+                           options.block_size, kv_dtype);
   if (blocks_needed > blocks_available) {
     return resource_exhausted("prompt + --max-new-tokens need " + std::to_string(blocks_needed) +
                               " KV blocks but --kv-cache-memory-gib " +
                               std::to_string(options.kv_cache_memory_gib) + " holds " +
                               std::to_string(blocks_available));
   }
-  PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(*loaded.backend,
-                                                      kv_cache_shape_for(config, blocks_needed,
-                                                                         options.block_size, kv_dtype)));
+  PDS_ASSIGN_OR_RETURN(
+      KvCache cache,
+      KvCache::create(*loaded.backend,
+                      kv_cache_shape_for(config, blocks_needed, options.block_size, kv_dtype)));
   ForwardLimits limits;
-  limits.max_num_tokens = std::max(1, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
+  limits.max_num_tokens =
+      std::max(1, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
   limits.max_num_seqs = 1;
   limits.max_model_len = static_cast<int>(context_len);
   PDS_ASSIGN_OR_RETURN(ForwardContext context,
@@ -196,7 +202,8 @@ Status run(const Options& options) {
   // Prefill, in chunks of at most max_num_tokens.
   for (size_t done = 0; done < prompt.size();) {
     const size_t count = std::min(prompt.size() - done, static_cast<size_t>(limits.max_num_tokens));
-    SequenceSlice slice{std::span<const int32_t>(prompt).subspan(done, count), static_cast<int>(done), block_table};
+    SequenceSlice slice{std::span<const int32_t>(prompt).subspan(done, count),
+                        static_cast<int>(done), block_table};
     PDS_RETURN_IF_ERROR(model.forward({&slice, 1}, cache, context, logits));
     done += count;
   }
@@ -229,7 +236,8 @@ Status run(const Options& options) {
   if (options.show_stats) {
     const double ttft_ms = elapsed_ms(start, first_token_time);
     const double decode_ms = elapsed_ms(first_token_time, end);
-    const double tpot_ms = output.size() > 1 ? decode_ms / static_cast<double>(output.size() - 1) : 0.0;
+    const double tpot_ms =
+        output.size() > 1 ? decode_ms / static_cast<double>(output.size() - 1) : 0.0;
     const double tokens_per_second = tpot_ms > 0 ? 1000.0 / tpot_ms : 0.0;
     std::fprintf(stderr,
                  "prompt_tokens=%zu generated_tokens=%zu ttft_ms=%.1f tpot_ms=%.2f "
@@ -248,31 +256,58 @@ int main(int argc, char** argv) {
   using pdserve::Options;
   Options options;
   CLI::App app{"pdserve-generate: run one prompt through a Qwen3 model and stream the answer"};
-  app.add_option("--model", options.model, "Model folder, or a hub id (Qwen/Qwen3-0.6B) in the local HF cache")->required();
+  app.add_option("--model", options.model,
+                 "Model folder, or a hub id (Qwen/Qwen3-0.6B) in the local HF cache")
+      ->required();
   app.add_option("--prompt", options.prompt, "Prompt text");
-  app.add_option("--prompt-ids", options.prompt_ids, "Prompt as comma-separated token ids (instead of --prompt)");
-  app.add_flag("--chat", options.chat, "Wrap the prompt in the model's chat template as a user message");
+  app.add_option("--prompt-ids", options.prompt_ids,
+                 "Prompt as comma-separated token ids (instead of --prompt)");
+  app.add_flag("--chat", options.chat,
+               "Wrap the prompt in the model's chat template as a user message");
   app.add_option("--system", options.system, "System message (with --chat)");
-  app.add_flag("--enable-thinking", options.enable_thinking, "Let the model think first (with --chat; Qwen3 enable_thinking)");
-  app.add_option("--max-new-tokens", options.max_new_tokens, "Most tokens to generate")->capture_default_str();
-  app.add_option("--temperature", options.temperature, "Sampling temperature; 0 is greedy (default: generation_config.json, else 1)");
-  app.add_option("--top-p", options.top_p, "Nucleus sampling mass in (0, 1] (default: generation_config.json, else 1)");
-  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens; 0 or -1 disables (default: generation_config.json)");
+  app.add_flag("--enable-thinking", options.enable_thinking,
+               "Let the model think first (with --chat; Qwen3 enable_thinking)");
+  app.add_option("--max-new-tokens", options.max_new_tokens, "Most tokens to generate")
+      ->capture_default_str();
+  app.add_option("--temperature", options.temperature,
+                 "Sampling temperature; 0 is greedy (default: generation_config.json, else 1)");
+  app.add_option("--top-p", options.top_p,
+                 "Nucleus sampling mass in (0, 1] (default: generation_config.json, else 1)");
+  app.add_option(
+      "--top-k", options.top_k,
+      "Keep the k most likely tokens; 0 or -1 disables (default: generation_config.json)");
   app.add_option("--min-p", options.min_p, "Drop tokens below min_p times the top probability");
-  app.add_option("--repetition-penalty", options.repetition_penalty, "Penalty > 0 on tokens already seen")->capture_default_str();
-  app.add_option("--presence-penalty", options.presence_penalty, "In [-2, 2], on generated tokens")->capture_default_str();
-  app.add_option("--frequency-penalty", options.frequency_penalty, "In [-2, 2], per occurrence in generated tokens")->capture_default_str();
+  app.add_option("--repetition-penalty", options.repetition_penalty,
+                 "Penalty > 0 on tokens already seen")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", options.presence_penalty, "In [-2, 2], on generated tokens")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", options.frequency_penalty,
+                 "In [-2, 2], per occurrence in generated tokens")
+      ->capture_default_str();
   app.add_option("--seed", options.seed, "Sampling seed (same seed, same output)");
   app.add_flag("--ignore-eos", options.ignore_eos, "Do not stop at EOS tokens");
   app.add_option("--device", options.device, "cpu or cuda")->capture_default_str();
-  app.add_option("--dtype", options.dtype, "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's torch_dtype)");
+  app.add_option(
+      "--dtype", options.dtype,
+      "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's torch_dtype)");
   app.add_option("--threads", options.threads, "CPU threads (0: all cores)")->capture_default_str();
-  app.add_option("--block-size", options.block_size, "Tokens per KV-cache block")->capture_default_str();
-  app.add_option("--kv-cache-memory-gib", options.kv_cache_memory_gib, "Most memory for the KV cache")->capture_default_str();
-  app.add_option("--kv-cache-dtype", options.kv_cache_dtype, "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")->capture_default_str();
-  app.add_option("--max-prefill-tokens", options.max_prefill_tokens, "Prefill chunk size in tokens")->capture_default_str();
-  app.add_flag("--show-stats", options.show_stats, "Print prompt_tokens, generated_tokens, ttft_ms, tpot_ms, tokens_per_second (decode), device, dtype, load_ms and peak_rss_mib to stderr");
-  app.add_flag("--print-ids", options.print_ids, "Print the generated token ids as one JSON array instead of the text");
+  app.add_option("--block-size", options.block_size, "Tokens per KV-cache block")
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory-gib", options.kv_cache_memory_gib,
+                 "Most memory for the KV cache")
+      ->capture_default_str();
+  app.add_option(
+         "--kv-cache-dtype", options.kv_cache_dtype,
+         "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+      ->capture_default_str();
+  app.add_option("--max-prefill-tokens", options.max_prefill_tokens, "Prefill chunk size in tokens")
+      ->capture_default_str();
+  app.add_flag("--show-stats", options.show_stats,
+               "Print prompt_tokens, generated_tokens, ttft_ms, tpot_ms, tokens_per_second "
+               "(decode), device, dtype, load_ms and peak_rss_mib to stderr");
+  app.add_flag("--print-ids", options.print_ids,
+               "Print the generated token ids as one JSON array instead of the text");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);
