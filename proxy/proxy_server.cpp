@@ -423,16 +423,14 @@ void ProxyServer::record_failure(const Exchange& exchange) {
 
 std::string ProxyServer::relay_body_timeline(Exchange& exchange, std::string body) {
   if (exchange.status != 200) return body;
-  Result<std::optional<Json>> timeline = body_timeline(body);
-  if (!timeline.ok()) {
-    PDS_LOG_WARN(timeline.status().message());
+  Result<std::optional<TimelineBody>> parsed = parse_timeline_body(body);
+  if (!parsed.ok()) {
+    PDS_LOG_WARN(parsed.status().message());
     return body;
   }
-  if (!timeline->has_value()) return body;
-  const std::optional<Json> aligned = record_timeline(exchange, **timeline);
-  if (!aligned) return body;
-  Result<std::string> rewritten = replace_body_timeline(body, *aligned);
-  return rewritten.ok() ? std::move(*rewritten) : body;
+  if (!parsed->has_value()) return body;
+  const std::optional<Json> aligned = record_timeline(exchange, (*parsed)->timeline);
+  return aligned ? (*parsed)->with_timeline(*aligned) : body;
 }
 
 }  // namespace pdserve::proxy

@@ -116,14 +116,16 @@ std::string SseRelay::finish(const Json* aligned) {
   return out;
 }
 
-Result<std::optional<Json>> body_timeline(std::string_view body) {
-  if (body.find(kTimelineKey) == std::string_view::npos) return std::optional<Json>();
+Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body) {
+  if (body.find(kTimelineKey) == std::string_view::npos) return std::optional<TimelineBody>();
   PDS_ASSIGN_OR_RETURN(Json response, parse_object(body, "the decode node's response body"));
-  return usage_timeline(response, "the decode node's response body");
+  PDS_ASSIGN_OR_RETURN(std::optional<Json> timeline,
+                       usage_timeline(response, "the decode node's response body"));
+  if (!timeline) return std::optional<TimelineBody>();
+  return std::optional<TimelineBody>(TimelineBody{std::move(response), std::move(*timeline)});
 }
 
-Result<std::string> replace_body_timeline(std::string_view body, const Json& aligned) {
-  PDS_ASSIGN_OR_RETURN(Json response, parse_object(body, "the decode node's response body"));
+std::string TimelineBody::with_timeline(const Json& aligned) {
   response["usage"][kTimelineKey] = aligned;
   return response.dump();
 }

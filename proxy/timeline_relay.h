@@ -47,11 +47,17 @@ class SseRelay {
   std::optional<Status> problem_;
 };
 
-// A non-streaming response body's `usage.pdserve_timeline`; nullopt when the body has none,
-// InvalidArgument when it cannot be read. Bodies without the text are not parsed.
-Result<std::optional<nlohmann::json>> body_timeline(std::string_view body);
+// A non-streaming response body that carries `usage.pdserve_timeline`, parsed once.
+struct TimelineBody {
+  nlohmann::json response;
+  nlohmann::json timeline;  // response.usage.pdserve_timeline as the node sent it
 
-// `body` with `usage.pdserve_timeline` replaced by `aligned`.
-Result<std::string> replace_body_timeline(std::string_view body, const nlohmann::json& aligned);
+  // The body with `usage.pdserve_timeline` replaced by `aligned`.
+  std::string with_timeline(const nlohmann::json& aligned);
+};
+
+// nullopt when the body has no timeline, InvalidArgument when it cannot be read. Bodies
+// without the text are not parsed.
+Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body);
 
 }  // namespace pdserve::proxy

@@ -125,20 +125,20 @@ TEST(SseRelay, IncompleteTrailingBytesComeOutAtTheEnd) {
 
 TEST(BodyTimeline, FoundReplacedOrAbsent) {
   const Json body = {{"id", "cmpl-7"}, {"usage", {{"pdserve_timeline", kTimeline}}}};
-  Result<std::optional<Json>> found = body_timeline(body.dump());
+  Result<std::optional<TimelineBody>> found = parse_timeline_body(body.dump());
   ASSERT_TRUE(found.ok());
   ASSERT_TRUE(found->has_value());
-  EXPECT_EQ(**found, kTimeline);
+  EXPECT_EQ((*found)->timeline, kTimeline);
 
-  Result<std::string> replaced = replace_body_timeline(body.dump(), Json{{"origin", "proxy"}});
-  ASSERT_TRUE(replaced.ok());
-  EXPECT_EQ(Json::parse(*replaced)["usage"]["pdserve_timeline"]["origin"], "proxy");
+  const std::string replaced = (*found)->with_timeline(Json{{"origin", "proxy"}});
+  EXPECT_EQ(Json::parse(replaced)["usage"]["pdserve_timeline"]["origin"], "proxy");
 
-  Result<std::optional<Json>> none = body_timeline(R"({"usage": {"prompt_tokens": 3}})");
+  Result<std::optional<TimelineBody>> none =
+      parse_timeline_body(R"({"usage": {"prompt_tokens": 3}})");
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  EXPECT_FALSE(body_timeline(R"({"usage": {"pdserve_timeline": [1]}})").ok());
-  EXPECT_FALSE(body_timeline("pdserve_timeline but not json").ok());
+  EXPECT_FALSE(parse_timeline_body(R"({"usage": {"pdserve_timeline": [1]}})").ok());
+  EXPECT_FALSE(parse_timeline_body("pdserve_timeline but not json").ok());
 }
 
 }  // namespace
