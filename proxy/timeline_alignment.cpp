@@ -67,8 +67,19 @@ Result<Json> align_timeline(const Json& node_timeline, const ProxyMeasurements& 
     const double head_sent = number_field(*sync, "head_sent_ms", "timeline.sync");
     PDS_ENSURE(head_sent >= 0.0, StatusCode::kInvalidArgument,
                "timeline.sync.head_sent_ms is negative");
-    const ClockOffset offset =
-        estimate_offset(proxy.routes.back().sent_ms, proxy.head_ms, head_sent);
+    const double sent_ms = proxy.routes.back().sent_ms;
+    ClockOffset offset = estimate_offset(sent_ms, proxy.head_ms, head_sent);
+    // Causality bounds the estimate from the other end too: the node sent its last byte
+    // before the proxy forwarded it. The symmetric-delay guess can break that when the head
+    // and the end took different times to cross (a loaded machine).
+    if (const auto node_e2e = node_timeline.find("e2e_ms");
+        node_e2e != node_timeline.end() && node_e2e->is_number()) {
+      const double latest_arrival = proxy.end_ms - node_e2e->get<double>();
+      if (offset.node_arrival_ms > latest_arrival) {
+        offset.node_arrival_ms = std::max(sent_ms, latest_arrival);
+        offset.one_way_ms = offset.node_arrival_ms - sent_ms;
+      }
+    }
 
     Json aligned = node_timeline;
     aligned.erase("sync");

@@ -67,6 +67,24 @@ const Json* span_named(const Json& timeline, std::string_view name) {
   return nullptr;
 }
 
+// The head crossed slowly and the end quickly: the symmetric estimate (arrival at 4 + 16 / 2 =
+// 12) would end the node's 100 ms after the proxy's last byte at 105; the node's arrival is
+// pulled back to 105 - 100 = 5, so every node span stays inside the proxy's exchange.
+TEST(ClockOffset, TheNodesEndNeverFollowsTheProxysEnd) {
+  Json node = node_timeline();
+  node["sync"]["head_sent_ms"] = 0.0;
+  ProxyMeasurements proxy = measured();
+  proxy.end_ms = 105.0;
+  Result<Json> aligned = align_timeline(node, proxy);
+  ASSERT_TRUE(aligned.ok()) << aligned.status().to_string();
+  const Json* request = span_named(*aligned, "decode.request");
+  ASSERT_NE(request, nullptr);
+  EXPECT_DOUBLE_EQ((*request)["start_ms"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ((*request)["end_ms"].get<double>(), 105.0);
+  EXPECT_DOUBLE_EQ((*aligned)["tokens_ms"][0].get<double>(), 35.0);
+  EXPECT_DOUBLE_EQ((*aligned)["ttft_ms"].get<double>(), 35.0 + 1.0) << "one way: 5 - 4";
+}
+
 TEST(ClockOffset, SymmetricDelaysSplitTheNetworkTime) {
   // Sent at 4, head at 20, the node took 12 of those 16 ms: 2 ms each way.
   const ClockOffset offset = estimate_offset(4.0, 20.0, 12.0);
