@@ -32,11 +32,13 @@ TOKEN = "e2e-secret"
 def free_port_base():
     """A base port with the next 400 free (the topologies use base+0..base+301)."""
     for _ in range(50):
-        base = random.randrange(20000, 50000, 1000)
+        # Below Linux's ephemeral range (32768-60999), where the port-0 listeners and outgoing
+        # connections of tests running in parallel could take a probed port before it is used.
+        base = random.randrange(10000, 32000, 1000)
         try:
             for offset in (0, 100, 101, 200, 201):
                 with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", base + 8000 - 8000 + offset))
+                    probe.bind(("127.0.0.1", base + offset))
             return base
         except OSError:
             continue
