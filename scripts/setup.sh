@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Installs pdserve's build and test dependencies from Debian 12 packages (needs root or sudo).
+# Installs pdserve's build and test dependencies: Debian 12 packages (needs root or sudo) and
+# one Python virtual environment with the pinned packages of python/requirements.txt (the
+# official `openai` client, Hugging Face's tokenizer and chat-template code, schemathesis,
+# aiperf). Safe to run again: it installs only what is missing and repairs a broken venv.
+# The venv lives in $PDSERVE_VENV (default: .venv in the repository root).
 set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
-  python3 python3-torch python3-numpy python3-matplotlib curl procps
+  python3 python3-venv python3-torch python3-numpy python3-matplotlib curl procps
 )
 
 missing=()
-# Node.js runs the oracle scripts in tools/oracle; a machine may already have it from another
-# source (e.g. NodeSource, whose nodejs bundles npm and conflicts with Debian's npm).
-command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
@@ -28,12 +30,24 @@ else
   echo "setup: all Debian packages present"
 fi
 
-# The npm packages of tools/oracle (golden-file generators and the `openai` client that the
-# conformance tests drive), pinned by its package-lock.json; `npm ls` fails when any is missing.
-oracle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools/oracle" && pwd)
-if npm ls --prefix "$oracle_dir" >/dev/null 2>&1; then
-  echo "setup: all npm packages of tools/oracle present"
+# The venv is built from Debian's interpreter (/usr/bin/python3), not whatever python3 comes
+# first on PATH, so that it matches the pinned wheels. A stamp holding the requirements'
+# hash tells an up-to-date venv from one that is stale or half-installed.
+venv=${PDSERVE_VENV:-$repo/.venv}
+requirements=$repo/python/requirements.txt
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+stamp=$venv/.pdserve-requirements
+if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]] &&
+   "$venv/bin/python" -c 'import openai, tokenizers, transformers, schemathesis, jsonschema' 2>/dev/null; then
+  echo "setup: Python environment $venv up to date"
 else
-  echo "setup: installing the npm packages of tools/oracle"
-  npm ci --prefix "$oracle_dir" --no-audit --no-fund --loglevel=error
+  echo "setup: installing the Python environment $venv (python/requirements.txt)"
+  if [[ -e $venv && ! -f $venv/pyvenv.cfg ]]; then
+    echo "setup: $venv exists and is not a Python venv; move it or set PDSERVE_VENV" >&2
+    exit 2
+  fi
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$requirements"
+  echo "$want" >"$stamp"
 fi
