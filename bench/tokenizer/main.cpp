@@ -1,7 +1,7 @@
 // pdserve-bench-tokenizer: encode throughput on one thread, in MB/s of UTF-8 input, for English,
 // CJK and code text built deterministically from built-in paragraphs (see corpus.cpp), and the
-// load time of tokenizer.json. --dump-dir writes the same text for the node oracle comparison
-// (tools/oracle/bench_tokenizer_oracle.mjs).
+// load time of tokenizer.json. --dump-dir writes the same text for the comparison with Hugging
+// Face's tokenizers (tools/oracle/bench_tokenizer_oracle.py).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

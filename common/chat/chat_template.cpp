@@ -46,14 +46,11 @@ Result<std::string> select_template(const nlohmann::json& value, const std::stri
 
 }  // namespace
 
-Result<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
-  PDS_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(path));
-  const std::string where = path.string();
-  if (!config.is_object())
-    return invalid_argument(where + ": tokenizer config is not a JSON object");
-  if (!config.contains("chat_template")) return not_found(where + ": no \"chat_template\"");
-  PDS_ASSIGN_OR_RETURN(std::string source, select_template(config["chat_template"], where));
+namespace {
 
+// bos_token/eos_token of a tokenizer config (strings, null, or {"content": ...} objects).
+Result<nlohmann::ordered_json> read_special_tokens(const nlohmann::json& config,
+                                                   const std::string& where) {
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
   for (const char* key : {"bos_token", "eos_token"}) {
     if (!config.contains(key)) continue;
@@ -67,8 +64,37 @@ Result<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::filesystem::
                               "\" must be a string, null or {\"content\": ...}");
     }
   }
+  return special_tokens;
+}
+
+Result<nlohmann::json> read_tokenizer_config(const std::filesystem::path& path) {
+  PDS_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(path));
+  if (!config.is_object())
+    return invalid_argument(path.string() + ": tokenizer config is not a JSON object");
+  return config;
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::filesystem::path& path) {
+  PDS_ASSIGN_OR_RETURN(nlohmann::json config, read_tokenizer_config(path));
+  const std::string where = path.string();
+  if (!config.contains("chat_template")) return not_found(where + ": no \"chat_template\"");
+  PDS_ASSIGN_OR_RETURN(std::string source, select_template(config["chat_template"], where));
+  PDS_ASSIGN_OR_RETURN(nlohmann::ordered_json special_tokens, read_special_tokens(config, where));
   auto parsed = parse(source);
   if (!parsed.ok()) return parsed.status().with_context("chat_template of " + where);
+  return ChatTemplate(std::move(parsed.value().program_), std::move(special_tokens));
+}
+
+Result<ChatTemplate> ChatTemplate::from_file(const std::filesystem::path& template_path,
+                                             const std::filesystem::path& tokenizer_config) {
+  PDS_ASSIGN_OR_RETURN(std::string source, read_text_file(template_path));
+  PDS_ASSIGN_OR_RETURN(nlohmann::json config, read_tokenizer_config(tokenizer_config));
+  PDS_ASSIGN_OR_RETURN(nlohmann::ordered_json special_tokens,
+                       read_special_tokens(config, tokenizer_config.string()));
+  auto parsed = parse(source);
+  if (!parsed.ok()) return parsed.status().with_context(template_path.string());
   return ChatTemplate(std::move(parsed.value().program_), std::move(special_tokens));
 }
 

@@ -212,14 +212,24 @@ Value string_method(const std::string& text, const std::string& name) {
       return Value::string(fn(text));
     });
   };
-  // As in the reference, strip/lstrip/rstrip ignore their argument and trim whitespace.
   if (name == "upper") return plain([](const std::string& s) { return to_upper(s); });
   if (name == "lower") return plain([](const std::string& s) { return to_lower(s); });
-  if (name == "strip") return plain([](const std::string& s) { return std::string(js_trim(s)); });
-  if (name == "lstrip")
-    return plain([](const std::string& s) { return std::string(js_trim_start(s)); });
-  if (name == "rstrip")
-    return plain([](const std::string& s) { return std::string(js_trim_end(s)); });
+  // Python's semantics, as transformers renders (Qwen3's template strips reasoning with
+  // .strip('\n'), which keeps spaces; @huggingface/jinja ignores the argument).
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    StripSide side = name == "strip"    ? StripSide::kBoth
+                     : name == "lstrip" ? StripSide::kStart
+                                        : StripSide::kEnd;
+    return make_method(name, [text, side, name](Interpreter&, CallArgs& args) {
+      reject_keywords(args, name);
+      if (args.positional.size() > 1) fail(name + "() takes at most one argument");
+      if (args.positional.empty() || args.positional[0].is_none()) {
+        return Value::string(python_strip(text, nullptr, side));
+      }
+      if (!args.positional[0].is(Type::kString)) fail(name + "() argument must be a string");
+      return Value::string(python_strip(text, &args.positional[0].as_string(), side));
+    });
+  }
   if (name == "title") return plain([](const std::string& s) { return title_case_ascii_words(s); });
   if (name == "capitalize") return plain([](const std::string& s) { return capitalize_first(s); });
   if (name == "startswith" || name == "endswith") {
@@ -528,7 +538,7 @@ Value bare_filter(Interpreter& interpreter, const std::string& name, const Value
     if (name == "lower") return Value::string(to_lower(text));
     if (name == "title") return Value::string(title_case_ascii_words(text));
     if (name == "capitalize") return Value::string(capitalize_first(text));
-    if (name == "trim") return Value::string(std::string(js_trim(text)));
+    if (name == "trim") return Value::string(python_strip(text, nullptr, StripSide::kBoth));
     if (name == "indent") return indent_text(interpreter, text, 4, false, false);
     if (name == "join" || name == "string") return operand;
     if (name == "int") return to_number_filter(operand, true, Value::integer(0), name);

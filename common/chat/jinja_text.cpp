@@ -1,9 +1,12 @@
 #include "common/chat/jinja_text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #include <utf8proc.h>
 
@@ -206,6 +209,81 @@ std::string js_number_to_string(double value) {
     out += (n - 1 >= 0 ? "e+" : "e-") + std::to_string(std::abs(n - 1));
   }
   return out;
+}
+
+std::string python_float_repr(double value) {
+  if (value == 0) return std::signbit(value) ? "-0.0" : "0.0";
+  std::string out = value < 0 ? "-" : "";
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), std::fabs(value),
+                              std::chars_format::scientific);
+  std::string_view sci(buffer, static_cast<size_t>(result.ptr - buffer));
+  size_t e_pos = sci.find('e');
+  std::string digits;
+  for (char c : sci.substr(0, e_pos)) {
+    if (c != '.') digits += c;
+  }
+  int exponent = std::atoi(std::string(sci.substr(e_pos + 1)).c_str());
+  int k = static_cast<int>(digits.size());
+  if (-4 <= exponent && exponent < 16) {
+    int n = exponent + 1;  // digits before the point
+    if (n <= 0) {
+      out += "0." + std::string(static_cast<size_t>(-n), '0') + digits;
+    } else if (n >= k) {
+      out += digits + std::string(static_cast<size_t>(n - k), '0') + ".0";
+    } else {
+      out += digits.substr(0, static_cast<size_t>(n)) + "." + digits.substr(static_cast<size_t>(n));
+    }
+    return out;
+  }
+  out += digits.substr(0, 1);
+  if (k > 1) out += "." + digits.substr(1);
+  char exponent_text[16];
+  std::snprintf(exponent_text, sizeof(exponent_text), "e%c%02d", exponent < 0 ? '-' : '+',
+                std::abs(exponent));
+  return out + exponent_text;
+}
+
+namespace {
+
+bool python_isspace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// Each code point with the byte offset where it starts.
+std::vector<std::pair<char32_t, size_t>> code_points(std::string_view text) {
+  std::vector<std::pair<char32_t, size_t>> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t start = pos;
+    out.emplace_back(decode_utf8(text, pos), start);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string python_strip(std::string_view text, const std::string* chars, StripSide side) {
+  std::vector<char32_t> set;
+  if (chars) {
+    for (const auto& point : code_points(*chars)) set.push_back(point.first);
+  }
+  auto strips = [&](char32_t c) {
+    return chars ? std::find(set.begin(), set.end(), c) != set.end() : python_isspace(c);
+  };
+  std::vector<std::pair<char32_t, size_t>> points = code_points(text);
+  size_t begin = 0;
+  size_t end = points.size();
+  if (side != StripSide::kEnd) {
+    while (begin < end && strips(points[begin].first)) ++begin;
+  }
+  if (side != StripSide::kStart) {
+    while (end > begin && strips(points[end - 1].first)) --end;
+  }
+  size_t from = begin < points.size() ? points[begin].second : text.size();
+  size_t to = end < points.size() ? points[end].second : text.size();
+  return std::string(text.substr(from, to - from));
 }
 
 namespace {

@@ -43,6 +43,15 @@ std::string capitalize_first(std::string_view text);
 
 // ECMAScript Number::toString(x) ("1e-7", "0.30000000000000004", "1e+21", "NaN", "-Infinity").
 std::string js_number_to_string(double value);
+// Python's repr(float), which json.dumps (and so transformers' tojson) writes: shortest
+// round-trip digits, fixed notation with a ".0" for decimal exponents -4..15, else
+// "1.5e-07" / "1e+16" (two exponent digits at least). Finite values only.
+std::string python_float_repr(double value);
+
+enum class StripSide { kBoth, kStart, kEnd };
+// Python's str.strip/lstrip/rstrip: without `chars` (nullptr) removes the code points for which
+// str.isspace() holds; with it, any code point in `chars`.
+std::string python_strip(std::string_view text, const std::string* chars, StripSide side);
 // ECMAScript StringToNumber (used by loose equality): trims, accepts decimal, 0x/0o/0b,
 // Infinity; "" is 0; anything else is NaN.
 double js_string_to_number(std::string_view text);

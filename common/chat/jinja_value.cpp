@@ -220,6 +220,7 @@ std::string to_output(const Value& value) {
     case Value::Type::kNamespace: {
       JsonOptions options;
       options.undefined_as_null = false;
+      options.python_floats = false;
       return to_json(value, options);
     }
     case Value::Type::kFunction:
@@ -340,7 +341,12 @@ void append_json(std::string& out, const Value& value, const JsonOptions& option
       out += std::to_string(value.as_int());
       return;
     case Value::Type::kFloat:
-      out += std::isfinite(value.as_float()) ? js_number_to_string(value.as_float()) : "null";
+      if (!std::isfinite(value.as_float())) {
+        out += "null";
+      } else {
+        out += options.python_floats ? python_float_repr(value.as_float())
+                                     : js_number_to_string(value.as_float());
+      }
       return;
     case Value::Type::kString:
       append_json_string(out, value.as_string(), options.ensure_ascii);

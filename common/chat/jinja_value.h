@@ -156,6 +156,9 @@ struct JsonOptions {
   std::string item_separator;
   std::string key_separator;
   bool undefined_as_null = true;  // false when printing containers ("undefined" literally)
+  // tojson writes floats as Python's json.dumps does (transformers' tojson); printing a
+  // container keeps the JavaScript number format of the rest of the interpreter.
+  bool python_floats = true;
 };
 // The reference's toJSON (Python json.dumps-like: ", " and ": " separators, no ASCII escaping
 // by default, key order preserved). Tuples and functions cannot be serialized.

@@ -1,5 +1,5 @@
-// Byte-identical rendering against goldens produced by @huggingface/jinja
-// (tools/oracle/gen_chat_golden.mjs).
+// Byte-identical rendering against the goldens of tools/oracle/gen_chat_golden.py: conversations
+// rendered by transformers' apply_chat_template, interpreter-feature cases by @huggingface/jinja.
 #include <fstream>
 #include <string>
 #include <vector>

@@ -1,5 +1,5 @@
 // The chat path end to end (OpenAI body -> parse -> render with the real Qwen3 template),
-// checked against the @huggingface/jinja goldens of the chat module (tests/data/chat).
+// checked against the transformers goldens of the chat module (tests/data/chat).
 #include "common/protocol/chat_prompt.h"
 
 #include <fstream>

@@ -1,6 +1,6 @@
-// Parity with the independent oracle (@lenml/tokenizers, cross-checked against Hugging Face's
-// Rust tokenizers when generated): tests/data/tokenizer/{golden,decode}.jsonl, written by
-// tools/oracle/gen_tokenizer_golden.mjs.
+// Parity with Hugging Face's tokenizers on the committed goldens,
+// tests/data/tokenizer/{golden,decode}.jsonl (tools/oracle/gen_tokenizer_golden.py); the live
+// comparison on fresh strings is hf_tokenizer_oracle_test.py.
 #include <gtest/gtest.h>
 
 #include "tests/tokenizer/test_support.h"

@@ -5,6 +5,7 @@
 //   --chat          {"messages": [...], "tools": [...], "add_generation_prompt": bool,
 //                    "enable_thinking": bool}       -> [ids of the rendered prompt]
 //   --chat --render the same object                 -> "rendered prompt text"
+//   --chat-template FILE renders with that Jinja file instead of the model's template.
 // The first bad line stops the run with "error: line N: ..." on stderr and exit code 2.
 #include <cstdio>
 #include <iostream>
@@ -26,6 +27,7 @@ struct Options {
   bool decode = false;
   bool chat = false;
   bool render = false;
+  std::string chat_template;  // a Jinja file; empty: the model's tokenizer_config.json template
 };
 
 Result<nlohmann::ordered_json> process_line(const Options& options, const Tokenizer& tokenizer,
@@ -63,11 +65,19 @@ Result<nlohmann::ordered_json> process_line(const Options& options, const Tokeni
 Status run(const Options& options) {
   if (options.decode && options.chat) return invalid_argument("--decode and --chat exclude each other");
   if (options.render && !options.chat) return invalid_argument("--render needs --chat");
+  if (!options.chat_template.empty() && !options.chat) {
+    return invalid_argument("--chat-template needs --chat");
+  }
   PDS_ASSIGN_OR_RETURN(std::filesystem::path dir, resolve_model_path(options.model));
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(dir));
   std::optional<ChatTemplate> chat_template;
   if (options.chat) {
-    PDS_ASSIGN_OR_RETURN(chat_template, ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+    if (options.chat_template.empty()) {
+      PDS_ASSIGN_OR_RETURN(chat_template, ChatTemplate::from_tokenizer_config(dir / "tokenizer_config.json"));
+    } else {
+      PDS_ASSIGN_OR_RETURN(chat_template, ChatTemplate::from_file(options.chat_template,
+                                                                  dir / "tokenizer_config.json"));
+    }
   }
   std::string line;
   for (size_t number = 1; std::getline(std::cin, line); ++number) {
@@ -92,6 +102,8 @@ int main(int argc, char** argv) {
                "Input lines are {messages, tools, add_generation_prompt, enable_thinking}; output the "
                "ids of the rendered chat prompt");
   app.add_flag("--render", options.render, "With --chat: output the rendered prompt text instead of ids");
+  app.add_option("--chat-template", options.chat_template,
+                 "With --chat: a Jinja template file to use instead of the model's");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);
