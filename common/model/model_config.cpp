@@ -44,6 +44,35 @@ void refuse_unimplemented(const Source& src) {
   if (json_fields::optional_bool(src, "use_sliding_window").value_or(false)) {
     fail(src, "use_sliding_window", "is true; sliding-window attention is not implemented");
   }
+  // transformers >= 5 names each layer's attention kind.
+  auto layer_types = src.object.find("layer_types");
+  if (layer_types != src.object.end() && !layer_types->is_null()) {
+    if (!layer_types->is_array()) fail(src, "layer_types", "must be a list");
+    for (const auto& type : *layer_types) {
+      if (type != "full_attention") {
+        fail(src, "layer_types", "holds " + type.dump() + "; only full_attention is implemented");
+      }
+    }
+  }
+}
+
+// rope_theta: a top-level number (transformers < 5) or rope_parameters.rope_theta with
+// rope_type "default" (transformers >= 5 writes rope_parameters instead).
+double rope_theta_of(const Source& src) {
+  auto parameters = src.object.find("rope_parameters");
+  if (parameters == src.object.end() || parameters->is_null()) {
+    return json_fields::required_number(src, "rope_theta");
+  }
+  if (!parameters->is_object()) fail(src, "rope_parameters", "must be an object");
+  auto type = parameters->find("rope_type");
+  if (type != parameters->end() && *type != "default") {
+    fail(src, "rope_parameters", "has rope_type " + type->dump() + "; RoPE scaling is not implemented");
+  }
+  auto theta = parameters->find("rope_theta");
+  if (theta == parameters->end() || !theta->is_number()) {
+    fail(src, "rope_parameters", "needs a number rope_theta");
+  }
+  return theta->get<double>();
 }
 
 DType dtype_of(const Source& src) {
@@ -85,7 +114,7 @@ ModelConfig parse_or_throw(const Source& src) {
   double eps = json_fields::required_number(src, "rms_norm_eps");
   if (!(eps > 0.0 && eps < 1.0)) fail(src, "rms_norm_eps", "must be in (0, 1)");
   config.rms_norm_eps = static_cast<float>(eps);
-  config.rope_theta = json_fields::required_number(src, "rope_theta");
+  config.rope_theta = rope_theta_of(src);
   if (!(config.rope_theta > 0.0)) fail(src, "rope_theta", "must be positive");
   config.max_position_embeddings = positive_int(src, "max_position_embeddings");
   config.tie_word_embeddings =

@@ -1,5 +1,7 @@
 #include "common/model/safetensors_writer.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/model/tensor_shape.h"
@@ -15,16 +17,27 @@ size_t tensor_bytes(const SafetensorsEntry& entry) {
 
 std::string encode_safetensors_header(std::vector<SafetensorsEntry>& tensors,
                                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (SafetensorsEntry& entry : tensors) {
     entry.begin = offset;
     entry.end = offset + tensor_bytes(entry);
     offset = entry.end;
-    header[entry.name] = {{"dtype", safetensors_dtype_name(entry.dtype)},
-                          {"shape", entry.shape},
-                          {"data_offsets", {entry.begin, entry.end}}};
+  }
+  // The layout of the safetensors library's own writer (what transformers' save_pretrained
+  // produces): metadata first, then the tensors by name, each as dtype, shape, data_offsets.
+  // Same weights then give the same bytes.
+  std::vector<const SafetensorsEntry*> by_name;
+  for (const SafetensorsEntry& entry : tensors) by_name.push_back(&entry);
+  std::sort(by_name.begin(), by_name.end(),
+            [](const SafetensorsEntry* a, const SafetensorsEntry* b) { return a->name < b->name; });
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  for (const SafetensorsEntry* entry : by_name) {
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    fields["dtype"] = safetensors_dtype_name(entry->dtype);
+    fields["shape"] = entry->shape;
+    fields["data_offsets"] = {entry->begin, entry->end};
+    header[entry->name] = std::move(fields);
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');

@@ -1,9 +1,11 @@
 #include "common/model/synthetic_checkpoint.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "common/core/files.h"
@@ -102,7 +104,24 @@ void generate(const SafetensorsEntry& entry, bool is_norm, uint64_t seed, size_t
       threads);
 }
 
+// The safetensors library lays the data out by dtype, then by name; every tensor of a synthetic
+// checkpoint has one dtype, so by name. With that order the file is byte-identical to what
+// transformers' save_pretrained writes for the same weights.
+void sort_by_name(Shard& shard) {
+  std::vector<size_t> order(shard.tensors.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return shard.tensors[a].name < shard.tensors[b].name; });
+  Shard sorted;
+  for (size_t i : order) {
+    sorted.tensors.push_back(std::move(shard.tensors[i]));
+    sorted.is_norm.push_back(shard.is_norm[i]);
+  }
+  shard = std::move(sorted);
+}
+
 Status write_shard(Shard& shard, const fs::path& path, const SyntheticCheckpointOptions& options) {
+  sort_by_name(shard);
   std::string header = encode_safetensors_header(shard.tensors, {{"format", "pt"}});
   fs::path temporary = path;
   temporary += ".tmp";

@@ -84,6 +84,14 @@ ModelUnderTest build_model(const Golden& golden) {
   options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
   Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
   EXPECT_TRUE(written.ok()) << written.status().to_string();
+  // A transformers golden: the checkpoint is the one save_pretrained wrote (the same
+  // model.safetensors bytes; tests/model/transformers_checkpoint_test.py checks the hash), with
+  // transformers' own config.json.
+  if (spec.contains("checkpoint_config")) {
+    std::filesystem::copy_file(
+        std::filesystem::path(PDSERVE_SOURCE_DIR) / spec["checkpoint_config"].get<std::string>(),
+        options.out_dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+  }
   Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
   ModelUnderTest under_test;
   under_test.checkpoint_dir = options.out_dir;
@@ -257,7 +265,8 @@ TEST_P(Qwen3Golden, MixedPrefillAndDecodeBatchIsBitwiseEqualToSoloRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Qwen3Golden,
-                         ::testing::Values("tiny", "hd64_gqa4", "untied", "qwen3_0_6b_2layers"),
+                         ::testing::Values("tiny", "hd64_gqa4", "untied", "qwen3_0_6b_2layers",
+                                           "transformers_qwen3_0_6b_2layers"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace

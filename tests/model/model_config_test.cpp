@@ -109,6 +109,37 @@ TEST_F(ConfigEdits, RefusesUnimplementedFeatures) {
   }
 }
 
+// transformers >= 5 writes rope_parameters and layer_types (the committed config of
+// tests/data/reference/transformers_qwen3_0_6b_2layers.config.json is one such file).
+TEST_F(ConfigEdits, AcceptsTransformers5RopeParametersAndLayerTypes) {
+  Result<ModelConfig> config = load_edited([](nlohmann::json& j) {
+    j.erase("rope_theta");
+    j["rope_parameters"] = {{"rope_theta", 5e5}, {"rope_type", "default"}};
+    j["layer_types"] = nlohmann::json::array();
+    for (int i = 0; i < j["num_hidden_layers"].get<int>(); ++i) j["layer_types"].push_back("full_attention");
+  });
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_EQ(config->rope_theta, 5e5);
+  struct Case {
+    nlohmann::json rope_parameters;
+    nlohmann::json layer_types;
+    const char* key;
+    const char* says;
+  };
+  for (const Case& c : {Case{{{"rope_theta", 1e6}, {"rope_type", "yarn"}}, nullptr, "rope_parameters",
+                             "not implemented"},
+                        Case{{{"rope_type", "default"}}, nullptr, "rope_parameters", "rope_theta"},
+                        Case{"fast", nullptr, "rope_parameters", "object"},
+                        Case{nullptr, {"full_attention", "sliding_attention"}, "layer_types",
+                             "only full_attention"}}) {
+    Result<ModelConfig> edited = load_edited([&](nlohmann::json& j) {
+      if (!c.rope_parameters.is_null()) j["rope_parameters"] = c.rope_parameters;
+      if (!c.layer_types.is_null()) j["layer_types"] = c.layer_types;
+    });
+    expect_error_mentions(edited.status(), {path(), std::string("'") + c.key + "'", c.says});
+  }
+}
+
 TEST_F(ConfigEdits, ValidatesNumbers) {
   struct Case {
     const char* key;

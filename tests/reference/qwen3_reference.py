@@ -75,7 +75,7 @@ def repo_relative(path: str) -> str:
 def write_golden(path: str, golden: dict) -> None:
     """JSON with one prompt position / decode step per line; floats as float64 repr."""
     lines = ["{"]
-    scalar_keys = ["format", "model", "prompt_ids", "probe_ids"]
+    scalar_keys = [key for key in golden if key not in ("prompt_positions", "decode_steps")]
     for key in scalar_keys:
         lines.append(f"  {json.dumps(key)}: {json.dumps(golden[key])},")
     for key, last in (("prompt_positions", False), ("decode_steps", True)):
