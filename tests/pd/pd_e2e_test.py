@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -27,22 +28,7 @@ BUILD = os.environ["PDSERVE_BUILD_DIR"]
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
 CONFIG = os.path.join(SOURCE, "configs/models/qwen3-0.6b/config.json")
 TOKEN = "e2e-secret"
-
-
-def free_port_base():
-    """A base port with the next 400 free (the topologies use base+0..base+301)."""
-    for _ in range(50):
-        # Below Linux's ephemeral range (32768-60999), where the port-0 listeners and outgoing
-        # connections of tests running in parallel could take a probed port before it is used.
-        base = random.randrange(10000, 32000, 1000)
-        try:
-            for offset in (0, 100, 101, 200, 201):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port range")
+AUTH = {"Authorization": "Bearer " + TOKEN}
 
 
 def http(method, url, body=None, headers=None, timeout=60):
@@ -99,36 +85,40 @@ def run_all(base_url, requests):
 
 
 class Cluster:
-    def __init__(self, topology, model, port_offset, ucx_tls, log_dir):
-        self.port_offset = port_offset
-        self.proxy = f"http://127.0.0.1:{topology['proxy']['port'] + port_offset}"
+    """A cluster started by tools/cluster/pdserve-cluster, every process on port 0; the
+    launcher's state file names each one's URL and pid."""
+
+    def __init__(self, topology, model, ucx_tls, log_dir, name):
         self.topology = topology
-        path = os.path.join(log_dir, f"topology-{port_offset}.json")
+        path = os.path.join(log_dir, f"topology-{name}.json")
         with open(path, "w") as handle:
             json.dump(topology, handle)
+        state_file = os.path.join(log_dir, f"state-{name}.json")
         self.process = subprocess.Popen(
             [os.path.join(SOURCE, "tools/cluster/pdserve-cluster"), path, "--model", model,
-             "--build-dir", BUILD, "--port-offset", str(port_offset), "--ucx-tls", ucx_tls,
-             "--log-dir", os.path.join(log_dir, f"logs-{port_offset}")],
+             "--build-dir", BUILD, "--ucx-tls", ucx_tls, "--log-dir", os.path.join(log_dir, f"logs-{name}"),
+             "--state-file", state_file],
             stdout=subprocess.PIPE, text=True, env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
         line = self.process.stdout.readline()
         while line and "ready" not in line:
             line = self.process.stdout.readline()
         if "ready" not in line:
             raise AssertionError(f"the cluster did not start; logs in {log_dir}")
+        with open(state_file) as handle:
+            self.state = json.load(handle)
+        self.proxy = self.state["proxy"]["url"]
 
     def url(self, role, index):
-        return f"http://127.0.0.1:{self.topology[role][index]['port'] + self.port_offset}"
+        return self.state[f"{role}-{index}"]["url"]
+
+    def pid(self, role, index):
+        return self.state[f"{role}-{index}"]["pid"]
+
+    def pid_of_url(self, url):
+        return next(entry["pid"] for entry in self.state.values() if entry["url"] == url)
 
     def nodes(self):
-        return json.loads(http("GET", self.proxy + "/cluster")[1])["nodes"]
-
-    def pids(self):
-        # The launcher's children, by their --port argument.
-        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.process.pid)],
-                             capture_output=True, text=True).stdout
-        return {line.split("--port ")[1].split()[0]: int(line.split()[0])
-                for line in out.splitlines() if "--port " in line}
+        return json.loads(http("GET", self.proxy + "/cluster", headers=AUTH)[1])["nodes"]
 
     def stop(self):
         self.process.send_signal(signal.SIGINT)
@@ -141,11 +131,12 @@ class Cluster:
 
 
 def topology(prefill, decode, extra=(), prefill_args=()):
-    return {"proxy": {"port": 8000},
+    """Every process on port 0 (the launcher reads the address each one reports)."""
+    return {"proxy": {"port": 0},
             "node_args": ["--kv-cache-memory-gib", "0.25", "--threads", "1", "--max-model-len", "4096",
                           "--kv-transfer-timeout-ms", "10000"] + list(extra),
-            "prefill": [{"port": 8100 + i, "args": list(prefill_args)} for i in range(prefill)],
-            "decode": [{"port": 8200 + i} for i in range(decode)]}
+            "prefill": [{"port": 0, "args": list(prefill_args)} for _ in range(prefill)],
+            "decode": [{"port": 0} for _ in range(decode)]}
 
 
 def check_no_blocks_in_use(cluster, roles=("decode", "prefill")):
@@ -175,14 +166,17 @@ def expect_same(reference, got, what):
 
 
 def reference_answers(model, requests, log_dir):
-    port = free_port_base() + 7000
-    node = subprocess.Popen([os.path.join(BUILD, "decode_node/pdserve-decode"), "--model", model, "--port",
-                             str(port), "--threads", "1", "--kv-cache-memory-gib", "0.25"],
+    """The answers of a colocated pdserve-decode (port 0) to `requests`."""
+    node = subprocess.Popen([os.path.join(BUILD, "decode_node/pdserve-decode"), "--model", model, "--port", "0",
+                             "--threads", "1", "--kv-cache-memory-gib", "0.25"],
                             stdout=subprocess.PIPE, stderr=open(os.path.join(log_dir, "colocated.log"), "w"),
                             text=True)
     try:
-        node.stdout.readline()
-        return run_all(f"http://127.0.0.1:{port}", requests)
+        line = node.stdout.readline()
+        url = re.search(r" on (http://\S+) ", line)
+        if url is None:
+            raise AssertionError(f"the colocated node did not start: {line!r}")
+        return run_all(url.group(1), requests)
     finally:
         node.send_signal(signal.SIGTERM)
         node.wait(timeout=30)
@@ -191,8 +185,8 @@ def reference_answers(model, requests, log_dir):
 def phase_transport(model, log_dir, ucx_tls, kv_layerwise):
     requests = workload(1, 32)
     reference = reference_answers(model, requests, log_dir)
-    cluster = Cluster(topology(1, 1, prefill_args=["--kv-layerwise", kv_layerwise]), model,
-                      free_port_base(), ucx_tls, log_dir)
+    cluster = Cluster(topology(1, 1, prefill_args=["--kv-layerwise", kv_layerwise]), model, ucx_tls, log_dir,
+                      ucx_tls)
     try:
         got = run_all(cluster.proxy, requests)
         expect_same(reference, got, f"1P1D over UCX {ucx_tls}, KV layer-wise {kv_layerwise}, 32 concurrent")
@@ -209,7 +203,7 @@ def phase_transport(model, log_dir, ucx_tls, kv_layerwise):
 def phase_2p2d(model, log_dir):
     requests = workload(2, 32, shared_prefix=64)
     reference = reference_answers(model, requests, log_dir)
-    cluster = Cluster(topology(2, 2), model, free_port_base(), "tcp", log_dir)
+    cluster = Cluster(topology(2, 2), model, "tcp", log_dir, "2p2d")
     try:
         # Two requests alone first, so each decode node has the shared prompt cached.
         got = run_all(cluster.proxy, requests[:1]) + run_all(cluster.proxy, requests[1:2])
@@ -285,8 +279,7 @@ def faults(cluster, requests, reference):
     print("ok: clients that left mid-flight left no KV block in use", flush=True)
 
     # A prefill node dies: the decode node tries the next one.
-    pids = cluster.pids()
-    os.kill(pids[str(8100 + cluster.port_offset)], signal.SIGKILL)
+    os.kill(cluster.pid("prefill", 0), signal.SIGKILL)
     got = run_all(proxy, requests[:8])
     expect_same(reference[:8], got, "after kill -9 of a prefill node")
 
@@ -302,7 +295,7 @@ def faults(cluster, requests, reference):
             raise AssertionError("the streams ended before the decode node could be killed")
         victim_url = busiest["url"]
         killed_at = time.monotonic()
-        os.kill(pids[victim_url.rsplit(":", 1)[1]], signal.SIGKILL)
+        os.kill(cluster.pid_of_url(victim_url), signal.SIGKILL)
         outcomes = [s.result(timeout=150) for s in streams]
     errors = [error for _, error in outcomes if error is not None]
     if not errors:

@@ -17,14 +17,16 @@ Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase (or "all
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pd_e2e_test import (BUILD, TOKEN, complete, expect_same, free_port_base, http,  # noqa: E402
+from pd_e2e_test import (BUILD, TOKEN, complete, expect_same, http,  # noqa: E402
                          make_model, metric, reference_answers, run_all)
 
 AUTH = {"Authorization": "Bearer " + TOKEN}
@@ -33,17 +35,36 @@ NODE_ARGS = ["--threads", "1", "--kv-cache-memory-gib", "0.25", "--max-model-len
 
 
 class Processes:
-    """Started processes, each logging to DIR/NAME.log; all stopped on exit."""
+    """Started processes on port 0, each logging to DIR/NAME.log; all stopped on exit."""
+
+    LISTENING = re.compile(r"pdserve-(?:proxy: listening on|prefill: prefilling \S+ on|decode: serving \S+ on) "
+                           r"(http://\S+)")
 
     def __init__(self, log_dir):
         self.log_dir = log_dir
         self.running = {}
 
     def start(self, name, command):
+        """Starts `command` (which must listen on port 0); returns the URL it announces."""
         log = open(os.path.join(self.log_dir, name + ".log"), "w")
-        self.running[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                              env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
-        return self.running[name]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
+                                   env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
+        self.running[name] = process
+        url = []
+
+        def copy_stdout():
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                match = self.LISTENING.match(line)
+                if match and not url:
+                    url.append(match.group(1))
+
+        threading.Thread(target=copy_stdout, daemon=True).start()
+        wait_for(f"{name} to listen", lambda: url or process.poll() is not None, timeout=60)
+        if not url:
+            raise AssertionError(f"{name} exited with {process.returncode} before listening")
+        return url[0]
 
     def stop_all(self):
         for process in self.running.values():
@@ -70,7 +91,7 @@ def wait_for(what, predicate, timeout=120):
 
 
 def cluster_nodes(proxy):
-    return json.loads(http("GET", proxy + "/cluster")[1])["nodes"]
+    return json.loads(http("GET", proxy + "/cluster", headers=AUTH)[1])["nodes"]
 
 
 def node_id(proxy, url):
@@ -80,19 +101,15 @@ def node_id(proxy, url):
     return None
 
 
-def start_proxy(processes, name, port):
-    processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", str(port)])
-    proxy = f"http://127.0.0.1:{port}"
-    wait_for("the proxy", lambda: http("GET", proxy + "/health")[0] == 200, timeout=30)
-    return proxy
+def start_proxy(processes, name):
+    return processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0"])
 
 
-def start_node(processes, name, role, model, port, proxy, extra=()):
+def start_node(processes, name, role, model, proxy, extra=()):
     """Starts a node with --proxy; returns (url, id) once the proxy routes to it."""
     binary = os.path.join(BUILD, f"{'decode' if role == 'decode' else 'prefill'}_node/pdserve-{role}")
-    processes.start(name, [binary, "--model", model, "--port", str(port), "--proxy", proxy] + NODE_ARGS +
-                    list(extra))
-    url = f"http://127.0.0.1:{port}"
+    url = processes.start(name, [binary, "--model", model, "--port", "0", "--proxy", proxy] + NODE_ARGS +
+                          list(extra))
     wait_for(f"{name} to register", lambda: node_id(proxy, url) is not None)
     return url, node_id(proxy, url)
 
@@ -131,14 +148,11 @@ def check_advice(proxy, minimum_requests):
 def phase_scale(model, log_dir):
     requests = fixed_requests()
     reference = reference_answers(model, requests, log_dir)
-    base = free_port_base()
     processes = Processes(log_dir)
     try:
-        proxy = start_proxy(processes, "proxy", base)
-        prefill0, prefill0_id = start_node(processes, "prefill-0", "prefill", model, base + 100, proxy,
-                                           ["--exit-when-drained"])
-        decode0, decode0_id = start_node(processes, "decode-0", "decode", model, base + 200, proxy,
-                                         ["--exit-when-drained"])
+        proxy = start_proxy(processes, "proxy")
+        prefill0, prefill0_id = start_node(processes, "prefill-0", "prefill", model, proxy, ["--exit-when-drained"])
+        decode0, decode0_id = start_node(processes, "decode-0", "decode", model, proxy, ["--exit-when-drained"])
         result = os.path.join(log_dir, "bench.json")
         bench = subprocess.Popen(
             [os.path.join(BUILD, "bench/serving/pdserve-bench-serving"), "--base-url", proxy,
@@ -147,8 +161,8 @@ def phase_scale(model, log_dir):
             stdout=open(os.path.join(log_dir, "bench.log"), "w"), stderr=subprocess.STDOUT)
         wait_for("the first nodes to get work", lambda: work_done(decode0) > 0 and work_done(prefill0) > 0)
 
-        prefill1, _ = start_node(processes, "prefill-1", "prefill", model, base + 101, proxy)
-        decode1, _ = start_node(processes, "decode-1", "decode", model, base + 201, proxy)
+        prefill1, _ = start_node(processes, "prefill-1", "prefill", model, proxy)
+        decode1, _ = start_node(processes, "decode-1", "decode", model, proxy)
         wait_for("the nodes that joined to get work", lambda: work_done(decode1) > 0 and work_done(prefill1) > 0)
         if bench.poll() is not None:
             raise AssertionError("the benchmark ended before the first nodes could be drained; make it longer")
@@ -191,12 +205,11 @@ def phase_scale(model, log_dir):
 
 
 def phase_backpressure(model, log_dir):
-    base = free_port_base()
     processes = Processes(log_dir)
     try:
-        proxy = start_proxy(processes, "bp-proxy", base)
-        prefill, _ = start_node(processes, "bp-prefill", "prefill", model, base + 100, proxy)
-        decode, _ = start_node(processes, "bp-decode", "decode", model, base + 200, proxy, ["--max-num-seqs", "2"])
+        proxy = start_proxy(processes, "bp-proxy")
+        prefill, _ = start_node(processes, "bp-prefill", "prefill", model, proxy)
+        decode, _ = start_node(processes, "bp-decode", "decode", model, proxy, ["--max-num-seqs", "2"])
         request = {"prompt": list(range(2000, 2040)), "max_tokens": 48, "temperature": 0, "ignore_eos": True}
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
             answers = list(pool.map(lambda _: http("POST", proxy + "/v1/completions", request, timeout=120),
