@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/protocol/chat_prompt.h"
 #include "common/protocol/openai_error.h"
@@ -297,8 +298,8 @@ struct ApiServer::Generation {
 };
 
 ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
-                     const ChatTemplate& chat_template)
-    : service_(service), tokenizer_(tokenizer), chat_template_(chat_template) {}
+                     const ChatTemplate& chat_template, ApiOptions options)
+    : service_(service), tokenizer_(tokenizer), chat_template_(chat_template), options_(options) {}
 
 void ApiServer::register_routes(http::Router& router) {
   router.add("POST", "/v1/completions",
@@ -486,11 +487,17 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());
+  const bool strict = options_.strict_request_fields;
   ApiResult<GenerationRequest> parsed =
-      chat ? parse_chat_completion_request(body.value(), model.vocab_size)
-           : parse_completion_request(body.value(), model.vocab_size);
+      chat ? parse_chat_completion_request(body.value(), model.vocab_size, strict)
+           : parse_completion_request(body.value(), model.vocab_size, strict);
   if (!parsed.ok()) return reject(parsed.error());
   GenerationRequest& req = parsed.value();
+  if (!req.ignored_fields.empty()) {
+    std::string names;
+    for (const std::string& field : req.ignored_fields) names += (names.empty() ? "" : ", ") + field;
+    PDS_LOG_INFO("ignored request fields (--strict-request-fields refuses them): " + names);
+  }
   if (!req.model.empty() && req.model != model.name) return reject(model_not_found(req.model));
   if (req.echo && req.sampling.want_logprobs) {
     return reject(invalid_request(

@@ -35,13 +35,18 @@
 
 namespace pdserve {
 
+struct ApiOptions {
+  // Unknown request fields: a 400 (true) or ignored with one log line (false, as vLLM).
+  bool strict_request_fields = false;
+};
+
 class ApiServer {
  public:
   // The service, tokenizer and template must outlive the server and its routes, and the
   // service must be stopped (no sink running or left to run) before the server is destroyed:
   // the sinks of requests in flight call into it.
   ApiServer(InferenceService& service, const Tokenizer& tokenizer,
-            const ChatTemplate& chat_template);
+            const ChatTemplate& chat_template, ApiOptions options = {});
 
   void register_routes(http::Router& router);
 
@@ -72,6 +77,7 @@ class ApiServer {
   InferenceService& service_;
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
+  const ApiOptions options_;
   metrics::Registry metrics_;
   RequestHook request_hook_;
   http::TraceIdGenerator trace_ids_;

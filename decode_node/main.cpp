@@ -22,6 +22,7 @@ struct Options {
   bool kv_transfer = false;
   int local_prefill_max_tokens = 0;
   int prefill_timeout_ms = 120'000;
+  ApiOptions api;
 };
 
 Status run(const Options& options) {
@@ -32,7 +33,7 @@ Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(
       ChatTemplate chat_template,
       ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
-  ApiServer api(*node->engine, node->tokenizer, chat_template);
+  ApiServer api(*node->engine, node->tokenizer, chat_template, options.api);
   if (disaggregated) {
     RemotePrefillPolicy policy;
     policy.cluster_token = options.node.cluster_token;
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
                  "Deadline for a prefill node's first token")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
+  app.add_flag("--strict-request-fields", options.api.strict_request_fields,
+               "Refuse requests with unknown fields (400) instead of ignoring them with a log line");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

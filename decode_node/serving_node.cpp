@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/core/log.h"
+#include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
 
 namespace pdserve {
@@ -173,6 +174,9 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
                             const std::string& role, ServingNode& node, http::Router router,
                             const std::function<void(uint16_t port)>& announce) {
+  const ModelInfo& model = node.engine->model_info();
+  OpenApiFacts facts{{model.name}, model.vocab_size};
+  http::add_openapi_route(router, [facts] { return facts; });
   Result<std::unique_ptr<http::HttpServer>> server =
       http::HttpServer::start(http_server_options(options), std::move(router));
   if (!server.ok()) {

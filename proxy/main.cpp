@@ -14,6 +14,7 @@
 #include "common/core/log.h"
 #include "common/core/shutdown_signals.h"
 #include "common/http/http_server.h"
+#include "common/http/openapi_route.h"
 #include "proxy/node_registry.h"
 #include "proxy/proxy_server.h"
 
@@ -68,6 +69,9 @@ Status run(const Options& options) {
   }
   http::Router router;
   proxy.register_routes(router);
+  http::add_openapi_route(router, [&registry] {
+    return OpenApiFacts{registry.decode_models(std::chrono::steady_clock::now()), std::nullopt};
+  });
   http::ServerOptions server_options;
   server_options.host = options.host;
   server_options.port = static_cast<uint16_t>(options.port);

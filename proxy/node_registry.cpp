@@ -208,6 +208,17 @@ void NodeRegistry::end_request(const std::string& decode_id, const std::string& 
   }
 }
 
+std::vector<std::string> NodeRegistry::decode_models(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  std::set<std::string> models;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role == NodeRole::kDecode && !node.model.empty() && routable(node, now)) {
+      models.insert(node.model);
+    }
+  }
+  return {models.begin(), models.end()};
+}
+
 bool NodeRegistry::has_node(NodeRole role, Clock::time_point now) {
   std::lock_guard lock(mutex_);
   return std::ranges::any_of(nodes_, [&](const auto& entry) {

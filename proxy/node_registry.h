@@ -95,6 +95,8 @@ class NodeRegistry {
                    int64_t prompt_tokens);
 
   bool has_node(NodeRole role, Clock::time_point now);
+  // The distinct model names of the routable decode nodes (static nodes name none).
+  std::vector<std::string> decode_models(Clock::time_point now);
   // The routable nodes of one role, summed (GET /cluster/advice).
   PoolLoad pool_load(NodeRole role, Clock::time_point now);
   // GET /cluster.

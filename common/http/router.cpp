@@ -33,4 +33,12 @@ RouteMatch Router::match(std::string_view method, std::string_view path) const {
   return result;
 }
 
+std::vector<std::pair<std::string, std::string>> Router::routes() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [path, methods] : routes_) {
+    for (const auto& [method, handler] : methods) out.emplace_back(method, path);
+  }
+  return out;
+}
+
 }  // namespace pdserve::http

@@ -45,8 +45,25 @@ std::string number_text(double value) {
   return number.dump();
 }
 
-// Stores a JSON integer in `out`; false for values above INT64_MAX (kept as unsigned).
+// JSON Schema's integer: a number without a fractional part, 16 as well as 16.0 (pydantic's
+// lax mode, which vLLM validates with, accepts both too).
+bool is_integral(const Json& value) {
+  if (value.is_number_integer()) return true;
+  if (!value.is_number_float()) return false;
+  const double number = value.get<double>();
+  return std::isfinite(number) && std::floor(number) == number;
+}
+
+// An integral JSON number as int64; false when it does not fit (above INT64_MAX, which JSON
+// keeps as unsigned, or a float outside the int64 range).
 bool fits_int64(const Json& integer, int64_t& out) {
+  if (integer.is_number_float()) {
+    const double number = integer.get<double>();
+    // 2^63 is exactly representable; every double below it converts without overflow.
+    if (!(number >= -9223372036854775808.0 && number < 9223372036854775808.0)) return false;
+    out = static_cast<int64_t>(number);
+    return true;
+  }
   if (integer.is_number_unsigned() &&
       integer.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return false;
@@ -114,18 +131,24 @@ class ObjectReader {
     return checked_integer(*value, param(key), min, max, allowed);
   }
 
-  // Fields that were not read.
+  // Fields that were not read: a 400 naming the first.
   void reject_unread() const {
-    for (auto it = object_.begin(); it != object_.end(); ++it) {
-      if (!read_.contains(it.key())) {
-        fail("Unrecognized request argument supplied: " + param(it.key()), param(it.key()));
-      }
+    for (const std::string& key : unread()) {
+      fail("Unrecognized request argument supplied: " + param(key), param(key));
     }
+  }
+
+  std::vector<std::string> unread() const {
+    std::vector<std::string> keys;
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!read_.contains(it.key())) keys.push_back(it.key());
+    }
+    return keys;
   }
 
   static int64_t checked_integer(const Json& value, const std::string& param, int64_t min,
                                  int64_t max, const char* allowed) {
-    if (!value.is_number_integer()) fail_type(param, "an integer", value);
+    if (!is_integral(value)) fail_type(param, "an integer", value);
     int64_t number = 0;
     bool in_range = fits_int64(value, number) && number >= min && number <= max;
     if (!in_range) {
@@ -145,7 +168,7 @@ class ObjectReader {
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 int32_t token_id(const Json& value, const std::string& param, int vocab_size) {
-  if (!value.is_number_integer()) fail_type(param, "an integer token id", value);
+  if (!is_integral(value)) fail_type(param, "an integer token id", value);
   int64_t id = 0;
   if (!fits_int64(value, id) || id < 0 || id >= vocab_size) {
     fail("Invalid value for '" + param + "': token id " + value.dump() +
@@ -178,7 +201,7 @@ std::vector<Prompt> read_prompts(const Json& prompt, int vocab_size) {
   if (!prompt.is_array()) fail_type("prompt", kShapes, prompt);
   if (prompt.empty()) fail("Invalid value for 'prompt': the list of prompts is empty.", "prompt");
   const Json& first = prompt[0];
-  if (first.is_number_integer()) return {Prompt{{}, token_ids(prompt, "prompt", vocab_size), true}};
+  if (is_integral(first)) return {Prompt{{}, token_ids(prompt, "prompt", vocab_size), true}};
   if (!first.is_string() && !first.is_array()) fail_type("prompt", kShapes, prompt);
   std::vector<Prompt> prompts;
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -259,9 +282,14 @@ void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vo
   }
   if (const Json* seed = reader.get("seed")) {
     // Any 64-bit integer; negative seeds are taken modulo 2^64.
-    if (!seed->is_number_integer()) fail_type("seed", "an integer", *seed);
-    sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                               : static_cast<uint64_t>(seed->get<int64_t>());
+    int64_t value = 0;
+    if (seed->is_number_unsigned()) {
+      sampling.seed = seed->get<uint64_t>();
+    } else if (is_integral(*seed) && fits_int64(*seed, value)) {
+      sampling.seed = static_cast<uint64_t>(value);
+    } else {
+      fail_type("seed", "an integer", *seed);
+    }
   }
   if (auto v = reader.integer("min_tokens", 0, kIntMax, ">= 0")) {
     sampling.min_tokens = static_cast<int>(*v);
@@ -473,6 +501,16 @@ ApiResult<T> capture_api_error(Fn&& fn) {
   }
 }
 
+// Unknown top-level fields: a 400 in strict mode; otherwise ignored and listed for the server's
+// log line, as vLLM does, so that clients on newer SDKs keep working.
+void finish_top_level(const ObjectReader& reader, GenerationRequest& request, bool strict_fields) {
+  if (strict_fields) {
+    reader.reject_unread();
+  } else {
+    request.ignored_fields = reader.unread();
+  }
+}
+
 void require_object(const Json& body) {
   if (!body.is_object()) {
     fail("The request body must be a JSON object, got " + type_name(body) + ".", "");
@@ -525,7 +563,7 @@ ApiResult<nlohmann::ordered_json> parse_json_body(std::string_view body) {
 }
 
 ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_json& body,
-                                                      int vocab_size) {
+                                                      int vocab_size, bool strict_fields) {
   return capture_api_error<GenerationRequest>([&]() -> GenerationRequest {
     require_object(body);
     GenerationRequest request;
@@ -542,13 +580,13 @@ ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_js
     reader.integer("best_of", 1, 1, "1 (best_of is not supported)");
     if (reader.get("suffix") != nullptr)
       fail("'suffix' is not supported by this server.", "suffix");
-    reader.reject_unread();
+    finish_top_level(reader, request, strict_fields);
     return request;
   });
 }
 
 ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::ordered_json& body,
-                                                           int vocab_size) {
+                                                           int vocab_size, bool strict_fields) {
   return capture_api_error<GenerationRequest>([&]() -> GenerationRequest {
     require_object(body);
     GenerationRequest request;
@@ -576,7 +614,7 @@ ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::order
     reader.boolean("parallel_tool_calls");
     read_chat_template_kwargs(reader, request);
     reject_unless_neutral(reader);
-    reader.reject_unread();
+    finish_top_level(reader, request, strict_fields);
     return request;
   });
 }

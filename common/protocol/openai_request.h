@@ -84,6 +84,7 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only
   std::string user;
+  std::vector<std::string> ignored_fields;  // unknown top-level fields (not strict)
 
   // The final SamplingParams: requested values, then generation_config defaults (vLLM's rule),
   // with the given max_tokens (from resolve_max_tokens). 400 when the result is invalid.
@@ -95,11 +96,14 @@ struct GenerationRequest {
 // that is not a JSON object -> 400 naming the byte position where possible.
 ApiResult<nlohmann::ordered_json> parse_json_body(std::string_view body);
 
-// Validates a parsed body. vocab_size bounds prompt token ids and stop_token_ids.
+// Validates a parsed body. vocab_size bounds prompt token ids and stop_token_ids. Unknown
+// top-level fields go to GenerationRequest::ignored_fields, or with strict_fields are a 400
+// (unknown fields inside messages, tools or stream_options always are).
 ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_json& body,
-                                                      int vocab_size);
+                                                      int vocab_size, bool strict_fields = false);
 ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::ordered_json& body,
-                                                           int vocab_size);
+                                                           int vocab_size,
+                                                           bool strict_fields = false);
 
 // The max_tokens to generate for one prompt of prompt_tokens tokens in a model of
 // max_model_len tokens (vLLM's rules and messages):

@@ -270,9 +270,9 @@ std::optional<double> metric_value(const std::string& body, const std::string& s
 
 class ApiServerTest : public ::testing::Test {
  protected:
-  void start(std::vector<std::string> script) {
+  void start(std::vector<std::string> script, ApiOptions options = {}) {
     service_ = std::make_unique<FakeService>(std::move(script));
-    api_ = std::make_unique<ApiServer>(*service_, tokenizer(), chat_template());
+    api_ = std::make_unique<ApiServer>(*service_, tokenizer(), chat_template(), options);
     http::Router router;
     api_->register_routes(router);
     server_ = http::HttpServer::start({}, std::move(router)).value();
@@ -417,7 +417,8 @@ TEST_F(ApiServerTest, ErrorPaths) {
   const std::vector<Case> cases = {
       {"/v1/completions", R"({"prompt": "a",)", 400, ""},
       {"/v1/completions", R"({"prompt": 5})", 400, "prompt"},
-      {"/v1/completions", R"({"prompt": "a", "temprature": 1})", 400, ""},
+      {"/v1/completions", R"({"prompt": "a", "stream": true, "stream_options": {"usage": true}})",
+       400, "stream_options.usage"},
       {"/v1/completions", R"({"prompt": "a", "model": "other"})", 404, "model_not_found"},
       {"/v1/completions", R"({"prompt": "a", "max_tokens": 1000})", 400, ""},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
@@ -432,6 +433,21 @@ TEST_F(ApiServerTest, ErrorPaths) {
           << response.body();
     }
   }
+  EXPECT_TRUE(service_->submitted().empty());
+}
+
+// vLLM's default: an unknown top-level field is ignored and the request served;
+// --strict-request-fields refuses it, naming the field.
+TEST_F(ApiServerTest, UnknownTopLevelFieldIsServedUnlessStrict) {
+  const std::string body = R"({"prompt": "a", "max_tokens": 1, "temprature": 1})";
+  start({"x"});
+  EXPECT_EQ(post("/v1/completions", body).result_int(), 200);
+  EXPECT_EQ(service_->submitted().size(), 1u);
+  server_->stop();
+  start({"x"}, ApiOptions{.strict_request_fields = true});
+  auto refused = post("/v1/completions", body);
+  EXPECT_EQ(refused.result_int(), 400);
+  EXPECT_EQ(Json::parse(refused.body())["error"]["param"], "temprature") << refused.body();
   EXPECT_TRUE(service_->submitted().empty());
 }
 

@@ -188,8 +188,8 @@ TEST(CompletionRequest, Errors) {
       {R"({"prompt": "x", "max_tokens": -5})", "max_tokens", "out of range"},
       {R"({"prompt": "x", "max_tokens": 10000000000})", "max_tokens", "out of range"},
       {R"({"prompt": "x", "max_tokens": 99999999999999999999})", "max_tokens",
-       "Invalid type for 'max_tokens'"},  // beyond 64 bits: parsed as a float
-      {R"({"prompt": "x", "max_tokens": 5.0})", "max_tokens",
+       "out of range"},  // beyond 64 bits: parsed as the integral float 1e20
+      {R"({"prompt": "x", "max_tokens": 5.5})", "max_tokens",
        "expected an integer, but got a number instead"},
       {R"({"prompt": "x", "max_tokens": "5"})", "max_tokens", "but got a string instead"},
       {R"({"prompt": "x", "min_tokens": -1})", "min_tokens", "out of range"},
@@ -245,6 +245,40 @@ TEST(CompletionRequest, Errors) {
       {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias", "expected an object"},
   };
   for (const ErrorCase& c : cases) {
+    expect_error(parse_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true), c);
+  }
+}
+
+// vLLM's default: unknown top-level fields are ignored (and logged by the server), so clients on
+// newer SDKs keep working; unknown fields inside the request's objects stay errors.
+TEST(CompletionRequest, UnknownTopLevelFieldsAreIgnoredUnlessStrict) {
+  GenerationRequest request =
+      completion(R"({"prompt": "x", "store": true, "metadata": {"a": 1}, "temprature": 0.5})");
+  EXPECT_EQ(request.ignored_fields, (std::vector<std::string>{"store", "metadata", "temprature"}));
+  EXPECT_FALSE(request.requested_defaults.temperature);
+  expect_error(parse_completion_request(Json::parse(R"({"prompt": "x", "store": true})"), kVocab, true),
+               {"", "store", "Unrecognized request argument supplied: store"});
+  expect_error(parse_completion_request(
+                   Json::parse(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})"),
+                   kVocab),
+               {"", "stream_options.usage", "Unrecognized"});
+}
+
+// JSON Schema's integer (and pydantic's lax mode): 16.0 is the integer 16; 16.5 is not.
+TEST(CompletionRequest, IntegralNumbersAreIntegers) {
+  GenerationRequest request = completion(
+      R"({"prompt": [5.0, 7], "max_tokens": 16.0, "n": 2.0, "seed": -3.0, "stop_token_ids": [9.0]})");
+  EXPECT_EQ(request.prompts[0].token_ids, (std::vector<int32_t>{5, 7}));
+  EXPECT_EQ(request.max_tokens, 16);
+  EXPECT_EQ(request.n, 2);
+  EXPECT_EQ(request.sampling.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(request.sampling.stop_token_ids, (std::vector<int32_t>{9}));
+  for (const ErrorCase& c : std::vector<ErrorCase>{
+           {R"({"prompt": "x", "max_tokens": 16.5})", "max_tokens", "expected an integer"},
+           {R"({"prompt": [5.5]})", "prompt", "expected a string, an array"},
+           {R"({"prompt": [5, 7.25]})", "prompt[1]", "expected an integer token id"},
+           {R"({"prompt": "x", "seed": 1e30})", "seed", "expected an integer"},
+           {R"({"prompt": "x", "n": 1e300})", "n", "out of range"}}) {
     expect_error(parse_completion_request(Json::parse(c.body), kVocab), c);
   }
 }
@@ -401,7 +435,7 @@ TEST(ChatRequest, Errors) {
       {with(R"("n": 1000)"), "n", "out of range"},
   };
   for (const ErrorCase& c : cases) {
-    expect_error(parse_chat_completion_request(Json::parse(c.body), kVocab), c);
+    expect_error(parse_chat_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true), c);
   }
 }
 

@@ -1,0 +1,15 @@
+// GET /openapi.json: the public operations of the routes registered so far, described by
+// common/protocol/openapi.json. Register it last.
+#pragma once
+
+#include <functional>
+
+#include "common/http/router.h"
+#include "common/protocol/openapi.h"
+
+namespace pdserve::http {
+
+// `facts` is asked on every request (a proxy learns its model names as nodes register).
+void add_openapi_route(Router& router, std::function<OpenApiFacts()> facts);
+
+}  // namespace pdserve::http
