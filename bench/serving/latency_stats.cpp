@@ -26,14 +26,26 @@ double percentile(std::span<const double> samples, double percent) {
   return sorted_percentile(sorted, percent);
 }
 
+double mean(std::span<const double> samples) {
+  if (samples.empty()) return 0;
+  return std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
+}
+
+double standard_deviation(std::span<const double> samples) {
+  if (samples.empty()) return 0;
+  const double average = mean(samples);
+  double squares = 0;
+  for (double sample : samples) squares += (sample - average) * (sample - average);
+  return std::sqrt(squares / static_cast<double>(samples.size()));
+}
+
 LatencySummary summarize(std::span<const double> samples) {
   LatencySummary summary;
   if (samples.empty()) return summary;
   std::vector<double> sorted(samples.begin(), samples.end());
   std::sort(sorted.begin(), sorted.end());
   summary.count = sorted.size();
-  summary.mean =
-      std::accumulate(sorted.begin(), sorted.end(), 0.0) / static_cast<double>(sorted.size());
+  summary.mean = mean(sorted);
   summary.p50 = sorted_percentile(sorted, 50);
   summary.p90 = sorted_percentile(sorted, 90);
   summary.p99 = sorted_percentile(sorted, 99);

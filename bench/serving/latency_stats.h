@@ -19,6 +19,10 @@ struct LatencySummary {
 // `percent` in [0, 100]; `samples` need not be sorted. An empty span gives 0.
 double percentile(std::span<const double> samples, double percent);
 
+// numpy.mean and numpy.std (population, ddof 0); 0 for an empty span, as vLLM reports it.
+double mean(std::span<const double> samples);
+double standard_deviation(std::span<const double> samples);
+
 // All fields 0 (count included) for an empty span.
 LatencySummary summarize(std::span<const double> samples);
 

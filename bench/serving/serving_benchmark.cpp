@@ -1,11 +1,18 @@
 #include "bench/serving/serving_benchmark.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <optional>
+#include <sstream>
+#include <string_view>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -57,10 +64,46 @@ asio::awaitable<void> worker(const Endpoint& endpoint, const StreamRequest& prot
 
 }  // namespace
 
+namespace {
+
+// (E2E - TTFT) / (tokens - 1) in ms; 0 for a one-token output, as vLLM counts it for goodput.
+double tpot_ms_of(const RequestOutcome& outcome) {
+  if (outcome.output_tokens <= 1) return 0;
+  return (outcome.e2e_s - outcome.ttft_s) / (outcome.output_tokens - 1) * 1e3;
+}
+
+bool within(const std::optional<double>& objective_ms, double value_ms) {
+  return !objective_ms || value_ms <= *objective_ms;
+}
+
+// Milliseconds over the completed requests; TPOT over those with more than one token.
+struct LatencySamples {
+  std::vector<double> ttft, tpot, itl, e2el;
+
+  explicit LatencySamples(const std::vector<RequestOutcome>& outcomes) {
+    for (const RequestOutcome& outcome : outcomes) {
+      if (!outcome.success) continue;
+      ttft.push_back(outcome.ttft_s * 1e3);
+      e2el.push_back(outcome.e2e_s * 1e3);
+      if (outcome.output_tokens > 1) tpot.push_back(tpot_ms_of(outcome));
+      for (double gap : outcome.itl_s) itl.push_back(gap * 1e3);
+    }
+  }
+
+  // `name` is one of kLatencyMetricNames.
+  const std::vector<double>& of(std::string_view name) const {
+    if (name == "ttft") return ttft;
+    if (name == "tpot") return tpot;
+    if (name == "itl") return itl;
+    return e2el;
+  }
+};
+
+}  // namespace
+
 void summarize_outcomes(BenchmarkResult& result, const Slo& slo) {
   result.completed = result.failed = result.good = 0;
   result.total_input_tokens = result.total_output_tokens = 0;
-  std::vector<double> ttft, tpot, itl, e2e;
   double last_end = 0;
   for (const RequestOutcome& outcome : result.outcomes) {
     last_end = std::max(last_end, outcome.start_s + outcome.e2e_s);
@@ -71,28 +114,112 @@ void summarize_outcomes(BenchmarkResult& result, const Slo& slo) {
     ++result.completed;
     result.total_input_tokens += outcome.prompt_tokens;
     result.total_output_tokens += outcome.output_tokens;
-    ttft.push_back(outcome.ttft_s * 1e3);
-    e2e.push_back(outcome.e2e_s * 1e3);
-    const bool has_tpot = outcome.output_tokens > 1;
-    const double tpot_ms =
-        has_tpot ? (outcome.e2e_s - outcome.ttft_s) / (outcome.output_tokens - 1) * 1e3 : 0;
-    if (has_tpot) tpot.push_back(tpot_ms);
-    const bool ttft_ok = slo.ttft_ms <= 0 || outcome.ttft_s * 1e3 <= slo.ttft_ms;
-    const bool tpot_ok = slo.tpot_ms <= 0 || tpot_ms <= slo.tpot_ms;  // one token: no TPOT
-    if (ttft_ok && tpot_ok) ++result.good;
-    for (double gap : outcome.itl_s) itl.push_back(gap * 1e3);
+    if (within(slo.ttft_ms, outcome.ttft_s * 1e3) && within(slo.tpot_ms, tpot_ms_of(outcome)) &&
+        within(slo.e2el_ms, outcome.e2e_s * 1e3)) {
+      ++result.good;
+    }
   }
   result.duration_s = last_end;
   if (last_end > 0) {
     result.request_throughput = result.completed / last_end;
     result.input_throughput = static_cast<double>(result.total_input_tokens) / last_end;
     result.output_throughput = static_cast<double>(result.total_output_tokens) / last_end;
+    result.total_token_throughput = result.input_throughput + result.output_throughput;
     result.goodput = result.good / last_end;
   }
-  result.ttft_ms = summarize(ttft);
-  result.tpot_ms = summarize(tpot);
-  result.itl_ms = summarize(itl);
-  result.e2e_ms = summarize(e2e);
+  const LatencySamples samples(result.outcomes);
+  result.ttft_ms = summarize(samples.ttft);
+  result.tpot_ms = summarize(samples.tpot);
+  result.itl_ms = summarize(samples.itl);
+  result.e2e_ms = summarize(samples.e2el);
+}
+
+Result<Slo> parse_goodput(const std::vector<std::string>& items) {
+  const std::string usage =
+      "--goodput takes KEY:MS items (KEY ttft, tpot or e2el; MS a number >= 0), got '";
+  Slo slo;
+  for (const std::string& item : items) {
+    std::istringstream words(item);
+    std::string pair;
+    while (words >> pair) {
+      const size_t colon = pair.find(':');
+      if (colon == std::string::npos) return invalid_argument(usage + pair + "'");
+      const std::string key = pair.substr(0, colon);
+      const std::string value = pair.substr(colon + 1);
+      char* end = nullptr;
+      errno = 0;
+      const double ms = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(ms) || ms < 0) {
+        return invalid_argument(usage + pair + "'");
+      }
+      std::optional<double>* objective = key == "ttft"   ? &slo.ttft_ms
+                                         : key == "tpot" ? &slo.tpot_ms
+                                         : key == "e2el" ? &slo.e2el_ms
+                                                         : nullptr;
+      if (objective == nullptr) return invalid_argument(usage + pair + "': unknown metric");
+      if (objective->has_value()) return invalid_argument("--goodput gives " + key + " twice");
+      *objective = ms;
+    }
+  }
+  if (!slo.any()) return invalid_argument("--goodput has no KEY:MS item");
+  return slo;
+}
+
+namespace {
+
+// The comma-separated fields of `csv`, each non-empty, or INVALID_ARGUMENT naming `flag`.
+Result<std::vector<std::string>> split_csv(const std::string& csv, const char* flag) {
+  std::vector<std::string> fields;
+  size_t begin = 0;
+  for (;;) {
+    const size_t comma = csv.find(',', begin);
+    fields.push_back(csv.substr(begin, comma == std::string::npos ? comma : comma - begin));
+    if (fields.back().empty()) {
+      return invalid_argument(std::string(flag) + " has an empty item in '" + csv + "'");
+    }
+    if (comma == std::string::npos) return fields;
+    begin = comma + 1;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> parse_percentile_metrics(const std::string& csv) {
+  PDS_ASSIGN_OR_RETURN(std::vector<std::string> names, split_csv(csv, "--percentile-metrics"));
+  for (const std::string& name : names) {
+    if (std::find(std::begin(kLatencyMetricNames), std::end(kLatencyMetricNames), name) ==
+        std::end(kLatencyMetricNames)) {
+      return invalid_argument("--percentile-metrics: unknown metric '" + name +
+                              "' (known: ttft, tpot, itl, e2el)");
+    }
+  }
+  return names;
+}
+
+Result<std::vector<double>> parse_metric_percentiles(const std::string& csv) {
+  PDS_ASSIGN_OR_RETURN(std::vector<std::string> fields, split_csv(csv, "--metric-percentiles"));
+  std::vector<double> percentiles;
+  for (const std::string& field : fields) {
+    char* end = nullptr;
+    errno = 0;
+    const double percent = std::strtod(field.c_str(), &end);
+    if (*end != '\0' || errno != 0 || !(percent >= 0 && percent <= 100)) {
+      return invalid_argument("--metric-percentiles: '" + field +
+                              "' is not a percentile in [0, 100]");
+    }
+    percentiles.push_back(percent);
+  }
+  return percentiles;
+}
+
+std::string percentile_key_name(double percent) {
+  if (percent == std::floor(percent)) return std::to_string(static_cast<long long>(percent));
+  // Python prints floats below 1e-4 in exponent form (1e-05), others positionally (99.9).
+  char text[64];
+  const auto format = percent < 1e-4 ? std::chars_format::scientific : std::chars_format::fixed;
+  const std::to_chars_result written =
+      std::to_chars(std::begin(text), std::end(text), percent, format);
+  return std::string(text, written.ptr);
 }
 
 namespace {
@@ -128,6 +255,15 @@ std::string latency_lines(const char* name, const LatencySummary& summary) {
 
 Result<BenchmarkResult> run_benchmark(const RunOptions& options,
                                       const std::vector<BenchRequest>& requests) {
+  if (options.route == ApiRoute::kChatCompletions) {
+    for (const BenchRequest& request : requests) {
+      if (request.prompt_text.empty()) {
+        return invalid_argument(
+            "--endpoint /v1/chat/completions needs text prompts (--dataset-name sharegpt, or a "
+            "--dataset-path JSONL file of text prompts), not token ids");
+      }
+    }
+  }
   return capture_status([&]() -> Result<BenchmarkResult> {
     asio::io_context io;
     BenchmarkResult result;
@@ -149,6 +285,7 @@ Result<BenchmarkResult> run_benchmark(const RunOptions& options,
     }
 
     StreamRequest prototype;
+    prototype.route = options.route;
     prototype.model = result.model;
     prototype.timeout = options.request_timeout;
     result.outcomes.resize(requests.size());
@@ -204,29 +341,102 @@ std::string format_report(const BenchmarkResult& result, const Slo& slo) {
   return out;
 }
 
+namespace {
+
+// vLLM's "date": local time as %Y%m%d-%H%M%S.
+std::string vllm_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y%m%d-%H%M%S", &local);
+  return text;
+}
+
+// The keys of the JSON that `vllm bench serve --save-result --save-detailed` writes, with
+// vLLM's units (seconds for per-request times, ms for the statistics), so its analysis scripts
+// read this file. Keys both formats share ("label", "completed", "request_throughput", ...)
+// already have vLLM's meaning and are not repeated.
+void add_vllm_keys(Json& json, const BenchmarkResult& result, const WorkloadOptions& workload,
+                   const RunOptions& options) {
+  json["date"] = vllm_date();
+  json["endpoint_type"] = options.backend;
+  json["backend"] = options.backend;
+  json["model_id"] = result.model;
+  json["tokenizer_id"] = workload.sharegpt.tokenizer_path.empty()
+                             ? Json(nullptr)
+                             : Json(workload.sharegpt.tokenizer_path);
+  json["num_prompts"] = workload.num_prompts;
+  json["request_rate"] =
+      std::isinf(workload.request_rate) ? Json("inf") : Json(workload.request_rate);
+  json["burstiness"] = workload.burstiness;
+  json["max_concurrency"] =
+      options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr);
+  json["duration"] = result.duration_s;
+  json["request_goodput"] = options.slo.any() ? Json(result.goodput) : Json(nullptr);
+  json["total_token_throughput"] = result.total_token_throughput;
+  Json input_lens = Json::array(), output_lens = Json::array(), ttfts = Json::array(),
+       itls = Json::array(), latencies = Json::array(), start_times = Json::array(),
+       generated_texts = Json::array(), errors = Json::array();
+  for (const RequestOutcome& outcome : result.outcomes) {
+    input_lens.push_back(outcome.prompt_tokens);
+    output_lens.push_back(outcome.success ? outcome.output_tokens : 0);  // vLLM: 0 when failed
+    ttfts.push_back(outcome.ttft_s);
+    itls.push_back(outcome.itl_s);
+    latencies.push_back(outcome.e2e_s);
+    start_times.push_back(outcome.start_s);
+    generated_texts.push_back(outcome.generated_text);
+    errors.push_back(outcome.error);
+  }
+  json["input_lens"] = std::move(input_lens);
+  json["output_lens"] = std::move(output_lens);
+  json["ttfts"] = std::move(ttfts);
+  json["itls"] = std::move(itls);
+  json["latencies"] = std::move(latencies);
+  json["start_times"] = std::move(start_times);
+  json["generated_texts"] = std::move(generated_texts);
+  json["errors"] = std::move(errors);
+  const LatencySamples samples(result.outcomes);
+  for (const std::string& metric : options.percentile_metrics) {
+    const std::vector<double>& values = samples.of(metric);
+    json["mean_" + metric + "_ms"] = mean(values);
+    json["median_" + metric + "_ms"] = percentile(values, 50);
+    json["std_" + metric + "_ms"] = standard_deviation(values);
+    for (double percent : options.metric_percentiles) {
+      json["p" + percentile_key_name(percent) + "_" + metric + "_ms"] = percentile(values, percent);
+    }
+  }
+}
+
+}  // namespace
+
 Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
                  const RunOptions& options) {
+  const std::string& dataset_path =
+      workload.sharegpt.path.empty() ? workload.dataset_path : workload.sharegpt.path;
   Json json;
   json["label"] = options.label.empty() ? Json(nullptr) : Json(options.label);
   json["model"] = result.model;
   json["base_url"] = "http://" + options.endpoint.host + ":" + options.endpoint.port;
-  json["config"] = Json{
-      {"dataset", dataset_name(workload)},
-      {"dataset_path", workload.dataset_path.empty() ? Json(nullptr) : Json(workload.dataset_path)},
-      {"num_prompts", workload.num_prompts},
-      {"input_len", workload.input_len},
-      {"output_len", workload.output_len},
-      {"range_ratio", workload.range_ratio},
-      {"max_input_len", workload.max_input_len},
-      {"max_output_len", workload.max_output_len},
-      {"shared_prefix_len", workload.shared_prefix_len},
-      // JSON has no infinity: null means all requests at once.
-      {"request_rate",
-       std::isinf(workload.request_rate) ? Json(nullptr) : Json(workload.request_rate)},
-      {"max_concurrency",
-       options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
-      {"seed", workload.seed},
-      {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
+  json["config"] =
+      Json{{"dataset", dataset_name(workload)},
+           {"dataset_path", dataset_path.empty() ? Json(nullptr) : Json(dataset_path)},
+           {"num_prompts", workload.num_prompts},
+           {"input_len", workload.input_len},
+           {"output_len", workload.output_len},
+           {"range_ratio", workload.range_ratio},
+           {"max_input_len", workload.max_input_len},
+           {"max_output_len", workload.max_output_len},
+           {"shared_prefix_len", workload.shared_prefix_len},
+           // JSON has no infinity: null means all requests at once.
+           {"request_rate",
+            std::isinf(workload.request_rate) ? Json(nullptr) : Json(workload.request_rate)},
+           {"burstiness", workload.burstiness},
+           {"endpoint", api_route_path(options.route)},
+           {"max_concurrency",
+            options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
+           {"seed", workload.seed},
+           {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
   json["duration_s"] = result.duration_s;
   json["completed"] = result.completed;
   json["failed"] = result.failed;
@@ -235,9 +445,12 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
   json["request_throughput"] = result.request_throughput;
   json["input_throughput"] = result.input_throughput;
   json["output_throughput"] = result.output_throughput;
-  const auto slo_json = [](double value) { return value > 0 ? Json(value) : Json(nullptr); };
-  json["slo"] =
-      Json{{"ttft_ms", slo_json(options.slo.ttft_ms)}, {"tpot_ms", slo_json(options.slo.tpot_ms)}};
+  const auto slo_json = [](const std::optional<double>& value) {
+    return value ? Json(*value) : Json(nullptr);
+  };
+  json["slo"] = Json{{"ttft_ms", slo_json(options.slo.ttft_ms)},
+                     {"tpot_ms", slo_json(options.slo.tpot_ms)},
+                     {"e2el_ms", slo_json(options.slo.e2el_ms)}};
   json["good_requests"] = result.good;
   json["goodput"] = result.goodput;
   json["ttft_ms"] = summary_json(result.ttft_ms);
@@ -261,6 +474,7 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
     requests.push_back(std::move(record));
   }
   json["requests"] = std::move(requests);
+  add_vllm_keys(json, result, workload, options);
   return json;
 }
 

@@ -41,11 +41,26 @@ std::string describe(const beast::error_code& ec, std::string_view stage) {
   return std::string(stage) + ": " + ec.message();
 }
 
+// The generated text a stream chunk's first choice carries: "text" of a completion, or the
+// delta's "content" and "reasoning_content" of a chat completion (a reasoning model's first
+// tokens are reasoning; the role chunk carries none). Empty when it carries none.
+std::string chunk_text(const Json& choice, ApiRoute route) {
+  const auto string_or_empty = [](const Json& object, const char* key) {
+    const auto value = object.find(key);
+    return value != object.end() && value->is_string() ? value->get<std::string>() : std::string();
+  };
+  if (!choice.is_object()) return {};
+  if (route == ApiRoute::kCompletions) return string_or_empty(choice, "text");
+  const auto delta = choice.find("delta");
+  if (delta == choice.end() || !delta->is_object()) return {};
+  return string_or_empty(*delta, "reasoning_content") + string_or_empty(*delta, "content");
+}
+
 // Reads the server-sent events of one completion stream and times its chunks.
 class StreamTimer {
  public:
-  StreamTimer(RequestOutcome& outcome, Clock::time_point sent)
-      : outcome_(outcome), sent_(sent), last_chunk_(sent) {}
+  StreamTimer(RequestOutcome& outcome, ApiRoute route, Clock::time_point sent)
+      : outcome_(outcome), route_(route), sent_(sent), last_chunk_(sent) {}
 
   // Feeds body bytes; complete events ("...\n\n") are handled at once.
   void feed(std::string_view bytes) {
@@ -102,9 +117,10 @@ class StreamTimer {
     }
     const auto choices = chunk.find("choices");
     if (choices == chunk.end() || !choices->is_array() || choices->empty()) return;
-    const Json& text = (*choices)[0].value("text", Json());
-    if (!text.is_string() || text.get_ref<const std::string&>().empty()) return;
+    const std::string text = chunk_text((*choices)[0], route_);
+    if (text.empty()) return;
     const Clock::time_point now = Clock::now();
+    outcome_.generated_text += text;
     if (outcome_.text_chunks == 0) {
       outcome_.ttft_s = seconds_between(sent_, now);
     } else {
@@ -119,6 +135,7 @@ class StreamTimer {
   }
 
   RequestOutcome& outcome_;
+  ApiRoute route_;
   Clock::time_point sent_;
   Clock::time_point last_chunk_;
   std::string pending_;
@@ -130,12 +147,19 @@ class StreamTimer {
 std::string request_body(const StreamRequest& request) {
   Json body;
   body["model"] = request.model;
-  if (request.request->prompt_text.empty()) {
-    body["prompt"] = request.request->prompt;
+  if (request.route == ApiRoute::kChatCompletions) {
+    // The prompt is the user turn; the server applies the model's chat template.
+    body["messages"] =
+        Json::array({Json{{"role", "user"}, {"content", request.request->prompt_text}}});
+    body["max_completion_tokens"] = request.request->output_len;
   } else {
-    body["prompt"] = request.request->prompt_text;
+    if (request.request->prompt_text.empty()) {
+      body["prompt"] = request.request->prompt;
+    } else {
+      body["prompt"] = request.request->prompt_text;
+    }
+    body["max_tokens"] = request.request->output_len;
   }
-  body["max_tokens"] = request.request->output_len;
   body["temperature"] = 0;
   body["ignore_eos"] = true;
   body["stream"] = true;
@@ -176,6 +200,17 @@ Result<Endpoint> parse_base_url(const std::string& url) {
   return endpoint;
 }
 
+Result<ApiRoute> parse_api_route(const std::string& path) {
+  if (path == api_route_path(ApiRoute::kCompletions)) return ApiRoute::kCompletions;
+  if (path == api_route_path(ApiRoute::kChatCompletions)) return ApiRoute::kChatCompletions;
+  return invalid_argument("--endpoint must be /v1/completions or /v1/chat/completions, got '" +
+                          path + "'");
+}
+
+const char* api_route_path(ApiRoute route) {
+  return route == ApiRoute::kChatCompletions ? "/v1/chat/completions" : "/v1/completions";
+}
+
 asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
                                                   const StreamRequest& request,
                                                   Clock::time_point run_start) {
@@ -194,7 +229,8 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
   beast::error_code ec = co_await connect(stream, endpoint);
   if (ec) co_return fail(describe(ec, "connect"));
 
-  http::request<http::string_body> http_request(http::verb::post, "/v1/completions", 11);
+  http::request<http::string_body> http_request(http::verb::post, api_route_path(request.route),
+                                                11);
   http_request.set(http::field::host, endpoint.host);
   http_request.set(http::field::content_type, "application/json");
   http_request.set(http::field::accept, "text/event-stream");
@@ -203,7 +239,7 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
   co_await http::async_write(stream, http_request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return fail(describe(ec, "send"));
 
-  StreamTimer timer(outcome, sent);
+  StreamTimer timer(outcome, request.route, sent);
   http::response_parser<http::string_body> parser;
   parser.body_limit(boost::none);
   auto on_chunk = [&timer](std::uint64_t, beast::string_view body, beast::error_code&) {

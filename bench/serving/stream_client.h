@@ -1,6 +1,6 @@
-// One streaming completion request over HTTP/1.1 (Boost.Beast on Asio coroutines), timed per
-// streamed chunk. Every connection carries a deadline, so a dead or stalled server produces a
-// failed outcome instead of a hang.
+// One streaming completion or chat completion request over HTTP/1.1 (Boost.Beast on Asio
+// coroutines), timed per streamed chunk. Every connection carries a deadline, so a dead or stalled
+// server produces a failed outcome instead of a hang.
 #pragma once
 
 #include <chrono>
@@ -24,22 +24,31 @@ using Endpoint = http::BaseUrl;
 // http::parse_base_url, its errors naming --base-url.
 Result<Endpoint> parse_base_url(const std::string& url);
 
+// The API a request goes to (vLLM's --endpoint).
+enum class ApiRoute { kCompletions, kChatCompletions };
+
+// "/v1/completions" or "/v1/chat/completions"; anything else is INVALID_ARGUMENT.
+Result<ApiRoute> parse_api_route(const std::string& path);
+const char* api_route_path(ApiRoute route);
+
 struct RequestOutcome {
   bool success = false;
-  std::string error;          // why it failed; empty on success
-  int prompt_tokens = 0;      // from the usage chunk
-  int output_tokens = 0;      // from the usage chunk, checked against the chunks
-  int text_chunks = 0;        // streamed chunks that carried text
-  double start_s = 0;         // when the request was sent, from the start of the run
-  double ttft_s = 0;          // to the first chunk with text
-  double e2e_s = 0;           // to the end of the stream
-  std::vector<double> itl_s;  // between consecutive chunks with text
+  std::string error;           // why it failed; empty on success
+  int prompt_tokens = 0;       // from the usage chunk
+  int output_tokens = 0;       // from the usage chunk, checked against the chunks
+  int text_chunks = 0;         // streamed chunks that carried text
+  std::string generated_text;  // the streamed text (chat: content and reasoning_content)
+  double start_s = 0;          // when the request was sent, from the start of the run
+  double ttft_s = 0;           // to the first chunk with text
+  double e2e_s = 0;            // to the end of the stream
+  std::vector<double> itl_s;   // between consecutive chunks with text
   // The server's usage.pdserve_timeline (spans relative to the request's arrival at the
   // proxy), copied as sent; null when the server sent none.
   nlohmann::ordered_json timeline;
 };
 
 struct StreamRequest {
+  ApiRoute route = ApiRoute::kCompletions;
   std::string model;
   const BenchRequest* request = nullptr;
   std::chrono::steady_clock::duration timeout{};  // for the whole exchange

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/serving/prompt_file.h"
+#include "bench/serving/sharegpt_dataset.h"
 
 namespace pdserve::bench {
 namespace {
@@ -22,26 +23,13 @@ int log_normal_length(double log_mean, double log_sigma, int max_len, std::mt199
   return static_cast<int>(std::clamp(tokens, 1.0, static_cast<double>(max_len)));
 }
 
-// Poisson arrivals (exponential gaps) at `request_rate`; all at 0 when it is infinite.
-void assign_arrivals(std::vector<BenchRequest>& requests, double request_rate,
-                     std::mt19937_64& rng) {
-  if (std::isinf(request_rate)) return;
-  std::exponential_distribution<double> gap(request_rate);
-  double arrival = 0;
-  for (BenchRequest& request : requests) {
-    request.arrival_s = arrival;
-    arrival += gap(rng);
-  }
-}
-
 Result<std::vector<BenchRequest>> file_workload(const WorkloadOptions& options) {
   PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests,
                        read_prompt_file(options.dataset_path, options.output_len));
   if (requests.size() > static_cast<size_t>(options.num_prompts)) {
     requests.resize(static_cast<size_t>(options.num_prompts));
   }
-  std::mt19937_64 rng(options.seed);
-  assign_arrivals(requests, options.request_rate, rng);
+  assign_arrivals(requests, options.request_rate, options.burstiness, options.seed);
   return requests;
 }
 
@@ -59,6 +47,10 @@ Status validate(const WorkloadOptions& options) {
   if (!(options.request_rate > 0)) {
     return invalid_argument("--request-rate must be a positive number or inf");
   }
+  if (!(options.burstiness > 0) || std::isinf(options.burstiness)) {
+    return invalid_argument("--burstiness must be a positive number, got " +
+                            std::to_string(options.burstiness));
+  }
   if (options.vocab_size < 1) return invalid_argument("--vocab-size must be at least 1");
   if (options.max_input_len < 1) return invalid_argument("--max-input-len must be at least 1");
   if (options.max_output_len < 1) return invalid_argument("--max-output-len must be at least 1");
@@ -66,6 +58,7 @@ Status validate(const WorkloadOptions& options) {
 }
 
 std::string dataset_name(const WorkloadOptions& options) {
+  if (!options.sharegpt.path.empty()) return "sharegpt";
   if (!options.dataset_path.empty()) return "file";
   return options.lengths == LengthDistribution::kShareGptSynthetic ? "sharegpt-synthetic"
                                                                    : "random";
@@ -73,6 +66,13 @@ std::string dataset_name(const WorkloadOptions& options) {
 
 Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) {
   PDS_RETURN_IF_ERROR(validate(options));
+  if (!options.sharegpt.path.empty()) {
+    PDS_ASSIGN_OR_RETURN(
+        std::vector<BenchRequest> requests,
+        read_sharegpt_workload(options.sharegpt, options.num_prompts, options.seed));
+    assign_arrivals(requests, options.request_rate, options.burstiness, options.seed);
+    return requests;
+  }
   if (!options.dataset_path.empty()) return file_workload(options);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> token(0, options.vocab_size - 1);
@@ -80,8 +80,7 @@ Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) 
   for (int32_t& id : prefix) id = token(rng);
 
   const bool sharegpt = options.lengths == LengthDistribution::kShareGptSynthetic;
-  std::exponential_distribution<double> gap(
-      std::isinf(options.request_rate) ? 1.0 : options.request_rate);
+  ArrivalGaps gaps(options.request_rate, options.burstiness);
   std::vector<BenchRequest> requests(static_cast<size_t>(options.num_prompts));
   double arrival = 0;
   // Draw order (input length, tokens, output length, gap) keeps a seed's random workload stable.
@@ -97,9 +96,33 @@ Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) 
                                                  options.max_output_len, rng)
                              : random_length(options.output_len, options.range_ratio, rng);
     request.arrival_s = arrival;
-    if (!std::isinf(options.request_rate)) arrival += gap(rng);
+    arrival += gaps.next(rng);
   }
   return requests;
+}
+
+ArrivalGaps::ArrivalGaps(double request_rate, double burstiness)
+    : all_at_once_(std::isinf(request_rate)),
+      poisson_(burstiness == 1),
+      exponential_(all_at_once_ ? 1.0 : request_rate),
+      gamma_(burstiness, all_at_once_ ? 1.0 : 1 / (request_rate * burstiness)) {}
+
+double ArrivalGaps::next(std::mt19937_64& rng) {
+  if (all_at_once_) return 0;
+  // Gamma with shape 1 is the exponential; drawing it as such keeps the arrival times of seeded
+  // workloads from before --burstiness existed.
+  return poisson_ ? exponential_(rng) : gamma_(rng);
+}
+
+void assign_arrivals(std::vector<BenchRequest>& requests, double request_rate, double burstiness,
+                     uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ArrivalGaps gaps(request_rate, burstiness);
+  double arrival = 0;
+  for (BenchRequest& request : requests) {
+    request.arrival_s = arrival;
+    arrival += gaps.next(rng);
+  }
 }
 
 }  // namespace pdserve::bench

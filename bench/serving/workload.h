@@ -1,10 +1,13 @@
 // The workload: random token-id prompts (so prompt lengths are exact) with uniformly random or
-// ShareGPT-like log-normal input/output lengths, or the prompts of a JSONL file; an optional
-// prefix shared by every random prompt, and Poisson arrival times.
+// ShareGPT-like log-normal input/output lengths, the prompts of a JSONL file, or vLLM's ShareGPT
+// JSON file; an optional prefix shared by every random prompt, and Poisson or gamma arrival
+// times.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -25,13 +28,26 @@ inline constexpr double kShareGptOutputLogSigma = 1.0;
 
 enum class LengthDistribution { kUniform, kShareGptSynthetic };
 
+// vLLM's ShareGPT dataset (--dataset-name sharegpt): the first two turns of each conversation,
+// sized and filtered by token counts of a tokenizer as vLLM does (sharegpt_dataset.h).
+struct ShareGptSource {
+  std::string path;               // the JSON file; empty: not this dataset
+  std::string tokenizer_path;     // tokenizer.json, or a model directory holding one
+  std::optional<int> output_len;  // --sharegpt-output-len: replaces each reply's token count
+  bool shuffle = true;            // vLLM shuffles with --seed; --disable-shuffle keeps file order
+  bool oversample = true;  // repeat random picks up to --num-prompts; --no-oversample does not
+};
+
 struct WorkloadOptions {
   int num_prompts = 100;
   int input_len = 128;     // unique tokens per prompt, after the shared prefix
   int output_len = 32;     // max_tokens, with ignore_eos
   double range_ratio = 0;  // lengths uniform in [len * (1 - r), len * (1 + r)]
   int shared_prefix_len = 0;
-  double request_rate = std::numeric_limits<double>::infinity();  // Poisson, requests/s
+  double request_rate = std::numeric_limits<double>::infinity();  // requests/s
+  // Shape of the gamma-distributed gaps between arrivals (mean 1 / request_rate), as vLLM's
+  // --burstiness: 1 is a Poisson process, below 1 burstier, above 1 more regular.
+  double burstiness = 1;
   uint64_t seed = 0;
   int vocab_size = kQwen3OrdinaryVocabSize;  // token ids are drawn from [0, vocab_size)
   LengthDistribution lengths = LengthDistribution::kUniform;
@@ -40,6 +56,7 @@ struct WorkloadOptions {
   // When set, the first num_prompts prompts of this JSONL file (all when it has fewer) replace
   // the random ones; its lines without "output_len" get output_len.
   std::string dataset_path;
+  ShareGptSource sharegpt;
 };
 
 struct BenchRequest {
@@ -51,10 +68,30 @@ struct BenchRequest {
 
 Status validate(const WorkloadOptions& options);
 
-// "random", "sharegpt-synthetic" or "file", for reports.
+// "random", "sharegpt-synthetic", "file" or "sharegpt", for reports.
 std::string dataset_name(const WorkloadOptions& options);
 
 // Deterministic for a given options.seed (and file).
 Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options);
+
+// The gaps between arrivals as vLLM draws them: gamma with shape `burstiness` and scale
+// 1 / (request_rate * burstiness), so the mean gap is 1 / request_rate; always 0 (nothing drawn)
+// when the rate is infinite.
+class ArrivalGaps {
+ public:
+  ArrivalGaps(double request_rate, double burstiness);
+  double next(std::mt19937_64& rng);
+
+ private:
+  bool all_at_once_;
+  bool poisson_;
+  std::exponential_distribution<double> exponential_;
+  std::gamma_distribution<double> gamma_;
+};
+
+// Arrival times at the gaps of ArrivalGaps, the first request at 0, drawn from a generator
+// seeded with `seed`.
+void assign_arrivals(std::vector<BenchRequest>& requests, double request_rate, double burstiness,
+                     uint64_t seed);
 
 }  // namespace pdserve::bench

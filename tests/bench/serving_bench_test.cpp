@@ -1,8 +1,10 @@
 // Tests of pdserve-bench-serving: percentile math against numpy's values, the workload's
-// properties (uniform and ShareGPT-like lengths, JSONL prompt files), flag validation (exit 2),
-// failures of a server that dies or stalls mid-stream, a server timeline copied into the JSON,
-// and live runs against pdserve-decode on the tiny model: exact token counts, and a
-// --result-json whose per-request records reproduce its summary.
+// properties (uniform and ShareGPT-like lengths, JSONL prompt files, vLLM's ShareGPT JSON and
+// length filter, gamma arrivals), vLLM's --goodput / --percentile-metrics / --metric-percentiles
+// and result keys, flag validation (exit 2, before any request), failures of a server that dies
+// or stalls mid-stream, a server timeline copied into the JSON, and live runs against
+// pdserve-decode on the tiny model: exact token counts, a --result-json whose per-request
+// records reproduce its summary, and ShareGPT on /v1/completions and /v1/chat/completions.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +20,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <optional>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,8 +37,10 @@
 #include "bench/serving/latency_stats.h"
 #include "bench/serving/prompt_file.h"
 #include "bench/serving/serving_benchmark.h"
+#include "bench/serving/sharegpt_dataset.h"
 #include "bench/serving/workload.h"
 #include "common/core/files.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace pdserve::bench {
 namespace {
@@ -107,7 +115,7 @@ TEST(Summary, ThroughputTpotAndGoodputOfKnownOutcomes) {
   EXPECT_NE(format_report(result, Slo{.ttft_ms = 400}).find("Request goodput"), std::string::npos);
   EXPECT_EQ(format_report(result).find("Request goodput"), std::string::npos);
 
-  summarize_outcomes(result, Slo{.ttft_ms = 0, .tpot_ms = 350});  // recomputed, TPOT only
+  summarize_outcomes(result, Slo{.tpot_ms = 350});  // recomputed, TPOT only
   EXPECT_EQ(result.completed, 3);
   EXPECT_EQ(result.good, 3);
 }
@@ -322,6 +330,383 @@ TEST(PromptFile, WorkloadTakesTheFirstPromptsWithArrivals) {
   EXPECT_GT((*requests)[2].arrival_s, (*requests)[1].arrival_s);
 }
 
+// ---- vLLM's ShareGPT dataset -------------------------------------------------------------------
+
+const fs::path kShareGptFixture = fs::path(PDSERVE_BENCH_DATA_DIR) / "sharegpt_small.json";
+const fs::path kQwen3Tokenizer = fs::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+
+std::vector<ShareGptConversation> fixture_conversations() {
+  const Result<std::string> text = read_text_file(kShareGptFixture);
+  EXPECT_TRUE(text.ok()) << text.status().to_string();
+  Result<std::vector<ShareGptConversation>> conversations =
+      parse_sharegpt(text.ok() ? *text : "[]", kShareGptFixture.string());
+  EXPECT_TRUE(conversations.ok()) << conversations.status().to_string();
+  return conversations.ok() ? *conversations : std::vector<ShareGptConversation>{};
+}
+
+Tokenizer qwen3_tokenizer() {
+  return Tokenizer::from_model_dir(kQwen3Tokenizer).value();
+}
+
+// Token counts of the fixture's first two turns by Hugging Face tokenizers 0.23.3 on
+// configs/models/qwen3-tokenizer/tokenizer.json (add_special_tokens=True adds none for Qwen3),
+// the oracle of which conversations vLLM keeps and of their output lengths.
+struct FixtureConversation {
+  const char* prompt_start;
+  int prompt_tokens;
+  int reply_tokens;
+};
+constexpr FixtureConversation kFixtureCounts[] = {
+    {"What should I plant", 14, 38},           // kept
+    {"Hi!", 2, 22},                            // prompt < 4
+    {"Can you tell me whether", 12, 2},        // reply < 4
+    {"Why did my sourdough", 13, 35},          // kept (its later turns are not used)
+    {"Please add up all", 1905, 20},           // prompt > 1024
+    {"Here is a list of numbers", 472, 2263},  // prompt + reply > 2048
+    {"Wie viele Tage", 21, 46},                // kept
+    {"Welcome back!", 12, 21},                 // kept: vLLM's prompt is the first turn, any role
+};
+
+TEST(ShareGpt, ParseKeepsEveryConversationWithTwoTurnsInFileOrder) {
+  const std::vector<ShareGptConversation> conversations = fixture_conversations();
+  // 10 entries; the one with a single turn and the one without "conversations" are skipped.
+  ASSERT_EQ(conversations.size(), std::size(kFixtureCounts));
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    EXPECT_TRUE(conversations[i].prompt.starts_with(kFixtureCounts[i].prompt_start))
+        << conversations[i].prompt;
+  }
+  EXPECT_TRUE(conversations[3].reply.starts_with("Usually the starter")) << conversations[3].reply;
+  EXPECT_EQ(conversations[7].reply.substr(0, 13), "Right, I stil");
+}
+
+TEST(ShareGpt, LengthFilterMatchesVllmsBounds) {
+  EXPECT_TRUE(passes_vllm_length_filter(4, 4, false));
+  EXPECT_FALSE(passes_vllm_length_filter(3, 100, false));
+  EXPECT_FALSE(passes_vllm_length_filter(100, 3, false));
+  EXPECT_TRUE(passes_vllm_length_filter(100, 3, true));  // a fixed output length skips that check
+  EXPECT_FALSE(passes_vllm_length_filter(3, 100, true));
+  EXPECT_TRUE(passes_vllm_length_filter(1024, 1024, false));
+  EXPECT_FALSE(passes_vllm_length_filter(1025, 4, false));
+  EXPECT_FALSE(passes_vllm_length_filter(1000, 1049, false));
+  EXPECT_TRUE(passes_vllm_length_filter(1000, 1048, false));
+}
+
+// The oracle: kFixtureCounts run through vLLM's rule, in file order (shuffle off).
+std::vector<std::pair<std::string, int>> expected_survivors(std::optional<int> fixed_output) {
+  std::vector<std::pair<std::string, int>> survivors;
+  for (const FixtureConversation& c : kFixtureCounts) {
+    const int output_len = fixed_output.value_or(c.reply_tokens);
+    if (passes_vllm_length_filter(c.prompt_tokens, output_len, fixed_output.has_value())) {
+      survivors.emplace_back(c.prompt_start, output_len);
+    }
+  }
+  return survivors;
+}
+
+std::vector<std::pair<std::string, int>> sampled(const std::vector<BenchRequest>& requests,
+                                                 const std::vector<ShareGptConversation>& all) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const BenchRequest& request : requests) {
+    EXPECT_TRUE(request.prompt.empty());  // sent as text, the server counts its tokens
+    std::string start;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i].prompt == request.prompt_text) start = kFixtureCounts[i].prompt_start;
+    }
+    out.emplace_back(start, request.output_len);
+  }
+  return out;
+}
+
+TEST(ShareGpt, SamplingKeepsWhatVllmKeepsWithTheReplysTokenCount) {
+  const std::vector<ShareGptConversation> all = fixture_conversations();
+  const Tokenizer tokenizer = qwen3_tokenizer();
+  ShareGptSource source;
+  source.shuffle = false;
+  source.oversample = false;
+  const Result<std::vector<BenchRequest>> natural = sample_sharegpt(all, tokenizer, source, 100, 0);
+  ASSERT_TRUE(natural.ok()) << natural.status().to_string();
+  EXPECT_EQ(expected_survivors(std::nullopt).size(), 4u);
+  EXPECT_EQ(sampled(*natural, all), expected_survivors(std::nullopt));
+
+  // --sharegpt-output-len: every request asks for it; short replies no longer drop a pair, long
+  // ones no longer count towards the total.
+  source.output_len = 8;
+  const Result<std::vector<BenchRequest>> fixed = sample_sharegpt(all, tokenizer, source, 100, 0);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().to_string();
+  EXPECT_EQ(expected_survivors(8).size(), 6u);
+  EXPECT_EQ(sampled(*fixed, all), expected_survivors(8));
+
+  // The first num_prompts that pass, in order.
+  source.output_len.reset();
+  const Result<std::vector<BenchRequest>> two = sample_sharegpt(all, tokenizer, source, 2, 0);
+  ASSERT_TRUE(two.ok());
+  const auto survivors = expected_survivors(std::nullopt);
+  EXPECT_EQ(sampled(*two, all), decltype(survivors)(survivors.begin(), survivors.begin() + 2));
+}
+
+TEST(ShareGpt, ShuffleAndOversampleAreSeeded) {
+  const std::vector<ShareGptConversation> all = fixture_conversations();
+  const Tokenizer tokenizer = qwen3_tokenizer();
+  auto survivors = expected_survivors(std::nullopt);
+  std::sort(survivors.begin(), survivors.end());
+  ShareGptSource source;
+  std::set<std::vector<std::pair<std::string, int>>> orders;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const Result<std::vector<BenchRequest>> requests =
+        sample_sharegpt(all, tokenizer, source, 10, seed);
+    ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+    ASSERT_EQ(requests->size(), 10u);  // oversampled from the 4 that pass
+    auto picked = sampled(*requests, all);
+    // The first four are the survivors in a shuffled order, the rest repeats of them.
+    std::vector<std::pair<std::string, int>> first(picked.begin(), picked.begin() + 4);
+    orders.insert(first);
+    std::sort(first.begin(), first.end());
+    EXPECT_EQ(first, survivors) << seed;
+    for (const auto& repeat : picked) {
+      EXPECT_TRUE(std::binary_search(survivors.begin(), survivors.end(), repeat)) << repeat.first;
+    }
+    EXPECT_EQ(sampled(sample_sharegpt(all, tokenizer, source, 10, seed).value(), all), picked);
+  }
+  EXPECT_GT(orders.size(), 5u);  // 20 seeds over 24 orders: shuffled, not fixed
+
+  source.oversample = false;
+  EXPECT_EQ(sample_sharegpt(all, tokenizer, source, 10, 3).value().size(), 4u);
+}
+
+TEST(ShareGpt, MalformedFilesAreRefusedNamingTheEntry) {
+  struct Case {
+    const char* text;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"[{\"conversations\": []}", "s.json: not a JSON document"},
+      {"{\"conversations\": []}", "s.json: expected a JSON array"},
+      {"[{\"conversations\": []}, 7]", "s.json: entry 1: not a JSON object"},
+      {"[{\"conversations\": {\"from\": \"human\"}}]",
+       "entry 0: \"conversations\" is not an array"},
+      {"[{\"conversations\": [{\"from\": \"human\", \"value\": \"hello there\"}, {\"from\": "
+       "\"gpt\"}]}]",
+       "entry 0: conversations[1] has no string \"value\""},
+      {"[{\"conversations\": [{\"value\": 3}, {\"value\": \"x\"}]}]",
+       "entry 0: conversations[0] has no string \"value\""},
+      {"[{\"conversations\": [\"hi\", \"there\"]}]", "conversations[0] is not a JSON object"},
+  };
+  for (const Case& c : cases) {
+    const Result<std::vector<ShareGptConversation>> parsed = parse_sharegpt(c.text, "s.json");
+    ASSERT_FALSE(parsed.ok()) << c.text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.message), std::string::npos)
+        << c.text << " -> " << parsed.status().message();
+  }
+  // Well-formed but nothing usable: vLLM would have nothing to send either.
+  const Result<std::vector<ShareGptConversation>> too_short =
+      parse_sharegpt("[{\"conversations\": [{\"value\": \"Hi\"}, {\"value\": \"Yo\"}]}]", "s.json");
+  ASSERT_TRUE(too_short.ok());
+  ShareGptSource source;
+  source.path = "s.json";
+  const Result<std::vector<BenchRequest>> none =
+      sample_sharegpt(*too_short, qwen3_tokenizer(), source, 5, 0);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no conversation passes"), std::string::npos);
+}
+
+TEST(ShareGpt, WorkloadReadsTheFileWithTheTokenizerAndAssignsArrivals) {
+  WorkloadOptions options;
+  options.sharegpt.path = kShareGptFixture.string();
+  options.sharegpt.tokenizer_path = (kQwen3Tokenizer / "tokenizer.json").string();
+  options.sharegpt.shuffle = false;
+  options.num_prompts = 6;
+  options.request_rate = 5;
+  const Result<std::vector<BenchRequest>> requests = make_workload(options);
+  ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+  EXPECT_EQ(dataset_name(options), "sharegpt");
+  ASSERT_EQ(requests->size(), 6u);
+  EXPECT_EQ((*requests)[0].output_len, 38);
+  EXPECT_EQ((*requests)[0].arrival_s, 0.0);
+  EXPECT_GT((*requests)[5].arrival_s, (*requests)[4].arrival_s);
+
+  options.sharegpt.tokenizer_path.clear();
+  EXPECT_NE(make_workload(options).status().message().find("--tokenizer"), std::string::npos);
+}
+
+// ---- Arrivals: vLLM's --burstiness -------------------------------------------------------------
+
+// Gaps are gamma(shape k = burstiness, scale 1 / (rate k)): mean 1/rate, variance 1/(rate^2 k).
+// Over n gaps the sample mean's standard error is sqrt(var / n) and the sample variance's is
+// var * sqrt((2 + 6 / k) / n) (a gamma's excess kurtosis is 6 / k); both within 5 of them.
+TEST(Workload, GammaArrivalGapsHaveTheMeanAndVarianceOfTheirShape) {
+  constexpr double kRate = 8;
+  constexpr int kGaps = 20000;
+  for (double burstiness : {0.25, 1.0, 4.0}) {
+    WorkloadOptions options;
+    options.num_prompts = kGaps + 1;
+    options.input_len = 1;
+    options.output_len = 1;
+    options.vocab_size = 10;
+    options.request_rate = kRate;
+    options.burstiness = burstiness;
+    options.seed = 17;
+    const Result<std::vector<BenchRequest>> requests = make_workload(options);
+    ASSERT_TRUE(requests.ok()) << requests.status().to_string();
+    double sum = 0, sum_sq = 0;
+    for (size_t i = 1; i < requests->size(); ++i) {
+      const double gap = (*requests)[i].arrival_s - (*requests)[i - 1].arrival_s;
+      ASSERT_GE(gap, 0.0);
+      sum += gap;
+      sum_sq += gap * gap;
+    }
+    const double mean = sum / kGaps;
+    const double variance = sum_sq / kGaps - mean * mean;
+    const double expected_variance = 1 / (kRate * kRate * burstiness);
+    EXPECT_NEAR(mean, 1 / kRate, 5 * std::sqrt(expected_variance / kGaps)) << burstiness;
+    EXPECT_NEAR(variance, expected_variance,
+                5 * expected_variance * std::sqrt((2 + 6 / burstiness) / kGaps))
+        << burstiness;
+    EXPECT_EQ((*requests)[0].arrival_s, 0.0);
+    EXPECT_EQ(make_workload(options).value()[kGaps].arrival_s, requests->back().arrival_s);
+  }
+}
+
+TEST(Workload, BurstinessMustBePositive) {
+  for (double burstiness : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
+    WorkloadOptions options;
+    options.burstiness = burstiness;
+    const Result<std::vector<BenchRequest>> requests = make_workload(options);
+    EXPECT_EQ(requests.status().code(), StatusCode::kInvalidArgument) << burstiness;
+    EXPECT_NE(requests.status().message().find("--burstiness"), std::string::npos);
+  }
+}
+
+// ---- vLLM's --goodput, --percentile-metrics, --metric-percentiles and result keys -------------
+
+TEST(VllmOptions, GoodputItemsAsVllmTakesThem) {
+  const Result<Slo> separate = parse_goodput({"ttft:500", "tpot:50"});
+  ASSERT_TRUE(separate.ok()) << separate.status().to_string();
+  EXPECT_EQ(separate->ttft_ms, 500.0);
+  EXPECT_EQ(separate->tpot_ms, 50.0);
+  EXPECT_FALSE(separate->e2el_ms.has_value());
+  const Result<Slo> quoted = parse_goodput({"ttft:500 tpot:2.5  e2el:0"});
+  ASSERT_TRUE(quoted.ok()) << quoted.status().to_string();
+  EXPECT_EQ(quoted->tpot_ms, 2.5);
+  EXPECT_EQ(quoted->e2el_ms, 0.0);  // vLLM accepts any objective >= 0
+
+  const std::vector<std::vector<std::string>> bad = {
+      {"ttft"},      {"ttft:"},  {"ttft:abc"},         {"ttft:-1"}, {"ttft:1:2"},
+      {"latency:5"}, {"TTFT:5"}, {"ttft:1", "ttft:2"}, {""},        {"ttft:inf"}};
+  for (const std::vector<std::string>& items : bad) {
+    const Result<Slo> slo = parse_goodput(items);
+    EXPECT_EQ(slo.status().code(), StatusCode::kInvalidArgument) << items[0];
+    EXPECT_NE(slo.status().message().find("--goodput"), std::string::npos) << items[0];
+  }
+}
+
+TEST(Summary, GoodputWithAnEndToEndObjective) {
+  BenchmarkResult result;
+  result.outcomes = {completed(0, 0.2, 1.2, 11), completed(0.5, 0.5, 3.5, 11),
+                     completed(2, 0.1, 0.1, 1)};
+  summarize_outcomes(result, Slo{.e2el_ms = 1500});
+  EXPECT_EQ(result.good, 2);  // E2E 1200 and 100 ms are within, 3500 is not
+  summarize_outcomes(result, Slo{.ttft_ms = 0});
+  EXPECT_EQ(result.good, 0);  // an objective of 0 ms: no request's TTFT is within it
+  summarize_outcomes(result, Slo{.ttft_ms = 300, .e2el_ms = 1500});
+  EXPECT_EQ(result.good, 2);
+}
+
+TEST(VllmOptions, PercentileMetricsAndKeyNames) {
+  EXPECT_EQ(parse_percentile_metrics("ttft,e2el").value(),
+            (std::vector<std::string>{"ttft", "e2el"}));
+  for (const char* bad : {"ttft,foo", "client_queue_time", "", "ttft,,itl", "TTFT"}) {
+    EXPECT_EQ(parse_percentile_metrics(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(parse_metric_percentiles("50,90,99.9").value(), (std::vector<double>{50, 90, 99.9}));
+  for (const char* bad : {"101", "-1", "abc", "", "99,", "nan", "50;90"}) {
+    EXPECT_EQ(parse_metric_percentiles(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // Python's str(): whole numbers without ".0", others as printed.
+  EXPECT_EQ(percentile_key_name(99), "99");
+  EXPECT_EQ(percentile_key_name(50.0), "50");
+  EXPECT_EQ(percentile_key_name(100), "100");
+  EXPECT_EQ(percentile_key_name(0), "0");
+  EXPECT_EQ(percentile_key_name(99.9), "99.9");
+  EXPECT_EQ(percentile_key_name(99.99), "99.99");
+  EXPECT_EQ(percentile_key_name(0.5), "0.5");
+  EXPECT_EQ(percentile_key_name(0.0001), "0.0001");
+  EXPECT_EQ(percentile_key_name(1e-05), "1e-05");
+}
+
+// vLLM's keys on known outcomes. Expected values from numpy 1.24: TTFTs 15, 20, 35, 40, 50 ms
+// have np.mean 32, np.median 35, np.std 12.884098726725126, np.percentile(., 99.9) 49.96.
+TEST(ResultJson, VllmKeysOfKnownOutcomes) {
+  BenchmarkResult result;
+  result.model = "m";
+  const double ttfts[] = {0.015, 0.020, 0.035, 0.040, 0.050};
+  for (int i = 0; i < 5; ++i) {
+    RequestOutcome outcome = completed(i * 0.1, ttfts[i], ttfts[i] + 0.4, 5);
+    outcome.itl_s = {0.1, 0.1, 0.1, 0.1};
+    outcome.generated_text = "text " + std::to_string(i);
+    result.outcomes.push_back(outcome);
+  }
+  RequestOutcome failed;
+  failed.error = "HTTP 500: boom";
+  failed.prompt_tokens = 10;
+  failed.output_tokens = 3;  // counted by the server, but the request failed
+  result.outcomes.push_back(failed);
+  RunOptions options;
+  options.percentile_metrics = {"ttft", "e2el"};
+  options.metric_percentiles = {50, 99.9};
+  options.slo.ttft_ms = 30;
+  summarize_outcomes(result, options.slo);
+  WorkloadOptions workload;
+  workload.num_prompts = 6;
+  workload.request_rate = 4;
+  workload.burstiness = 0.5;
+  const nlohmann::json json = nlohmann::json::parse(result_json(result, workload, options).dump());
+
+  EXPECT_NEAR(json["mean_ttft_ms"].get<double>(), 32.0, 1e-9);
+  EXPECT_NEAR(json["median_ttft_ms"].get<double>(), 35.0, 1e-9);
+  EXPECT_NEAR(json["std_ttft_ms"].get<double>(), 12.884098726725126, 1e-9);
+  EXPECT_NEAR(json["p50_ttft_ms"].get<double>(), 35.0, 1e-9);
+  EXPECT_NEAR(json["p99.9_ttft_ms"].get<double>(), 49.96, 1e-9);
+  EXPECT_NEAR(json["mean_e2el_ms"].get<double>(), 432.0, 1e-9);
+  EXPECT_NEAR(json["std_e2el_ms"].get<double>(), 12.884098726725126, 1e-9);
+  for (const char* absent : {"mean_tpot_ms", "p99_ttft_ms", "mean_itl_ms", "p99_e2el_ms"}) {
+    EXPECT_FALSE(json.contains(absent)) << absent;
+  }
+  EXPECT_DOUBLE_EQ(json["duration"].get<double>(), json["duration_s"].get<double>());
+  EXPECT_NEAR(json["duration"].get<double>(), 0.85, 1e-12);  // when the last one ends
+  EXPECT_EQ(json["completed"], 5);
+  EXPECT_EQ(json["failed"], 1);
+  EXPECT_EQ(json["total_input_tokens"], 50);
+  EXPECT_EQ(json["total_output_tokens"], 25);
+  EXPECT_NEAR(json["total_token_throughput"].get<double>(), 75 / 0.85, 1e-9);
+  EXPECT_NEAR(json["request_goodput"].get<double>(), 2 / 0.85, 1e-9);  // TTFT 15 and 20 ms
+  EXPECT_EQ(json["input_lens"], nlohmann::json({10, 10, 10, 10, 10, 10}));
+  EXPECT_EQ(json["output_lens"], nlohmann::json({5, 5, 5, 5, 5, 0}));
+  EXPECT_EQ(json["ttfts"][2], 0.035);
+  EXPECT_EQ(json["itls"][0], nlohmann::json({0.1, 0.1, 0.1, 0.1}));
+  EXPECT_NEAR(json["latencies"][1].get<double>(), 0.42, 1e-12);
+  EXPECT_EQ(json["generated_texts"][4], "text 4");
+  EXPECT_EQ(json["errors"][0], "");
+  EXPECT_EQ(json["errors"][5], "HTTP 500: boom");
+  EXPECT_EQ(json["model_id"], "m");
+  EXPECT_EQ(json["backend"], "openai");
+  EXPECT_EQ(json["num_prompts"], 6);
+  EXPECT_EQ(json["request_rate"], 4.0);
+  EXPECT_EQ(json["burstiness"], 0.5);
+  EXPECT_TRUE(json["max_concurrency"].is_null());
+  EXPECT_TRUE(json["tokenizer_id"].is_null());
+  EXPECT_TRUE(std::regex_match(json["date"].get<std::string>(), std::regex("[0-9]{8}-[0-9]{6}")))
+      << json["date"];
+
+  options.slo = {};
+  workload.request_rate = std::numeric_limits<double>::infinity();
+  const nlohmann::json unlimited =
+      nlohmann::json::parse(result_json(result, workload, options).dump());
+  EXPECT_EQ(unlimited["request_rate"], "inf");
+  EXPECT_TRUE(unlimited["request_goodput"].is_null());
+  EXPECT_TRUE(unlimited["config"]["request_rate"].is_null());  // the existing key is unchanged
+}
+
 TEST(BaseUrl, ParsesHostAndPort) {
   const Result<Endpoint> endpoint = parse_base_url("http://127.0.0.1:8123/");
   ASSERT_TRUE(endpoint.ok());
@@ -434,6 +819,63 @@ class FakeServer {
   std::atomic<bool> stopping_ = false;
   std::thread thread_;
 };
+
+// vLLM's flags with bad values: exit 2 with a message naming the flag, and not one connection to
+// the server (all of it is checked before any request).
+TEST(Cli, BadVllmStyleInputExitsTwoBeforeAnyRequest) {
+  std::atomic<int> connections = 0;
+  FakeServer server([&](tcp::socket&) { ++connections; });
+  const std::string base_url =
+      "--base-url http://127.0.0.1:" + server.endpoint().port + " --model m ";
+  const fs::path bad_sharegpt =
+      fs::temp_directory_path() / ("bench_bad_sharegpt_" + std::to_string(getpid()) + ".json");
+  {
+    std::ofstream file(bad_sharegpt);
+    file << "[{\"conversations\": [{\"value\": \"a question\"}, {\"value\": \"an answer\"}]},\n"
+            " {\"conversations\": [{\"value\": \"a question\"}, {\"value\": 42}]}]\n";
+  }
+  const std::string sharegpt =
+      "--dataset-name sharegpt --dataset-path " + kShareGptFixture.string();
+  const std::string tokenizer = " --tokenizer " + kQwen3Tokenizer.string();
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"--request-rate 4 --burstiness 0", "--burstiness must be a positive number"},
+      {"--request-rate 4 --burstiness -1", "--burstiness must be a positive number"},
+      {"--burstiness abc", "--burstiness"},
+      {"--goodput ttft", "--goodput takes KEY:MS items"},
+      {"--goodput ttft:abc", "--goodput takes KEY:MS items"},
+      {"--goodput 'ttft:5 latency:5'", "unknown metric"},
+      {"--goodput ttft:-5", "--goodput takes KEY:MS items"},
+      {"--goodput ttft:5 --slo-ttft-ms 5", "excludes"},
+      {"--percentile-metrics ttft,foo", "unknown metric 'foo'"},
+      {"--percentile-metrics client_queue_time", "unknown metric 'client_queue_time'"},
+      {"--metric-percentiles 101", "--metric-percentiles: '101'"},
+      {"--metric-percentiles 50,x", "--metric-percentiles: 'x'"},
+      {"--endpoint /v1/embeddings", "--endpoint must be"},
+      {"--backend openai-chat", "--backend openai-chat does not post to --endpoint"},
+      {"--endpoint /v1/chat/completions --backend vllm", "--backend vllm does not post"},
+      {"--endpoint /v1/chat/completions", "needs text prompts"},
+      {"--dataset-name sharegpt", "--dataset-name sharegpt needs --dataset-path"},
+      {sharegpt, "needs --tokenizer"},
+      {sharegpt + " --tokenizer /nonexistent/tokenizer", "--tokenizer"},
+      {"--dataset-name sharegpt --dataset-path " + bad_sharegpt.string() + tokenizer,
+       bad_sharegpt.string() + ": entry 1: conversations[1] has no string \"value\""},
+      {"--dataset-name sharegpt --dataset-path /nonexistent/sharegpt.json" + tokenizer,
+       "/nonexistent/sharegpt.json"},
+      {"--dataset-name random --dataset-path " + kShareGptFixture.string(), "excludes"},
+  };
+  for (const Case& c : cases) {
+    std::string errors;
+    EXPECT_EQ(run_binary(base_url + c.args, errors), 2) << c.args;
+    EXPECT_NE(errors.find("error: "), std::string::npos) << c.args << " -> " << errors;
+    EXPECT_NE(errors.find(c.message), std::string::npos) << c.args << " -> " << errors;
+  }
+  fs::remove(bad_sharegpt);
+  EXPECT_EQ(connections.load(), 0);
+}
 
 std::vector<BenchRequest> small_workload(int num_prompts) {
   WorkloadOptions options;
@@ -782,6 +1224,124 @@ TEST(Live, ResultJsonRecordsReproduceTheSummary) {
   expect_summary(json["tpot_ms"], tpot, "tpot");
   expect_summary(json["itl_ms"], itl, "itl");
   expect_summary(json["e2e_ms"], e2e, "e2e");
+}
+
+// vLLM's ShareGPT command line against the live node, on /v1/completions and on
+// /v1/chat/completions: every conversation the filter keeps completes with its reply's token
+// count (ignore_eos), input counts come from the server (the completion prompt's equal the
+// Hugging Face counts; the chat template adds the same tokens to each), and vLLM's keys agree
+// with the file's own summary and per-request records.
+TEST(Live, ShareGptOnBothEndpointsWritesVllmKeysConsistentWithTheSummary) {
+  const fs::path model = make_tiny_model();
+  const std::string stem =
+      (fs::temp_directory_path() / ("bench_serving_vllm_" + std::to_string(getpid()))).string();
+  {
+    LiveServer server(model);
+    const Result<std::string> base_url = base_url_of(server);
+    ASSERT_TRUE(base_url.ok()) << base_url.status().to_string();
+    const std::string common =
+        "--base-url " + *base_url + " --dataset-name sharegpt --dataset-path " +
+        kShareGptFixture.string() + " --tokenizer " + model.string() +
+        " --disable-shuffle --num-prompts 4 --max-concurrency 2 --request-rate 50"
+        " --burstiness 0.5 --goodput ttft:60000 e2el:120000 --ignore-eos"
+        " --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99.9";
+    std::string errors;
+    ASSERT_EQ(run_binary(common + " --result-json " + stem + "_completions.json", errors), 0)
+        << errors;
+    ASSERT_EQ(run_binary(common +
+                             " --endpoint /v1/chat/completions --backend openai-chat"
+                             " --result-filename " +
+                             stem + "_chat.json",
+                         errors),
+              0)
+        << errors;
+  }
+  fs::remove_all(model);
+  const Result<nlohmann::json> completions = read_json_file(stem + "_completions.json");
+  const Result<nlohmann::json> chat = read_json_file(stem + "_chat.json");
+  fs::remove(stem + "_completions.json");
+  fs::remove(stem + "_chat.json");
+  ASSERT_TRUE(completions.ok()) << completions.status().to_string();
+  ASSERT_TRUE(chat.ok()) << chat.status().to_string();
+
+  const std::vector<int> prompt_tokens = {14, 13, 21, 12};  // kFixtureCounts of the kept four
+  const std::vector<int> reply_tokens = {38, 35, 46, 21};
+  EXPECT_EQ((*completions)["input_lens"].get<std::vector<int>>(), prompt_tokens);
+  const std::vector<int> chat_input = (*chat)["input_lens"].get<std::vector<int>>();
+  ASSERT_EQ(chat_input.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GT(chat_input[i], prompt_tokens[i]);
+    EXPECT_EQ(chat_input[i] - prompt_tokens[i], chat_input[0] - prompt_tokens[0]) << i;
+  }
+  EXPECT_EQ((*completions)["backend"], "openai");
+  EXPECT_EQ((*chat)["backend"], "openai-chat");
+  EXPECT_EQ((*chat)["config"]["endpoint"], "/v1/chat/completions");
+
+  for (const nlohmann::json* run : {&*completions, &*chat}) {
+    const nlohmann::json& json = *run;
+    SCOPED_TRACE(json["backend"].dump());
+    EXPECT_EQ(json["completed"], 4);
+    EXPECT_EQ(json["failed"], 0);
+    EXPECT_EQ(json["output_lens"].get<std::vector<int>>(), reply_tokens);
+    EXPECT_EQ(json["config"]["dataset"], "sharegpt");
+    EXPECT_EQ(json["tokenizer_id"], model.string());
+    EXPECT_EQ(json["num_prompts"], 4);
+    EXPECT_EQ(json["request_rate"], 50.0);
+    EXPECT_EQ(json["burstiness"], 0.5);
+    EXPECT_EQ(json["max_concurrency"], 2);
+    EXPECT_EQ(json["slo"]["e2el_ms"], 120000.0);
+
+    // vLLM's figures against the file's own summary.
+    const double duration = json["duration"];
+    EXPECT_EQ(duration, json["duration_s"].get<double>());
+    EXPECT_NEAR(json["request_throughput"].get<double>(), 4 / duration, 1e-9);
+    EXPECT_NEAR(
+        json["total_token_throughput"].get<double>(),
+        (json["total_input_tokens"].get<double>() + json["total_output_tokens"].get<double>()) /
+            duration,
+        1e-9);
+    EXPECT_EQ(json["request_goodput"].get<double>(), json["goodput"].get<double>());
+    for (const char* metric : {"ttft", "tpot", "itl"}) {
+      const nlohmann::json& summary = json[std::string(metric) + "_ms"];
+      EXPECT_NEAR(json["mean_" + std::string(metric) + "_ms"].get<double>(),
+                  summary["mean"].get<double>(), 1e-9)
+          << metric;
+      EXPECT_NEAR(json["median_" + std::string(metric) + "_ms"].get<double>(),
+                  summary["p50"].get<double>(), 1e-9)
+          << metric;
+      EXPECT_NEAR(json["p50_" + std::string(metric) + "_ms"].get<double>(),
+                  summary["p50"].get<double>(), 1e-9)
+          << metric;
+      EXPECT_LE(json["p99.9_" + std::string(metric) + "_ms"].get<double>(),
+                summary["max"].get<double>() + 1e-9)
+          << metric;
+      EXPECT_FALSE(json.contains("p99_" + std::string(metric) + "_ms")) << metric;
+    }
+    EXPECT_NEAR(json["mean_e2el_ms"].get<double>(), json["e2e_ms"]["mean"].get<double>(), 1e-9);
+
+    // Per request: seconds in vLLM's lists, ms in the records; std recomputed from them.
+    std::vector<double> e2el;
+    for (size_t i = 0; i < 4; ++i) {
+      const nlohmann::json& record = json["requests"][i];
+      EXPECT_NEAR(json["ttfts"][i].get<double>() * 1e3, record["ttft_ms"].get<double>(), 1e-9);
+      EXPECT_NEAR(json["latencies"][i].get<double>() * 1e3, record["e2e_ms"].get<double>(), 1e-9);
+      EXPECT_NEAR(json["start_times"][i].get<double>() * 1e3, record["start_ms"].get<double>(),
+                  1e-9);
+      ASSERT_EQ(json["itls"][i].size(), record["itl_ms"].size());
+      for (size_t k = 0; k < record["itl_ms"].size(); ++k) {
+        EXPECT_NEAR(json["itls"][i][k].get<double>() * 1e3, record["itl_ms"][k].get<double>(),
+                    1e-9);
+      }
+      EXPECT_EQ(json["input_lens"][i], record["prompt_tokens"]);
+      EXPECT_EQ(json["errors"][i], "");
+      EXPECT_FALSE(json["generated_texts"][i].get<std::string>().empty());
+      e2el.push_back(record["e2e_ms"]);
+    }
+    const double mean_e2el = mean_of(e2el);
+    double squares = 0;
+    for (double value : e2el) squares += (value - mean_e2el) * (value - mean_e2el);
+    EXPECT_NEAR(json["std_e2el_ms"].get<double>(), std::sqrt(squares / 4), 1e-9);
+  }
 }
 
 }  // namespace
