@@ -1,6 +1,9 @@
 #include "proxy/node_registry.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <tuple>
 
 namespace pdserve::proxy {
@@ -14,9 +17,37 @@ Result<NodeRole> parse_role(const Json& value) {
   return invalid_argument("'role' must be \"prefill\" or \"decode\"");
 }
 
-int json_int(const Json& object, const char* name) {
+// A count a node reports: 0 when absent, else a JSON integer from 0 to INT_MAX. A negative or
+// wrapped count would make the node look empty and win every routing decision.
+Result<int> read_count(const Json& object, const char* name, std::string_view where) {
   const auto it = object.find(name);
-  return it != object.end() && it->is_number_integer() ? it->get<int>() : 0;
+  if (it == object.end()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
+      it->get<int64_t>() > std::numeric_limits<int>::max()) {
+    return invalid_argument(std::string(where) + ": '" + name + "' must be an integer from 0 to " +
+                            std::to_string(std::numeric_limits<int>::max()));
+  }
+  return it->get<int>();
+}
+
+// The "load" object of a heartbeat body; all zeros when absent.
+Result<NodeLoad> parse_load(const Json& body) {
+  if (!body.is_object()) return invalid_argument("heartbeat: the body is not a JSON object");
+  const auto it = body.find("load");
+  if (it == body.end()) return NodeLoad{};
+  if (!it->is_object()) return invalid_argument("heartbeat: 'load' must be an object");
+  constexpr std::string_view kWhere = "heartbeat load";
+  NodeLoad load;
+  PDS_ASSIGN_OR_RETURN(load.num_running, read_count(*it, "num_running", kWhere));
+  PDS_ASSIGN_OR_RETURN(load.num_waiting, read_count(*it, "num_waiting", kWhere));
+  PDS_ASSIGN_OR_RETURN(load.kv_blocks_total, read_count(*it, "kv_blocks_total", kWhere));
+  PDS_ASSIGN_OR_RETURN(load.kv_blocks_used, read_count(*it, "kv_blocks_used", kWhere));
+  if (load.kv_blocks_used > load.kv_blocks_total) {
+    return invalid_argument("heartbeat load: 'kv_blocks_used' (" +
+                            std::to_string(load.kv_blocks_used) + ") exceeds 'kv_blocks_total' (" +
+                            std::to_string(load.kv_blocks_total) + ")");
+  }
+  return load;
 }
 
 }  // namespace
@@ -67,6 +98,8 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
   if (!descriptor.is_string()) {
     return invalid_argument("registration: 'kv_descriptor' must be a string");
   }
+  PDS_ASSIGN_OR_RETURN(const int kv_blocks_total,
+                       read_count(body, "kv_blocks_total", "registration"));
   std::lock_guard lock(mutex_);
   const std::string url = base.to_string();
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
@@ -87,7 +120,7 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
   node.model = body.value("model", Json("")).is_string() ? body.value("model", std::string()) : "";
   node.has_kv_descriptor = !descriptor.get<std::string>().empty();
   node.last_heartbeat = now;
-  node.load.kv_blocks_total = json_int(body, "kv_blocks_total");
+  node.load.kv_blocks_total = kv_blocks_total;
   const std::string id = node.id;
   nodes_.emplace(id, std::move(node));
   return id;
@@ -101,15 +134,10 @@ Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& bod
     return failed_precondition("node '" + id + "' was drained and has left the cluster");
   }
   if (node == nullptr) return not_found("heartbeat from unknown node '" + id + "'");
+  // A refused report changes nothing: not the load, nor the node's liveness.
+  PDS_ASSIGN_OR_RETURN(node->load, parse_load(body));
   node->last_heartbeat = now;
   if (node->state == NodeState::kDown) node->state = NodeState::kUp;
-  const Json load = body.is_object() ? body.value("load", Json::object()) : Json::object();
-  if (load.is_object()) {
-    node->load.num_running = json_int(load, "num_running");
-    node->load.num_waiting = json_int(load, "num_waiting");
-    node->load.kv_blocks_total = json_int(load, "kv_blocks_total");
-    node->load.kv_blocks_used = json_int(load, "kv_blocks_used");
-  }
   return node->state;
 }
 

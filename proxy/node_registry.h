@@ -66,12 +66,16 @@ class NodeRegistry {
 
   // A node from the command line: never expires. InvalidArgument for a bad URL.
   Result<std::string> add_static(NodeRole role, const std::string& url);
-  // POST /cluster/nodes body: {"role", "url", "model", "kv_descriptor", "kv_blocks_total"}.
+  // POST /cluster/nodes body: {"role", "url", "model", "kv_descriptor", "kv_blocks_total"
+  // (an integer >= 0)}.
   // InvalidArgument for a malformed body or URL; AlreadyExists-like FailedPrecondition when a
   // live node already has this URL (a restarted node's stale entry, down or silent, is replaced).
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
-  // The node's state after the heartbeat (kUp or kDraining). NotFound for an unknown id (the
-  // node must register again), FailedPrecondition for a retired one (it must not).
+  // Body: {"load": {"num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used"}}, each
+  // an integer >= 0 (absent: 0) and kv_blocks_used <= kv_blocks_total. The node's state after
+  // the heartbeat (kUp or kDraining). NotFound for an unknown id (the node must register
+  // again), FailedPrecondition for a retired one (it must not), InvalidArgument for a
+  // malformed or impossible load, which leaves the node as it was (load and liveness).
   Result<NodeState> heartbeat(const std::string& id, const nlohmann::json& body,
                               Clock::time_point now);
   Status remove(const std::string& id);

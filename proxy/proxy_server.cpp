@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/cluster/cluster_auth.h"
+#include "common/core/json_depth.h"
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
@@ -125,8 +126,9 @@ void ProxyServer::register_routes(http::Router& router) {
           ch->send(http::api_error_response(unauthorized("registration needs the cluster token")));
           return;
         }
-        const Json body = Json::parse(request.body, nullptr, false);
-        Result<std::string> id = registry_.register_node(body, Clock::now());
+        const Result<Json> body = parse_json_bounded(request.body, "the registration body");
+        Result<std::string> id =
+            body.ok() ? registry_.register_node(*body, Clock::now()) : body.status();
         if (!id.ok()) {
           PDS_LOG_WARN("registration refused: " + id.status().message());
           ApiError error = api_error_from_status(id.status());
@@ -134,7 +136,7 @@ void ProxyServer::register_routes(http::Router& router) {
           ch->send(http::api_error_response(error));
           return;
         }
-        PDS_LOG_INFO("node " + *id + " registered: " + body.dump());
+        PDS_LOG_INFO("node " + *id + " registered: " + body->dump());
         ch->send(json_response(200, Json{{"id", *id}}));
       });
   for (const char* method : {"POST", "DELETE"}) {
@@ -163,8 +165,9 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
     status = registry_.remove(id);
     if (status.ok()) PDS_LOG_INFO("node " + id + " left the cluster");
   } else if (request.method == "POST" && action == "heartbeat") {
-    const Json body = Json::parse(request.body, nullptr, false);
-    Result<NodeState> state = registry_.heartbeat(id, body, Clock::now());
+    const Result<Json> body = parse_json_bounded(request.body, "the heartbeat body");
+    Result<NodeState> state =
+        body.ok() ? registry_.heartbeat(id, *body, Clock::now()) : body.status();
     if (state.ok()) {
       channel->send(
           json_response(200, Json{{"id", id}, {"ok", true}, {"state", node_state_name(*state)}}));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/core/json_depth.h"
+
 namespace pdserve::proxy {
 namespace {
 
@@ -31,10 +33,8 @@ std::string_view trim(std::string_view text) {
 
 // The JSON object in `text`, or InvalidArgument naming `where`.
 Result<Json> parse_object(std::string_view text, std::string_view where) {
-  Json value = Json::parse(text, nullptr, false);
-  if (value.is_discarded() || !value.is_object()) {
-    return invalid_argument(std::string(where) + " is not a JSON object");
-  }
+  PDS_ASSIGN_OR_RETURN(Json value, parse_json_bounded(text, where));
+  if (!value.is_object()) return invalid_argument(std::string(where) + " is not a JSON object");
   return value;
 }
 

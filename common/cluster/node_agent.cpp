@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/cluster/cluster_auth.h"
+#include "common/core/json_depth.h"
 #include "common/core/log.h"
 
 namespace pdserve {
@@ -116,14 +117,14 @@ void NodeAgent::register_node() {
     }
     return;
   }
-  const Json body = Json::parse(response->body, nullptr, false);
-  if (!body.is_object() || !body.contains("id") || !body["id"].is_string()) {
+  const Result<Json> body = parse_json_bounded(response->body, "the proxy's registration answer");
+  if (!body.ok() || !body->is_object() || !body->contains("id") || !(*body)["id"].is_string()) {
     PDS_LOG_WARN("the proxy's registration answer has no id: " + response->body.substr(0, 300));
     return;
   }
   warned_unreachable_ = false;
   std::lock_guard lock(mutex_);
-  node_id_ = body["id"].get<std::string>();
+  node_id_ = (*body)["id"].get<std::string>();
   PDS_LOG_INFO("registered with the proxy at " + proxy_.to_string() + " as " + node_id_);
 }
 
@@ -146,8 +147,9 @@ void NodeAgent::send_heartbeat() {
     node_id_.clear();  // nothing to DELETE: the proxy already forgot it
     retired_ = true;
   } else if (response->status == 200) {
-    const Json body = Json::parse(response->body, nullptr, false);
-    const bool draining = body.is_object() && body.value("state", Json()) == "draining";
+    const Result<Json> body = parse_json_bounded(response->body, "the proxy's heartbeat answer");
+    const bool draining =
+        body.ok() && body->is_object() && body->value("state", Json()) == "draining";
     std::lock_guard lock(mutex_);
     if (draining && !draining_) PDS_LOG_INFO("the proxy is draining node " + node_id_);
     draining_ = draining;

@@ -520,28 +520,8 @@ void require_object(const Json& body) {
 }  // namespace
 
 ApiResult<nlohmann::ordered_json> parse_json_body(std::string_view body) {
-  // nlohmann's parser is iterative but destroying and dumping values recurse: bound the depth.
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) {
-        return invalid_request("The request body nests deeper than " +
-                               std::to_string(kMaxJsonDepth) + " levels (at byte " +
-                               std::to_string(i) + ").");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
+  if (Status depth = check_json_depth(body, "The request body"); !depth.ok()) {
+    return invalid_request(depth.message() + ".");
   }
   Json parsed;
   try {

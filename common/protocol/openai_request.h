@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/core/json_depth.h"
 #include "common/protocol/openai_error.h"
 #include "common/sampling/sampling_params.h"
 
@@ -39,7 +40,6 @@ namespace pdserve {
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 1024;
 inline constexpr int kMaxChoices = 128;
-inline constexpr int kMaxJsonDepth = 64;
 // OpenAI's (and vLLM's) default max_tokens for /v1/completions.
 inline constexpr int kDefaultCompletionMaxTokens = 16;
 

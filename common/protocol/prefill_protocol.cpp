@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/core/json_depth.h"
+
 namespace pdserve {
 namespace {
 
@@ -216,10 +218,8 @@ Json prefill_work_to_json(const PrefillWork& work) {
 }
 
 Result<PrefillWork> parse_prefill_work(std::string_view body) {
-  const Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return invalid_argument("prefill work: the body is not a JSON object");
-  }
+  PDS_ASSIGN_OR_RETURN(const Json json, parse_json_bounded(body, "prefill work"));
+  if (!json.is_object()) return invalid_argument("prefill work: the body is not a JSON object");
   PrefillWork work;
   FieldReader reader(json, "prefill work");
   work.request_id = reader.get<std::string>("request_id", "");
@@ -318,11 +318,13 @@ std::string prefill_event_line(const PrefillEvent& event) {
 }
 
 Result<PrefillEvent> parse_prefill_event(std::string_view line) {
-  const Json json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return invalid_argument("prefill event: not a JSON object: " +
-                            std::string(line.substr(0, 200)));
+  Result<Json> parsed = parse_json_bounded(line, "prefill event");
+  if (!parsed.ok() || !parsed->is_object()) {
+    const std::string problem =
+        parsed.ok() ? "prefill event: not a JSON object" : parsed.status().message();
+    return invalid_argument(problem + ": " + std::string(line.substr(0, 200)));
   }
+  const Json& json = *parsed;
   FieldReader reader(json, "prefill event");
   const std::string name = reader.get<std::string>("event", "");
   PDS_RETURN_IF_ERROR(reader.status());

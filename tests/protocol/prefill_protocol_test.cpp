@@ -120,5 +120,18 @@ TEST(PrefillEventTest, KvSentWithMoreOverlappedLayersThanLayersIsRefused) {
   expect_refused(edited(sent, ",\"spans\":[]", ""), "'spans' must be an array");
 }
 
+TEST(PrefillProtocolTest, DeeplyNestedWorkAndEventsAreRefusedBeforeParsing) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  expect_refused(edited(first_token_event(), "\"spans\":[", "\"spans\":" + deep + ",\"x\":["),
+                 "prefill event nests deeper than 64 levels");
+  Result<PrefillWork> work =
+      parse_prefill_work(R"({"request_id": "r", "kv": {"layout": )" + deep + "}}");
+  ASSERT_FALSE(work.ok());
+  EXPECT_EQ(work.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(work.status().message().find("prefill work nests deeper than 64 levels"),
+            std::string::npos)
+      << work.status().message();
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -139,8 +139,41 @@ TEST(NodeRegistryTest, HeartbeatFromUnknownIdIsNotFoundAndKnownOneUpdatesLoad) {
   EXPECT_EQ(node["load"]["num_running"], 3);
   EXPECT_EQ(node["load"]["num_waiting"], 2);
   EXPECT_DOUBLE_EQ(node["load"]["kv_usage"].get<double>(), 0.25);
-  // A malformed load is ignored, not fatal.
-  EXPECT_TRUE(registry.heartbeat(id, Json("garbage"), now).ok());
+}
+
+TEST(NodeRegistryTest, ImpossibleLoadIsRefusedAndChangesNothing) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string id = must_register(registry, "decode", 9000, now);
+  ASSERT_TRUE(registry.heartbeat(id, load(3, 2, 100, 25), now).ok());
+  const std::vector<Json> refused = {
+      Json("garbage"),
+      Json{{"load", 5}},
+      load(-1, 0, 100, 25),
+      load(3, -1, 100, 25),
+      load(3, 2, -100, -200),
+      load(3, 2, 100, -1000),
+      load(3, 2, 100, 101),
+      Json{{"load", {{"num_running", 2.5}}}},
+      Json{{"load", {{"kv_blocks_used", "0"}}}},
+      Json{{"load", {{"num_waiting", uint64_t{1} << 32}}}},
+  };
+  for (const Json& body : refused) {
+    Result<NodeState> state = registry.heartbeat(id, body, now + milliseconds(900));
+    ASSERT_FALSE(state.ok()) << body.dump();
+    EXPECT_EQ(state.status().code(), StatusCode::kInvalidArgument) << body.dump();
+  }
+  const Json node = node_json(registry, id, now);
+  EXPECT_EQ(node["load"]["num_running"], 3);
+  EXPECT_EQ(node["load"]["kv_blocks_used"], 25);
+  // Nor do refused reports keep the node alive.
+  registry.expire(now + milliseconds(1'100));
+  EXPECT_TRUE(node_json(registry, id, now).is_null());
+
+  Json negative_capacity = registration("decode", 9001);
+  negative_capacity["kv_blocks_total"] = -1;
+  EXPECT_EQ(registry.register_node(negative_capacity, now).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(NodeRegistryTest, RegisteredNodesExpireWithoutHeartbeatsStaticOnesDoNot) {
