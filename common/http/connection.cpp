@@ -1,12 +1,15 @@
 #include "common/http/connection.h"
 
 #include <exception>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
+#include <boost/beast/http/rfc7230.hpp>
 
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
@@ -132,6 +135,38 @@ bool is_http_parse_error(const error_code& ec) {
   return &ec.category() == &bhttp::make_error_code(bhttp::error::bad_target).category();
 }
 
+// RFC 9112 6.1 and 6.3 for a request's Transfer-Encoding; nullopt when the framing is one
+// this server reads: no Transfer-Encoding, or `chunked` alone on HTTP/1.1. Beast reads the body
+// as chunked only when chunked is the last coding and reads none at all otherwise (the body
+// would then be parsed as the next request: request smuggling). It already refuses
+// Transfer-Encoding with Content-Length when chunked is last. Every refusal closes the
+// connection, whose framing is now unknown.
+std::optional<ApiError> transfer_encoding_problem(
+    const bhttp::request_parser<bhttp::string_body>& parser) {
+  const auto& message = parser.get();
+  const auto [first, last] = message.equal_range(bhttp::field::transfer_encoding);
+  if (first == last) return std::nullopt;
+  if (message.version() < 11) {
+    return invalid_request("Malformed HTTP request: Transfer-Encoding in an HTTP/1.0 request.");
+  }
+  if (!parser.chunked()) {
+    return invalid_request("Malformed HTTP request: the last transfer coding must be chunked.");
+  }
+  std::string codings;  // every field's codings, in order; chunked is the last one
+  for (auto field = first; field != last; ++field) {
+    for (const auto coding : bhttp::token_list(field->value())) {
+      codings += (codings.empty() ? "" : ", ") + std::string(coding);
+    }
+  }
+  if (beast::iequals(codings, "chunked")) return std::nullopt;
+  // RFC 9112 6.1: 501 for a transfer coding the server does not understand.
+  ApiError unsupported = invalid_request(
+      "Transfer codings other than chunked are not supported (Transfer-Encoding: " + codings +
+      ").");
+  unsupported.http_status = 501;
+  return unsupported;
+}
+
 std::string header_text(bhttp::field field, beast::string_view custom) {
   if (field == bhttp::field::unknown) return std::string(custom);
   return std::string(bhttp::to_string(field));
@@ -239,6 +274,10 @@ void Connection::on_header(const error_code& ec) {
   if (phase_ == State::kClosed) return;
   if (ec) {
     on_request_error(ec);
+    return;
+  }
+  if (const std::optional<ApiError> problem = transfer_encoding_problem(*parser_)) {
+    reject(problem->http_status, problem->body());
     return;
   }
   const auto expect = parser_->get()[bhttp::field::expect];

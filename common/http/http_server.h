@@ -1,6 +1,8 @@
 // A small HTTP/1.1 server on Boost.Asio/Beast: N I/O threads, one strand per connection,
 // keep-alive, deadlines on every phase (a slowloris client is dropped), a body limit (413
-// before the body is read), 400 and close for malformed requests, handlers that may answer
+// before the body is read), 400 and close for malformed requests (and for framing RFC 9112
+// refuses: a Transfer-Encoding that does not end in chunked, or comes with Content-Length or in
+// an HTTP/1.0 request; 501 and close for codings other than chunked), handlers that may answer
 // later from any thread, chunked streaming with a bounded queue per connection, and
 // cancellation when the client goes away mid-exchange.
 //

@@ -229,6 +229,65 @@ TEST_F(HttpServerTest, MalformedRequestIs400AndClose) {
   EXPECT_TRUE(client.read_until_closed(2000ms));
 }
 
+// RFC 9112 6.1 and 6.3: the body of a request whose last transfer coding is not chunked has no
+// known length; reading it as the next request on the connection would let a client smuggle
+// one past a front end that frames it differently.
+TEST_F(HttpServerTest, TransferEncodingNotEndingInChunkedIs400AndClose) {
+  start();
+  const std::string smuggled = make_request("GET", "/hello");
+  for (const std::string codings :
+       {"gzip", "chunked, gzip", "identity", "", "gzip\r\nContent-Length: 5"}) {
+    TestClient client(port());
+    ASSERT_TRUE(client.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: " + codings +
+                            "\r\n\r\n" + smuggled));
+    auto response = client.read_response();
+    ASSERT_TRUE(response) << codings;
+    EXPECT_EQ(response->result_int(), 400) << codings;
+    EXPECT_EQ(json_body(*response)["error"]["type"], "invalid_request_error") << codings;
+    EXPECT_FALSE(response->keep_alive()) << codings;
+    auto rest = client.read_until_closed(2000ms);
+    ASSERT_TRUE(rest) << codings << ": the connection must close";
+    EXPECT_EQ(*rest, "") << codings << ": the smuggled request was answered";
+  }
+}
+
+TEST_F(HttpServerTest, UnsupportedCodingsContentLengthConflictsAndHttp10ChunkedAreRefused) {
+  start();
+  const std::string chunked_body = "5\r\nhello\r\n0\r\n\r\n";
+  const std::vector<std::pair<std::string, int>> cases = {
+      // Chunked last, but a coding this server does not decode before it.
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: "
+       "chunked\r\n\r\n",
+       501},
+      // Both framings, in either order (Beast refuses these itself).
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: "
+       "chunked\r\n\r\n",
+       400},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: "
+       "5\r\n\r\n",
+       400},
+      // HTTP/1.0 has no transfer codings: its framing is faulty.
+      {"POST /echo HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+  };
+  for (const auto& [head, status] : cases) {
+    TestClient client(port());
+    ASSERT_TRUE(client.send(head + chunked_body));
+    auto response = client.read_response();
+    ASSERT_TRUE(response) << head;
+    EXPECT_EQ(response->result_int(), status) << head;
+    EXPECT_TRUE(client.read_until_closed(2000ms)) << head << ": the connection must close";
+  }
+  // Chunked alone is read as before.
+  TestClient client(port());
+  ASSERT_TRUE(client.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                          chunked_body));
+  auto response = client.read_response();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->result_int(), 200);
+  EXPECT_EQ(response->body(), "hello");
+}
+
 TEST_F(HttpServerTest, GarbageBytesAreRejectedAndTheServerKeepsServing) {
   start();
   std::string garbage;
