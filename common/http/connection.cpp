@@ -327,6 +327,7 @@ void Connection::dispatch() {
   keep_alive_ = message.keep_alive();
   phase_ = State::kExchange;
   exchange_ = std::make_shared<Exchange>();
+  if (message.version() < 11) exchange_->framing = StreamFraming::kUntilClose;
 
   HttpRequest request;
   request.method = std::string(message.method_string());
@@ -389,17 +390,22 @@ void Connection::start_stream(const std::shared_ptr<Exchange>& exchange, int sta
   if (exchange != exchange_ || exchange->ended || exchange->answered) return;
   exchange->answered = true;
   exchange->streaming = true;
-  enqueue({serialize_stream_head(status, content_type, headers, keep_alive_), false, 0});
+  // Without chunking, closing the connection is what ends the body.
+  if (exchange->framing == StreamFraming::kUntilClose) keep_alive_ = false;
+  enqueue({serialize_stream_head(status, content_type, headers, keep_alive_, exchange->framing),
+           false, 0});
 }
 
 void Connection::write_chunk(const std::shared_ptr<Exchange>& exchange, const std::string& data) {
   if (exchange != exchange_ || exchange->ended || !exchange->streaming) return;
-  enqueue({serialize_chunk(data), false, data.size()});
+  const bool chunked = exchange->framing == StreamFraming::kChunked;
+  enqueue({chunked ? serialize_chunk(data) : data, false, data.size()});
 }
 
 void Connection::end_stream(const std::shared_ptr<Exchange>& exchange) {
   if (exchange != exchange_ || exchange->ended || !exchange->streaming) return;
-  enqueue({std::string(last_chunk()), true, 0});
+  const bool chunked = exchange->framing == StreamFraming::kChunked;
+  enqueue({chunked ? std::string(last_chunk()) : std::string(), true, 0});
 }
 
 void Connection::abort_exchange(const std::shared_ptr<Exchange>& exchange, const char* why) {

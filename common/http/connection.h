@@ -44,9 +44,10 @@ struct Exchange {
   std::function<void()> cancel_fn;  // guarded by mutex
   std::atomic<size_t> queued_bytes{0};
   // Strand only:
-  bool answered = false;   // a response or a stream head was queued
-  bool streaming = false;  // a chunked stream was started
-  bool ended = false;      // fully written or cancelled
+  bool answered = false;                            // a response or a stream head was queued
+  bool streaming = false;                           // a stream was started
+  StreamFraming framing = StreamFraming::kChunked;  // kUntilClose for an HTTP/1.0 client
+  bool ended = false;                               // fully written or cancelled
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

@@ -95,13 +95,17 @@ std::string serialize_response(const HttpResponse& response, bool keep_alive) {
 }
 
 std::string serialize_stream_head(int status, std::string_view content_type,
-                                  const HeaderList& headers, bool keep_alive) {
+                                  const HeaderList& headers, bool keep_alive,
+                                  StreamFraming framing) {
+  const bool chunked = framing == StreamFraming::kChunked;
   std::string out;
   append_status_line(out, status);
   out += "Content-Type: ";
   out += content_type;
-  out += "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
-  out += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  out += "\r\n";
+  if (chunked) out += "Transfer-Encoding: chunked\r\n";
+  out += "Cache-Control: no-cache\r\n";
+  out += chunked && keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   append_headers(out, headers);
   out += "\r\n";
   return out;

@@ -35,9 +35,15 @@ struct HttpResponse {
 
 // The HTTP/1.1 status line, headers and body of a response with Content-Length.
 std::string serialize_response(const HttpResponse& response, bool keep_alive);
-// The status line and headers of a chunked (Transfer-Encoding: chunked) response.
+// How a streamed body is delimited: chunked (HTTP/1.1), or, for an HTTP/1.0 client, which
+// knows no transfer coding, by the server closing the connection.
+enum class StreamFraming { kChunked, kUntilClose };
+
+// The status line and headers of a streamed response. kUntilClose sends no Transfer-Encoding
+// and always "Connection: close" (keep_alive is then ignored).
 std::string serialize_stream_head(int status, std::string_view content_type,
-                                  const HeaderList& headers, bool keep_alive);
+                                  const HeaderList& headers, bool keep_alive,
+                                  StreamFraming framing);
 // One chunk of a chunked body ("" is never sent as a chunk: it would end the body).
 std::string serialize_chunk(std::string_view data);
 // The last chunk, which ends a chunked body.

@@ -3,7 +3,8 @@
 // before the body is read), 400 and close for malformed requests (and for framing RFC 9112
 // refuses: a Transfer-Encoding that does not end in chunked, or comes with Content-Length or in
 // an HTTP/1.0 request; 501 and close for codings other than chunked), handlers that may answer
-// later from any thread, chunked streaming with a bounded queue per connection, and
+// later from any thread, streaming with a bounded queue per connection (chunked, or for an
+// HTTP/1.0 client unchunked and ended by closing the connection), and
 // cancellation when the client goes away mid-exchange.
 //
 // Disconnects: while a handler has not answered yet, or while a stream runs, the server keeps

@@ -17,7 +17,9 @@ class ResponseChannel {
   // A whole response; ends the exchange. Calls after the exchange ended are ignored.
   virtual void send(HttpResponse response) = 0;
 
-  // Starts a chunked response (e.g. content_type "text/event-stream").
+  // Starts a streamed response (e.g. content_type "text/event-stream"): chunked for an
+  // HTTP/1.1 client; for an HTTP/1.0 client the bytes as written, and the connection is closed
+  // after end_stream to end the body.
   virtual void start_stream(int status, std::string content_type, HeaderList headers) = 0;
   // Queues one chunk of the stream. False when the exchange is over (client gone, server
   // stopping) or when the client reads so slowly that the connection's bounded queue is full:

@@ -429,6 +429,28 @@ TEST_F(HttpServerTest, StreamReachesASlowReaderIntactAndInOrder) {
   EXPECT_EQ(hello->body(), "hello");
 }
 
+// HTTP/1.0 has no chunked coding: the stream's bytes go out as they are and the server closes
+// the connection to end it (RFC 9112 6.3: the body then ends at the close).
+TEST_F(HttpServerTest, Http10ClientGetsAnUnchunkedStreamEndedByTheClose) {
+  start();
+  for (const std::string connection : {"", "Connection: keep-alive\r\n"}) {
+    TestClient client(port());
+    ASSERT_TRUE(
+        client.send("GET /stream?chunks=3&bytes=10 HTTP/1.0\r\nHost: t\r\n" + connection + "\r\n"));
+    auto bytes = client.read_until_closed(5000ms);
+    ASSERT_TRUE(bytes) << connection << ": the server must close to end the stream";
+    const size_t head_end = bytes->find("\r\n\r\n");
+    ASSERT_NE(head_end, std::string::npos) << *bytes;
+    const std::string head = bytes->substr(0, head_end + 2);
+    EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << head;
+    EXPECT_EQ(head.find("Content-Length"), std::string::npos) << head;
+    EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos) << head;
+    EXPECT_EQ(bytes->substr(head_end + 4),
+              chunk_payload(0, 10) + chunk_payload(1, 10) + chunk_payload(2, 10));
+  }
+  EXPECT_EQ(cancels_.count(), 0);
+}
+
 TEST_F(HttpServerTest, DisconnectDuringAStreamCancels) {
   start();
   TestClient client(port());

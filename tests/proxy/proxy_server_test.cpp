@@ -1,5 +1,6 @@
 // Through a real ProxyServer and HttpServer over raw sockets: what a token holder or a broken
-// node can send to the cluster API (bodies nested 500k levels deep, impossible load reports).
+// node can send to the cluster API (bodies nested 500k levels deep, impossible load reports),
+// and an HTTP/1.0 client of a relayed stream.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -138,6 +139,44 @@ TEST_F(ProxyServerTest, ImpossibleLoadIs400AndDoesNotWinRouting) {
   const std::optional<NodeRef> picked = registry_.pick_decode({}, NodeRegistry::Clock::now());
   ASSERT_TRUE(picked.has_value());
   EXPECT_EQ(picked->id, honest);
+}
+
+// The proxy relays a decode node's SSE stream to an HTTP/1.0 client without chunking (HTTP/1.0
+// has none) and closes the connection to end it.
+TEST_F(ProxyServerTest, Http10ClientGetsTheRelayedStreamUnchunked) {
+  const std::string events =
+      "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n"
+      "data: [DONE]\n\n";
+  http::Router decode_routes;
+  decode_routes.add("POST", "/v1/completions",
+                    [&events](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                      ch->start_stream(200, "text/event-stream", {});
+                      ch->write(events.substr(0, 20));  // split mid-event
+                      ch->write(events.substr(20));
+                      ch->end_stream();
+                    });
+  std::unique_ptr<http::HttpServer> decode =
+      std::move(http::HttpServer::start({}, std::move(decode_routes)).value());
+  ASSERT_TRUE(
+      registry_.add_static(NodeRole::kDecode, "http://127.0.0.1:" + std::to_string(decode->port()))
+          .ok());
+
+  TestClient client(server_->port());
+  const std::string body = R"({"prompt": "hi", "stream": true})";
+  ASSERT_TRUE(
+      client.send("POST /v1/completions HTTP/1.0\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  "Content-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::optional<std::string> bytes = client.read_until_closed(10'000ms);
+  decode->stop();
+  ASSERT_TRUE(bytes) << "the proxy must close the connection to end the stream";
+  const size_t head_end = bytes->find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << *bytes;
+  const std::string head = bytes->substr(0, head_end + 2);
+  EXPECT_NE(head.find(" 200 "), std::string::npos) << head;
+  EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << head;
+  EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos) << head;
+  EXPECT_EQ(bytes->substr(head_end + 4), events);
 }
 
 }  // namespace
