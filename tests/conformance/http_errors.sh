@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every HTTP error path of pdserve-decode, with curl: 400 (malformed JSON, wrong types, unknown
-# fields, prompt + max_tokens beyond --max-model-len), 404 (model, route), 405, 413 (over
+# fields under --strict-request-fields (served by default, as in vLLM), prompt + max_tokens
+# beyond --max-model-len), 404 (model, route), 405, 413 (over
 # --max-body-bytes, with and without Content-Length) and 429 + Retry-After when the waiting
 # queue is full; each answer must carry an OpenAI error body {"error": {message, type, param,
 # code}}. The servers keep answering afterwards and exit 0 on SIGTERM.
@@ -9,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/server.sh"
 set_deadline 150
 
 make_model
-start_server API --max-model-len 64 --max-body-bytes 4096
+start_server API --max-model-len 64 --max-body-bytes 4096 --strict-request-fields
 start_server QUEUE --max-waiting 1 --max-num-seqs 1
 
 # expect_error STATUS PARAM CODE CURL_ARGS...: the answer has this status and an OpenAI error
@@ -79,9 +80,11 @@ check "wrong type (prompt as an object): 400 naming prompt" expect_error 400 pro
 check "wrong type (messages as a string): 400 naming messages" expect_error 400 messages null \
   "${json[@]}" -d '{"messages": "hi"}' "$chat"
 check "missing prompt: 400 naming prompt" expect_error 400 prompt null "${json[@]}" -d '{"max_tokens": 4}' "$completions"
-check "unknown field: 400 naming it" expect_error 400 frobnicate null \
+check "unknown field without --strict-request-fields: ignored and served (vLLM)" expect_completion \
+  "${json[@]}" -d '{"prompt": "a", "max_tokens": 2, "frobnicate": 1}' "$QUEUE/v1/completions"
+check "unknown field under --strict-request-fields: 400 naming it" expect_error 400 frobnicate null \
   "${json[@]}" -d '{"prompt": "a", "frobnicate": 1}' "$completions"
-check "unknown chat field: 400 naming it" expect_error 400 frobnicate null \
+check "unknown chat field under --strict-request-fields: 400 naming it" expect_error 400 frobnicate null \
   "${json[@]}" -d '{"messages": [{"role": "user", "content": "a"}], "frobnicate": 1}' "$chat"
 check "prompt + max_tokens beyond --max-model-len 64: 400" expect_error 400 max_tokens context_length_exceeded \
   "${json[@]}" -d "{\"prompt\": [$(ids 60)], \"max_tokens\": 5}" "$completions"
