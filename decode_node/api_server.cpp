@@ -6,6 +6,7 @@
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,11 @@ constexpr const char* kTimelineHeader = "X-Pdserve-Timeline";
 
 double seconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double>(to - from).count();
+}
+
+uint64_t random_id_prefix() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) | device();
 }
 
 int64_t unix_seconds() {
@@ -299,7 +305,11 @@ struct ApiServer::Generation {
 
 ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
                      const ChatTemplate& chat_template, ApiOptions options)
-    : service_(service), tokenizer_(tokenizer), chat_template_(chat_template), options_(options) {}
+    : service_(service),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      options_(options),
+      id_prefix_(random_id_prefix()) {}
 
 void ApiServer::register_routes(http::Router& router) {
   router.add("POST", "/v1/completions",
@@ -552,8 +562,9 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->trace_id = trace.trace_id;
   generation->node = "decode http://" + std::string(request.header("Host").value_or("unknown"));
   generation->timeline_comment = request.header(kTimelineHeader).value_or("") == "1";
-  char id[32];
-  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(++next_id_));
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(id_prefix_),
+                static_cast<unsigned long long>(++next_id_));
   generation->meta = {(chat ? "chatcmpl-" : "cmpl-") + std::string(id), unix_seconds(), model.name};
 
   std::vector<InferenceRequest> requests;

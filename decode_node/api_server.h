@@ -81,6 +81,9 @@ class ApiServer {
   metrics::Registry metrics_;
   RequestHook request_hook_;
   http::TraceIdGenerator trace_ids_;
+  // Response ids are id_prefix_ (random per server) then a counter, so they repeat neither
+  // across restarts nor across the nodes behind one proxy.
+  const uint64_t id_prefix_;
   std::atomic<uint64_t> next_id_{0};
   std::mutex scrape_mutex_;
   ServiceStats last_scraped_;  // guarded by scrape_mutex_

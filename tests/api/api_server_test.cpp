@@ -451,6 +451,23 @@ TEST_F(ApiServerTest, UnknownTopLevelFieldIsServedUnlessStrict) {
   EXPECT_TRUE(service_->submitted().empty());
 }
 
+// Ids must not repeat across node restarts or across the nodes behind one proxy (they used to
+// restart at cmpl-...0001): a random per-server part, then a counter.
+TEST_F(ApiServerTest, ResponseIdsAreUniqueAcrossServersAndRequests) {
+  const std::string body = R"({"prompt": "a", "max_tokens": 1})";
+  std::set<std::string> ids;
+  for (int server = 0; server < 3; ++server) {
+    if (server > 0) server_->stop();
+    start({"x"});
+    for (int request = 0; request < 2; ++request) {
+      const std::string id = Json::parse(post("/v1/completions", body).body())["id"];
+      EXPECT_TRUE(id.starts_with("cmpl-")) << id;
+      EXPECT_EQ(id.size(), 5u + 32u) << id;
+      EXPECT_TRUE(ids.insert(id).second) << "repeated id " << id;
+    }
+  }
+}
+
 TEST_F(ApiServerTest, QueueFullIs429WithRetryAfter) {
   start({"x"});
   service_->set_queue_full(true);
