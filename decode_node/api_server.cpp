@@ -17,6 +17,7 @@
 #include "common/protocol/openai_request.h"
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
+#include "common/protocol/timeline_header.h"
 #include "decode_node/request_timeline.h"
 
 namespace pdserve {
@@ -37,9 +38,6 @@ int64_t code_points(std::string_view text) {
   for (unsigned char byte : text) count += (byte & 0xC0) != 0x80;
   return count;
 }
-
-// Sent by the proxy: it wants the timeline even of a stream without a usage chunk.
-constexpr const char* kTimelineHeader = "X-Pdserve-Timeline";
 
 double seconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double>(to - from).count();
@@ -82,12 +80,12 @@ struct ApiServer::Generation {
   ResponseMeta meta;
   StreamOptions stream_options;
   std::vector<std::string> engine_ids;  // complete before any delta is handled
-  // For the timeline: t = 0, whose trace this is, this node's name, and whether the timeline
-  // goes out as an SSE comment when the stream has no usage chunk.
+  // For the timeline: t = 0, whose trace this is, this node's name, and whether the caller
+  // asked for it (X-Pdserve-Timeline: 1).
   SteadyTime arrival{};
   std::string trace_id;
   std::string node;
-  bool timeline_comment = false;
+  bool wants_timeline = false;
 
   std::mutex mutex;
   std::vector<Choice> choices;
@@ -265,9 +263,9 @@ struct ApiServer::Generation {
     if (stream) {
       if (stream_options.include_usage) {
         nlohmann::ordered_json chunk = usage_chunk(meta, chat, usage);
-        chunk["usage"]["pdserve_timeline"] = timeline();
+        if (wants_timeline) chunk["usage"]["pdserve_timeline"] = timeline();
         write_event(chunk);
-      } else if (timeline_comment) {
+      } else if (wants_timeline) {
         channel->write(": pdserve_timeline " + to_json_text(timeline()) + "\n\n");
       }
       channel->write(sse_done());
@@ -281,7 +279,7 @@ struct ApiServer::Generation {
                        requested_logprobs(choice), choice.finish_reason});
       }
       nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
-      body["usage"]["pdserve_timeline"] = timeline();
+      if (wants_timeline) body["usage"]["pdserve_timeline"] = timeline();
       channel->send(json_response(200, to_json_text(body)));
     } else {
       std::vector<CompletionChoice> out;
@@ -291,7 +289,7 @@ struct ApiServer::Generation {
                        choice.finish_reason});
       }
       nlohmann::ordered_json body = completion_response(meta, out, usage);
-      body["usage"]["pdserve_timeline"] = timeline();
+      if (wants_timeline) body["usage"]["pdserve_timeline"] = timeline();
       channel->send(json_response(200, to_json_text(body)));
     }
     channel.reset();
@@ -312,18 +310,24 @@ ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
       id_prefix_(random_id_prefix()) {}
 
 void ApiServer::register_routes(http::Router& router) {
-  router.add("POST", "/v1/completions",
-             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-               handle_generation(request, ch, false);
-             });
-  router.add("POST", "/v1/chat/completions",
-             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-               handle_generation(request, ch, true);
-             });
+  const AccessPolicy& access = options_.access;
+  router.add(
+      "POST", "/v1/completions",
+      guarded(access, RouteAccess::kClient,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                handle_generation(request, ch, false);
+              }));
+  router.add(
+      "POST", "/v1/chat/completions",
+      guarded(access, RouteAccess::kClient,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                handle_generation(request, ch, true);
+              }));
   router.add("GET", "/v1/models",
-             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               handle_models(ch);
-             });
+             guarded(access, RouteAccess::kClient,
+                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                       handle_models(ch);
+                     }));
   router.add("GET", "/health",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                count_response(200);
@@ -561,7 +565,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   const http::TraceContext trace = trace_ids_.context_for(request.header("traceparent"));
   generation->trace_id = trace.trace_id;
   generation->node = "decode http://" + std::string(request.header("Host").value_or("unknown"));
-  generation->timeline_comment = request.header(kTimelineHeader).value_or("") == "1";
+  generation->wants_timeline = timeline_requested(request.header(kTimelineHeader));
   char id[40];
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(id_prefix_),
                 static_cast<unsigned long long>(++next_id_));

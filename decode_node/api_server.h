@@ -12,10 +12,14 @@
 // reason to ask for both) would otherwise read the nulls as a result. text_offset counts code
 // points of the token strings from the start of the choice's generated text, in streams too.
 //
-// Timeline: every answer's usage carries `pdserve_timeline` (request_timeline.h); a stream
-// without a usage chunk sends it as the SSE comment `: pdserve_timeline {json}` before
-// [DONE] when asked with `X-Pdserve-Timeline: 1` (the proxy). Its trace id continues the
-// request's W3C `traceparent` (or starts a trace); remote prefill work gets a child of it.
+// Timeline (opt-in): a request with `X-Pdserve-Timeline: 1` gets `usage.pdserve_timeline`
+// (request_timeline.h) in its answer or its stream's usage chunk; a stream without a usage
+// chunk gets it as the SSE comment `: pdserve_timeline {json}` before [DONE]. The proxy always
+// asks. Its trace id continues the request's W3C `traceparent` (or starts a trace); remote
+// prefill work gets a child of it.
+//
+// Access: the OpenAI routes need one of options.access.api_keys, or the cluster token, when
+// any key is configured; /health, /metrics and /openapi.json are open.
 #pragma once
 
 #include <atomic>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "common/chat/chat_template.h"
+#include "common/cluster/cluster_auth.h"
 #include "common/engine/inference_service.h"
 #include "common/http/router.h"
 #include "common/http/traceparent.h"
@@ -38,6 +43,7 @@ namespace pdserve {
 struct ApiOptions {
   // Unknown request fields: a 400 (true) or ignored with one log line (false, as vLLM).
   bool strict_request_fields = false;
+  AccessPolicy access;
 };
 
 class ApiServer {

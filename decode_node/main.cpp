@@ -33,7 +33,9 @@ Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(
       ChatTemplate chat_template,
       ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
-  ApiServer api(*node->engine, node->tokenizer, chat_template, options.api);
+  ApiOptions api_options = options.api;
+  api_options.access.cluster_token = options.node.cluster_token;
+  ApiServer api(*node->engine, node->tokenizer, chat_template, api_options);
   if (disaggregated) {
     RemotePrefillPolicy policy;
     policy.cluster_token = options.node.cluster_token;
@@ -71,6 +73,10 @@ int main(int argc, char** argv) {
                  "Deadline for a prefill node's first token")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--api-key", options.api.access.api_keys,
+                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY; repeat for "
+                 "several); also read from $PDSERVE_API_KEY. Default: the API is open")
+      ->envname("PDSERVE_API_KEY");
   app.add_flag("--strict-request-fields", options.api.strict_request_fields,
                "Refuse requests with unknown fields (400) instead of ignoring them with a log line");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;

@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
@@ -65,6 +66,9 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "Shared secret for internal endpoints (registration, KV); also read from "
                  "$PDSERVE_CLUSTER_TOKEN")
       ->envname("PDSERVE_CLUSTER_TOKEN");
+  app.add_flag("--insecure-no-cluster-token", options.insecure_no_cluster_token,
+               "Join a cluster without a cluster token: anyone who can reach the node may send it "
+               "work or make it fetch KV from any address. Development only");
   app.add_option("--advertise-host", options.advertise_host,
                  "Address other nodes use to reach this one (default: --host)");
   app.add_option("--ucx-tls", options.ucx_tls,
@@ -84,6 +88,12 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer) {
+  if (with_kv_transfer) {
+    PDS_RETURN_IF_ERROR(require_cluster_token(options.cluster_token,
+                                              options.insecure_no_cluster_token,
+                                              "a node that joins a cluster (pdserve-prefill, "
+                                              "pdserve-decode with --proxy or --kv-transfer)"));
+  }
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
   EngineConfig engine_config = options.engine;
@@ -93,9 +103,6 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   auto node = std::make_unique<ServingNode>(std::move(loaded), std::move(tokenizer));
   KvConnectorFactory factory;
   if (with_kv_transfer) {
-    if (options.cluster_token.empty()) {
-      PDS_LOG_WARN("no --cluster-token: internal endpoints accept anyone who can reach them");
-    }
     kv_transfer::UcxKvConnectorOptions connector_options;
     connector_options.transports = options.ucx_tls;
     connector_options.cluster_token = options.cluster_token;

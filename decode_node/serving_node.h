@@ -35,6 +35,7 @@ struct ServingNodeOptions {
   // Disaggregation.
   std::string proxy_url;  // register with this proxy (and send heartbeats)
   std::string cluster_token;
+  bool insecure_no_cluster_token = false;  // join a cluster without a token (development)
   std::string advertise_host;  // how other nodes reach this one (default: --host)
   std::string ucx_tls;         // UCX transports for KV ("tcp", "sm,self"; empty: UCX decides)
   int kv_transfer_timeout_ms = 30'000;
@@ -54,7 +55,8 @@ struct ServingNode {
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
 };
 
-// Loads the model and starts its engine, with a KV connector when `with_kv_transfer`.
+// Loads the model and starts its engine, with a KV connector when `with_kv_transfer` (which
+// needs a cluster token or --insecure-no-cluster-token: InvalidArgument otherwise).
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer);
 

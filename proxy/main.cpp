@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cluster/cluster_auth.h"
 #include "common/core/cli.h"
 #include "common/core/log.h"
 #include "common/core/shutdown_signals.h"
@@ -29,6 +30,8 @@ struct Options {
   std::vector<std::string> prefill_urls;
   std::vector<std::string> decode_urls;
   std::string cluster_token;
+  bool insecure_no_cluster_token = false;
+  std::vector<std::string> api_keys;
   int heartbeat_timeout_ms = 3'000;
   int request_timeout_s = 600;
   size_t max_body_bytes = size_t{16} << 20;
@@ -41,9 +44,8 @@ struct Options {
 Status run(const Options& options) {
   const sigset_t signals = block_shutdown_signals();
 
-  if (options.cluster_token.empty()) {
-    PDS_LOG_WARN("no --cluster-token: anyone who can reach the proxy can register a node");
-  }
+  PDS_RETURN_IF_ERROR(require_cluster_token(options.cluster_token,
+                                            options.insecure_no_cluster_token, "pdserve-proxy"));
   RegistryOptions registry_options;
   registry_options.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
   NodeRegistry registry(registry_options);
@@ -58,7 +60,7 @@ Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpClient> client,
                        http::HttpClient::create(options.upstream_threads));
   ProxyOptions proxy_options;
-  proxy_options.cluster_token = options.cluster_token;
+  proxy_options.access = {options.cluster_token, options.api_keys};
   proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
   proxy_options.advice = options.advice;
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
@@ -135,6 +137,13 @@ int main(int argc, char** argv) {
                  "Shared secret that nodes present to register and that the proxy presents to "
                  "them; also read from $PDSERVE_CLUSTER_TOKEN")
       ->envname("PDSERVE_CLUSTER_TOKEN");
+  app.add_flag("--insecure-no-cluster-token", options.insecure_no_cluster_token,
+               "Run without a cluster token: anyone who can reach the proxy may register a node "
+               "(and receive prompts) or read /cluster and /trace. Development only");
+  app.add_option("--api-key", options.api_keys,
+                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY; repeat for "
+                 "several); also read from $PDSERVE_API_KEY. Default: the API is open")
+      ->envname("PDSERVE_API_KEY");
   app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms,
                  "Drop a registered node after this long without a heartbeat")
       ->capture_default_str()

@@ -10,6 +10,8 @@
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
+#include "common/protocol/timeline_header.h"
+#include "proxy/address_redaction.h"
 #include "proxy/timeline_alignment.h"
 #include "proxy/timeline_metrics.h"
 #include "proxy/timeline_relay.h"
@@ -47,6 +49,8 @@ struct ProxyServer::Exchange {
   Clock::time_point arrival = Clock::now();
   http::TraceContext trace;
   std::vector<RouteAttempt> routes;  // one per try, for the timeline
+  bool wants_timeline = false;       // the client sent X-Pdserve-Timeline: 1
+  bool holds_cluster_token = false;  // may see node addresses and ids
 
   std::mutex mutex;
   std::vector<std::string> tried;  // decode node ids
@@ -82,20 +86,26 @@ void ProxyServer::count_response(int status) {
 }
 
 void ProxyServer::register_routes(http::Router& router) {
+  const AccessPolicy& access = options_.access;
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-    router.add("POST", path,
-               [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-                 handle_generation(request, ch);
-               });
+    router.add(
+        "POST", path,
+        guarded(access, RouteAccess::kClient,
+                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                  handle_generation(request, ch);
+                }));
   }
   router.add("GET", "/v1/models",
-             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               handle_models(ch);
-             });
+             guarded(access, RouteAccess::kClient,
+                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                       handle_models(ch);
+                     }));
   router.add("GET", "/trace",
-             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-               ch->send(traces_.handle(request));
-             });
+             guarded(access, RouteAccess::kCluster,
+                     [this](const http::HttpRequest& request,
+                            std::shared_ptr<http::ResponseChannel> ch) {
+                       ch->send(traces_.handle(request));
+                     }));
   router.add("GET", "/health",
              [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                ch->send({200, "application/json", {}, "{}"});
@@ -105,55 +115,52 @@ void ProxyServer::register_routes(http::Router& router) {
                ch->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
              });
   router.add("GET", "/cluster",
-             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               const auto now = Clock::now();
-               registry_.expire(now);
-               ch->send(json_response(200, registry_.to_json(now)));
-             });
+             guarded(access, RouteAccess::kCluster,
+                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                       const auto now = Clock::now();
+                       registry_.expire(now);
+                       ch->send(json_response(200, registry_.to_json(now)));
+                     }));
   router.add("GET", "/cluster/advice",
-             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               const auto now = Clock::now();
-               registry_.expire(now);
-               const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),
-                                      registry_.pool_load(NodeRole::kDecode, now)};
-               ch->send(json_response(200, advisor_.to_json(load, now)));
-             });
+             guarded(access, RouteAccess::kCluster,
+                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                       const auto now = Clock::now();
+                       registry_.expire(now);
+                       const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),
+                                              registry_.pool_load(NodeRole::kDecode, now)};
+                       ch->send(json_response(200, advisor_.to_json(load, now)));
+                     }));
   router.add(
       "POST", "/cluster/nodes",
-      [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-        if (!cluster_token_matches(request, options_.cluster_token)) {
-          PDS_LOG_WARN("registration without the cluster token refused");
-          ch->send(http::api_error_response(unauthorized("registration needs the cluster token")));
-          return;
-        }
-        const Result<Json> body = parse_json_bounded(request.body, "the registration body");
-        Result<std::string> id =
-            body.ok() ? registry_.register_node(*body, Clock::now()) : body.status();
-        if (!id.ok()) {
-          PDS_LOG_WARN("registration refused: " + id.status().message());
-          ApiError error = api_error_from_status(id.status());
-          if (id.status().code() == StatusCode::kFailedPrecondition) error.http_status = 409;
-          ch->send(http::api_error_response(error));
-          return;
-        }
-        PDS_LOG_INFO("node " + *id + " registered: " + body->dump());
-        ch->send(json_response(200, Json{{"id", *id}}));
-      });
+      guarded(access, RouteAccess::kCluster,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                const Result<Json> body = parse_json_bounded(request.body, "the registration body");
+                Result<std::string> id =
+                    body.ok() ? registry_.register_node(*body, Clock::now()) : body.status();
+                if (!id.ok()) {
+                  PDS_LOG_WARN("registration refused: " + id.status().message());
+                  ApiError error = api_error_from_status(id.status());
+                  if (id.status().code() == StatusCode::kFailedPrecondition) {
+                    error.http_status = 409;
+                  }
+                  ch->send(http::api_error_response(error));
+                  return;
+                }
+                PDS_LOG_INFO("node " + *id + " registered: " + body->dump());
+                ch->send(json_response(200, Json{{"id", *id}}));
+              }));
   for (const char* method : {"POST", "DELETE"}) {
     router.add_prefix(
         method, "/cluster/nodes/",
-        [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-          handle_node_call(request, ch);
-        });
+        guarded(access, RouteAccess::kCluster,
+                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                  handle_node_call(request, ch);
+                }));
   }
 }
 
 void ProxyServer::handle_node_call(const http::HttpRequest& request,
                                    const std::shared_ptr<http::ResponseChannel>& channel) {
-  if (!cluster_token_matches(request, options_.cluster_token)) {
-    channel->send(http::api_error_response(unauthorized("cluster calls need the cluster token")));
-    return;
-  }
   std::string_view rest =
       std::string_view(request.path).substr(std::string_view("/cluster/nodes/").size());
   const size_t slash = rest.find('/');
@@ -206,9 +213,13 @@ void ProxyServer::handle_models(const std::shared_ptr<http::ResponseChannel>& ch
   request.method = "GET";
   request.target = "/v1/models";
   request.timeout = std::chrono::seconds(10);
-  client_.fetch(decode->base, std::move(request), [channel](Result<http::ClientResponse> response) {
+  client_.fetch(decode->base, std::move(request), [channel, decode = *decode](
+                                                      Result<http::ClientResponse> response) {
     if (!response.ok()) {
-      channel->send(http::api_error_response(service_unavailable(response.status().message(), 1)));
+      PDS_LOG_WARN("GET /v1/models from decode node " + decode.id + " (" + decode.url +
+                   ") failed: " + response.status().message());
+      channel->send(http::api_error_response(
+          service_unavailable("the decode node asked for the models did not answer", 1)));
       return;
     }
     channel->send({response->status, "application/json", {}, std::move(response->body)});
@@ -225,9 +236,12 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
   exchange->trace = trace_ids_.context_for(request.header("traceparent"));
   exchange->forward_headers.emplace_back("traceparent", exchange->trace.traceparent());
-  exchange->forward_headers.emplace_back("X-Pdserve-Timeline", "1");
+  exchange->wants_timeline = timeline_requested(request.header(kTimelineHeader));
+  exchange->holds_cluster_token = bearer_matches(request, options_.access.cluster_token);
+  // The proxy always wants the node's timeline: its traces and latency histograms need it.
+  exchange->forward_headers.emplace_back(std::string(kTimelineHeader), "1");
   exchange->forward_headers.emplace_back("Authorization",
-                                         cluster_auth_header_value(options_.cluster_token));
+                                         cluster_auth_header_value(options_.access.cluster_token));
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
     if (auto ex = weak.lock()) {
       std::lock_guard lock(ex->mutex);
@@ -272,6 +286,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   exchange->streaming = false;
   exchange->buffered.clear();
   exchange->relay = SseRelay();
+  if (!exchange->holds_cluster_token) exchange->relay.redact_errors();
   const std::vector<NodeRef> prefill = registry_.rank_prefill(now);
   exchange->prefill_id = prefill.empty() ? std::string() : prefill.front().id;
   registry_.begin_request(decode->id, exchange->prefill_id, exchange->prompt_estimate);
@@ -355,8 +370,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
             .inc();
         ex->over = true;
         record_failure(*ex);
-        const ApiError error = service_unavailable(
-            "the decode node serving this request failed: " + outcome.message(), 1);
+        const ApiError error =
+            service_unavailable("the decode node serving this request failed", 1);
         if (ex->streaming) {
           ex->channel->write("data: " + error.body() + "\n\n");
           ex->channel->write("data: [DONE]\n\n");
@@ -376,7 +391,9 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
           if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
           const std::optional<Json> aligned =
               ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline()) : std::nullopt;
-          if (std::string rest = ex->relay.finish(aligned ? &*aligned : nullptr); !rest.empty()) {
+          const std::optional<Json> for_client = client_timeline(*ex, aligned);
+          if (std::string rest = ex->relay.finish(for_client ? &*for_client : nullptr);
+              !rest.empty()) {
             ex->channel->write(std::move(rest));
           }
           ex->channel->end_stream();
@@ -384,7 +401,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
           ex->channel->send({ex->status,
                              ex->content_type.empty() ? "application/json" : ex->content_type,
                              {},
-                             relay_body_timeline(*ex, std::move(ex->buffered))});
+                             relay_body(*ex, std::move(ex->buffered))});
         }
       }
     }
@@ -424,8 +441,16 @@ void ProxyServer::record_failure(const Exchange& exchange) {
   advisor_.record(failed);
 }
 
-std::string ProxyServer::relay_body_timeline(Exchange& exchange, std::string body) {
-  if (exchange.status != 200) return body;
+std::optional<Json> ProxyServer::client_timeline(const Exchange& exchange,
+                                                 const std::optional<Json>& aligned) {
+  if (!exchange.wants_timeline || !aligned) return std::nullopt;
+  return exchange.holds_cluster_token ? *aligned : redact_timeline(*aligned);
+}
+
+std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
+  if (exchange.status != 200) {
+    return exchange.holds_cluster_token ? body : redact_error_body(body);
+  }
   Result<std::optional<TimelineBody>> parsed = parse_timeline_body(body);
   if (!parsed.ok()) {
     PDS_LOG_WARN(parsed.status().message());
@@ -433,7 +458,8 @@ std::string ProxyServer::relay_body_timeline(Exchange& exchange, std::string bod
   }
   if (!parsed->has_value()) return body;
   const std::optional<Json> aligned = record_timeline(exchange, (*parsed)->timeline);
-  return aligned ? (*parsed)->with_timeline(*aligned) : body;
+  const std::optional<Json> for_client = client_timeline(exchange, aligned);
+  return (*parsed)->with_timeline(for_client ? &*for_client : nullptr);
 }
 
 }  // namespace pdserve::proxy

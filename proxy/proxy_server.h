@@ -8,7 +8,12 @@
 //   GET    /cluster                       nodes with role, state and load
 //   GET    /cluster/advice                pool load, SLO attainment, recommended P:D nodes
 // plus GET /health, GET /metrics and GET /trace?last=N | ?request_id=ID (Chrome trace JSON of
-// the last requests' timelines, docs/TRACING.md).
+// the last requests' timelines, docs/TRACING.md). /cluster* and /trace need the cluster
+// token; the OpenAI API needs an API key when any is configured (cluster_auth.h).
+//
+// Clients never see internal addresses unless they hold the cluster token: error messages
+// relayed from the nodes have them redacted, and the per-request timeline is opt-in
+// (`X-Pdserve-Timeline: 1`), with node ids and addresses removed (address_redaction.h).
 //
 // A generation request goes to the least loaded decode node with the header
 // X-Pdserve-Prefill listing the prefill nodes, least loaded first (none: the decode node
@@ -25,6 +30,7 @@
 #include <optional>
 #include <string>
 
+#include "common/cluster/cluster_auth.h"
 #include "common/http/http_client.h"
 #include "common/http/router.h"
 #include "common/http/traceparent.h"
@@ -36,7 +42,7 @@
 namespace pdserve::proxy {
 
 struct ProxyOptions {
-  std::string cluster_token;
+  AccessPolicy access;  // the cluster token, and the client API keys of the OpenAI API
   std::chrono::milliseconds request_timeout{600'000};  // one upstream exchange, whole
   int max_attempts = 3;                                // decode nodes tried per request
   AdvisorOptions advice;                               // GET /cluster/advice
@@ -69,8 +75,13 @@ class ProxyServer {
                                                 const nlohmann::json& node_timeline);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
-  // A non-streaming body with its timeline recorded and replaced by the aligned one.
-  std::string relay_body_timeline(Exchange& exchange, std::string body);
+  // What the client gets of the aligned timeline: nothing (nullopt) unless it asked, and
+  // then redacted unless it holds the cluster token.
+  std::optional<nlohmann::json> client_timeline(const Exchange& exchange,
+                                                const std::optional<nlohmann::json>& aligned);
+  // A non-streaming body as the client gets it: its timeline recorded and replaced by the
+  // client's (or removed), error messages redacted for a client without the token.
+  std::string relay_body(Exchange& exchange, std::string body);
 
   NodeRegistry& registry_;
   http::HttpClient& client_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/core/json_depth.h"
+#include "proxy/address_redaction.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -11,6 +12,7 @@ using Json = nlohmann::json;
 
 constexpr std::string_view kTimelineKey = "pdserve_timeline";
 constexpr std::string_view kCommentPrefix = ": pdserve_timeline ";
+constexpr std::string_view kErrorEventPrefix = "data: {\"error\"";
 
 // The length of the event at the start of `text` including its blank line, or npos when the
 // blank line has not arrived. Looks no earlier than `from`.
@@ -70,9 +72,14 @@ std::string SseRelay::feed(std::string_view bytes) {
 }
 
 void SseRelay::route_event(std::string_view event, std::string& out) {
-  const bool held = usage_event_.has_value();
+  const bool held = usage_event_.has_value() || comment_held_;
+  std::string& destination = held ? held_after_ : out;
+  if (redact_errors_ && event.starts_with(kErrorEventPrefix)) {
+    destination += "data: " + redact_error_body(trim(event.substr(5))) + "\n\n";
+    return;
+  }
   if (event.find(kTimelineKey) == std::string_view::npos) {
-    (held ? held_after_ : out).append(event);
+    destination.append(event);
     return;
   }
   if (event.starts_with(kCommentPrefix)) {
@@ -80,12 +87,13 @@ void SseRelay::route_event(std::string_view event, std::string& out) {
         parse_object(trim(event.substr(kCommentPrefix.size())), "the ': pdserve_timeline' comment");
     if (timeline.ok()) {
       timeline_ = std::move(*timeline);
+      comment_held_ = true;
     } else {
-      problem_ = timeline.status();
+      problem_ = timeline.status();  // dropped: a comment is no client's business
     }
-    return;  // a comment for the proxy only
+    return;
   }
-  if (!held && event.starts_with("data:")) {
+  if (!usage_event_ && event.starts_with("data:")) {
     std::string_view data = event.substr(5);
     Result<Json> chunk = parse_object(trim(data), "the stream's usage chunk");
     Result<std::optional<Json>> timeline = chunk.ok()
@@ -101,13 +109,21 @@ void SseRelay::route_event(std::string_view event, std::string& out) {
   (held ? held_after_ : out).append(event);
 }
 
-std::string SseRelay::finish(const Json* aligned) {
+std::string SseRelay::finish(const Json* client_timeline) {
   std::string out;
   if (usage_event_) {
-    if (aligned) (*usage_event_)["usage"][kTimelineKey] = *aligned;
+    Json& usage = (*usage_event_)["usage"];
+    if (client_timeline) {
+      usage[kTimelineKey] = *client_timeline;
+    } else {
+      usage.erase(kTimelineKey);
+    }
     out = "data: " + usage_event_->dump() + "\n\n";
     usage_event_.reset();
+  } else if (comment_held_ && client_timeline) {
+    out = std::string(kCommentPrefix) + client_timeline->dump() + "\n\n";
   }
+  comment_held_ = false;
   out += held_after_;
   out += pending_;
   held_after_.clear();
@@ -125,8 +141,13 @@ Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body) {
   return std::optional<TimelineBody>(TimelineBody{std::move(response), std::move(*timeline)});
 }
 
-std::string TimelineBody::with_timeline(const Json& aligned) {
-  response["usage"][kTimelineKey] = aligned;
+std::string TimelineBody::with_timeline(const Json* client_timeline) {
+  Json& usage = response["usage"];
+  if (client_timeline) {
+    usage[kTimelineKey] = *client_timeline;
+  } else {
+    usage.erase(kTimelineKey);
+  }
   return response.dump();
 }
 

@@ -15,12 +15,18 @@ namespace pdserve::proxy {
 
 // Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
 // "\r\n\r\n" ends an event) and forwards them, except:
-//  * the comment `: pdserve_timeline {json}`, which is recorded and never forwarded;
-//  * the event whose data has `usage.pdserve_timeline`: recorded and held back, with
-//    everything after it, until finish() can put the aligned timeline in its place.
-// Only events that contain the text "pdserve_timeline" are parsed.
+//  * the comment `: pdserve_timeline {json}`: recorded and held back, with everything after
+//    it, until finish() puts the client's timeline (if any) in its place;
+//  * the event whose data has `usage.pdserve_timeline`: likewise;
+//  * with redact_errors(), an error event (`data: {"error"...`) has the addresses in its
+//    message redacted.
+// Only events that contain the text "pdserve_timeline", or that start as an error event, are
+// parsed.
 class SseRelay {
  public:
+  // Error events pass with their addresses redacted (a client without the cluster token).
+  void redact_errors() { redact_errors_ = true; }
+
   // Takes the next bytes of the stream; returns the bytes to forward now (maybe none).
   std::string feed(std::string_view bytes);
 
@@ -30,10 +36,11 @@ class SseRelay {
   // as it came, or dropped if it was the comment).
   const std::optional<Status>& problem() const { return problem_; }
 
-  // At the end of the stream: what is still held back, the usage event carrying `aligned` (or
-  // its original timeline when `aligned` is null), then any incomplete trailing bytes as they
-  // came.
-  std::string finish(const nlohmann::json* aligned);
+  // At the end of the stream: what is still held back, the timeline carrier first, with
+  // `client_timeline` in place of the node's (without a timeline when it is null: the usage
+  // event loses usage.pdserve_timeline, the comment is dropped), then any incomplete trailing
+  // bytes as they came.
+  std::string finish(const nlohmann::json* client_timeline);
 
  private:
   // Decides what happens to one complete event; appends what to forward now to `out`.
@@ -43,7 +50,9 @@ class SseRelay {
   size_t scan_from_ = 0;  // where to resume looking for the end of the pending event
   std::optional<nlohmann::json> timeline_;
   std::optional<nlohmann::json> usage_event_;  // parsed data of the held event
-  std::string held_after_;                     // events after the held one
+  bool comment_held_ = false;                  // the timeline came as the comment
+  std::string held_after_;                     // events after the carrier
+  bool redact_errors_ = false;
   std::optional<Status> problem_;
 };
 
@@ -52,8 +61,9 @@ struct TimelineBody {
   nlohmann::json response;
   nlohmann::json timeline;  // response.usage.pdserve_timeline as the node sent it
 
-  // The body with `usage.pdserve_timeline` replaced by `aligned`.
-  std::string with_timeline(const nlohmann::json& aligned);
+  // The body with `usage.pdserve_timeline` replaced by `client_timeline`, or without it when
+  // that is null.
+  std::string with_timeline(const nlohmann::json* client_timeline);
 };
 
 // nullopt when the body has no timeline, InvalidArgument when it cannot be read. Bodies

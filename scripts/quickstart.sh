@@ -61,7 +61,7 @@ base = sys.argv[1]
 body = {"messages": [{"role": "user", "content": "Explain KV cache in one sentence."}],
         "max_tokens": 32, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
 request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", "X-Pdserve-Timeline": "1"})
 start = time.monotonic(); first = None; text = []; usage = {}
 with urllib.request.urlopen(request, timeout=600) as response:
     for raw in response:

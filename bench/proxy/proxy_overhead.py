@@ -134,7 +134,8 @@ def main():
         node = subprocess.Popen([binaries["decode"], "--model", model, "--port", str(node_port), "--threads", "1",
                                  "--kv-cache-memory-gib", "0.25"], stdout=log, stderr=subprocess.STDOUT)
         proxy = subprocess.Popen([binaries["proxy"], "--port", str(proxy_port), "--decode", node_url],
-                                 stdout=log, stderr=subprocess.STDOUT)
+                                 stdout=log, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=os.urandom(16).hex()))
         try:
             wait_healthy(node_url, node)
             wait_healthy(proxy_url, proxy)

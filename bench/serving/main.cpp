@@ -113,6 +113,8 @@ Status run(Options& options) {
   }
   options.run.request_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options.request_timeout_s));
+  // As vLLM's benchmark: the API key comes from the environment, not the command line.
+  if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr) options.run.api_key = key;
   PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, make_workload(options.workload));
 
   PDS_ASSIGN_OR_RETURN(BenchmarkResult result, run_benchmark(options.run, requests));

@@ -29,8 +29,9 @@ using Json = nlohmann::ordered_json;
 
 // The first model id that GET /v1/models lists.
 asio::awaitable<Result<std::string>> first_model(const Endpoint& endpoint,
-                                                 Clock::duration timeout) {
-  Result<std::string> body = co_await fetch_text(endpoint, "/v1/models", timeout);
+                                                 Clock::duration timeout,
+                                                 const std::string& api_key) {
+  Result<std::string> body = co_await fetch_text(endpoint, "/v1/models", timeout, api_key);
   if (!body.ok()) co_return body.status();
   const nlohmann::json models = nlohmann::json::parse(*body, nullptr, false);
   if (models.is_discarded() || !models.contains("data") || !models["data"].is_array() ||
@@ -273,7 +274,7 @@ Result<BenchmarkResult> run_benchmark(const RunOptions& options,
       const Clock::duration timeout =
           std::min(options.request_timeout, Clock::duration(std::chrono::seconds(30)));
       auto fetch = [&]() -> asio::awaitable<void> {
-        model.emplace(co_await first_model(options.endpoint, timeout));
+        model.emplace(co_await first_model(options.endpoint, timeout, options.api_key));
       };
       asio::co_spawn(io, fetch(), [](std::exception_ptr error) {
         if (error) std::rethrow_exception(error);
@@ -288,6 +289,7 @@ Result<BenchmarkResult> run_benchmark(const RunOptions& options,
     prototype.route = options.route;
     prototype.model = result.model;
     prototype.timeout = options.request_timeout;
+    prototype.api_key = options.api_key;
     result.outcomes.resize(requests.size());
     const size_t workers =
         options.max_concurrency > 0

@@ -46,6 +46,7 @@ struct RunOptions {
   std::string label;  // free-form name of the setup (e.g. the topology) for reports and plots
   Endpoint endpoint;
   std::string model;        // empty: the first model of GET /v1/models
+  std::string api_key;      // Authorization: Bearer (vLLM's bench reads $OPENAI_API_KEY)
   int max_concurrency = 0;  // 0: no limit
   std::chrono::steady_clock::duration request_timeout = std::chrono::minutes(10);
   Slo slo;

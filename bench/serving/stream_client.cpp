@@ -234,6 +234,10 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
   http_request.set(http::field::host, endpoint.host);
   http_request.set(http::field::content_type, "application/json");
   http_request.set(http::field::accept, "text/event-stream");
+  http_request.set("X-Pdserve-Timeline", "1");
+  if (!request.api_key.empty()) {
+    http_request.set(http::field::authorization, "Bearer " + request.api_key);
+  }
   http_request.body() = request_body(request);
   http_request.prepare_payload();
   co_await http::async_write(stream, http_request, asio::redirect_error(asio::use_awaitable, ec));
@@ -279,7 +283,8 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
 }
 
 asio::awaitable<Result<std::string>> fetch_text(const Endpoint& endpoint, const std::string& target,
-                                                Clock::duration timeout) {
+                                                Clock::duration timeout,
+                                                const std::string& api_key) {
   beast::tcp_stream stream(co_await asio::this_coro::executor);
   stream.expires_after(timeout);
   const std::string where = "GET http://" + endpoint.host + ":" + endpoint.port + target;
@@ -287,6 +292,7 @@ asio::awaitable<Result<std::string>> fetch_text(const Endpoint& endpoint, const 
   if (ec) co_return unavailable(where + ": " + describe(ec, "connect"));
   http::request<http::empty_body> http_request(http::verb::get, target, 11);
   http_request.set(http::field::host, endpoint.host);
+  if (!api_key.empty()) http_request.set(http::field::authorization, "Bearer " + api_key);
   co_await http::async_write(stream, http_request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return unavailable(where + ": " + describe(ec, "send"));
   beast::flat_buffer buffer;

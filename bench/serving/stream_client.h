@@ -1,5 +1,7 @@
 // One streaming completion or chat completion request over HTTP/1.1 (Boost.Beast on Asio
-// coroutines), timed per streamed chunk. Every connection carries a deadline, so a dead or stalled
+// coroutines), timed per streamed chunk. It asks for the server's per-request timeline
+// (X-Pdserve-Timeline: 1; the proxy gives it without node addresses unless the key is the
+// cluster token). Every connection carries a deadline, so a dead or stalled
 // server produces a failed outcome instead of a hang.
 #pragma once
 
@@ -52,6 +54,7 @@ struct StreamRequest {
   std::string model;
   const BenchRequest* request = nullptr;
   std::chrono::steady_clock::duration timeout{};  // for the whole exchange
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
 };
 
 // Never throws; failures are reported in the outcome. Times are relative to `run_start`.
@@ -59,9 +62,11 @@ boost::asio::awaitable<RequestOutcome> stream_completion(
     const Endpoint& endpoint, const StreamRequest& request,
     std::chrono::steady_clock::time_point run_start);
 
-// GET `target` (e.g. /v1/models) and return its body, with a deadline.
+// GET `target` (e.g. /v1/models) and return its body, with a deadline; `api_key` as in
+// StreamRequest.
 boost::asio::awaitable<Result<std::string>> fetch_text(const Endpoint& endpoint,
                                                        const std::string& target,
-                                                       std::chrono::steady_clock::duration timeout);
+                                                       std::chrono::steady_clock::duration timeout,
+                                                       const std::string& api_key);
 
 }  // namespace pdserve::bench

@@ -1,18 +1,80 @@
 #include "common/cluster/cluster_auth.h"
 
+#include <algorithm>
+#include <utility>
+
+#include "common/core/log.h"
+#include "common/http/api_error_response.h"
+
 namespace pdserve {
 
-bool cluster_token_matches(const http::HttpRequest& request, std::string_view token) {
-  if (token.empty()) return true;
+bool bearer_matches(const http::HttpRequest& request, std::string_view secret) {
+  if (secret.empty()) return false;
   const std::optional<std::string_view> header = request.header("Authorization");
   if (!header) return false;
-  const std::string expected = cluster_auth_header_value(token);
-  if (header->size() != expected.size()) return false;
-  unsigned char difference = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    difference |= static_cast<unsigned char>((*header)[i] ^ expected[i]);
+  const std::string expected = cluster_auth_header_value(secret);
+  // Every byte of the header is read whatever the secret's length.
+  unsigned char difference = header->size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < header->size(); ++i) {
+    const char want = i < expected.size() ? expected[i] : '\0';
+    difference |= static_cast<unsigned char>((*header)[i] ^ want);
   }
   return difference == 0;
+}
+
+bool cluster_token_matches(const http::HttpRequest& request, std::string_view token) {
+  return token.empty() || bearer_matches(request, token);
+}
+
+Status require_cluster_token(std::string_view token, bool insecure_no_cluster_token,
+                             std::string_view who) {
+  if (!token.empty()) return Status::ok_status();
+  if (!insecure_no_cluster_token) {
+    return invalid_argument(std::string(who) +
+                            " needs a cluster token (--cluster-token or $PDSERVE_CLUSTER_TOKEN, "
+                            "the same on the proxy and every node); --insecure-no-cluster-token "
+                            "runs an open cluster that anyone who can reach it may join");
+  }
+  PDS_LOG_WARN(std::string(who) +
+               " runs without a cluster token (--insecure-no-cluster-token): anyone who can reach "
+               "it may join the cluster, read traces and receive prompts");
+  return Status::ok_status();
+}
+
+std::optional<ApiError> check_access(const AccessPolicy& policy, RouteAccess access,
+                                     const http::HttpRequest& request) {
+  switch (access) {
+    case RouteAccess::kOpen:
+      return std::nullopt;
+    case RouteAccess::kCluster:
+      if (cluster_token_matches(request, policy.cluster_token)) return std::nullopt;
+      return unauthorized("this endpoint needs the cluster token");
+    case RouteAccess::kClient: {
+      if (policy.api_keys.empty()) return std::nullopt;
+      const bool key = std::ranges::any_of(
+          policy.api_keys, [&](const std::string& k) { return bearer_matches(request, k); });
+      if (key || bearer_matches(request, policy.cluster_token)) return std::nullopt;
+      return invalid_api_key(request.header("Authorization")
+                                 ? "Incorrect API key provided."
+                                 : "You didn't provide an API key. Send it as 'Authorization: "
+                                   "Bearer YOUR_KEY'.");
+    }
+  }
+  return unauthorized("unknown route access");
+}
+
+http::Handler guarded(const AccessPolicy& policy, RouteAccess access, http::Handler handler) {
+  if (access == RouteAccess::kOpen) return handler;
+  return [policy, access, handler = std::move(handler)](
+             const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> channel) {
+    if (std::optional<ApiError> refused = check_access(policy, access, request)) {
+      http::HttpResponse response = http::api_error_response(*refused);
+      response.headers.emplace_back("WWW-Authenticate", "Bearer");
+      channel->send(std::move(response));
+      return;
+    }
+    handler(request, std::move(channel));
+  };
 }
 
 }  // namespace pdserve

@@ -85,6 +85,15 @@ ApiError unauthorized(std::string message) {
   return error;
 }
 
+ApiError invalid_api_key(std::string message) {
+  ApiError error;
+  error.http_status = 401;
+  error.message = std::move(message);
+  error.type = "invalid_request_error";
+  error.code = "invalid_api_key";
+  return error;
+}
+
 ApiError internal_server_error(std::string message) {
   return {500, std::move(message), kServerError, std::nullopt, "internal_error", std::nullopt};
 }

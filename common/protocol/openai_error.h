@@ -41,6 +41,8 @@ ApiError too_many_requests(std::string message, int retry_after_seconds);
 ApiError service_unavailable(std::string message, int retry_after_seconds);
 // 401 (authentication_error) for an internal endpoint called without the cluster token.
 ApiError unauthorized(std::string message);
+// 401 as OpenAI answers a missing or wrong API key (invalid_request_error, invalid_api_key).
+ApiError invalid_api_key(std::string message);
 // 500 for a bug or an unexpected failure.
 ApiError internal_server_error(std::string message);
 

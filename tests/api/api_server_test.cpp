@@ -444,7 +444,7 @@ TEST_F(ApiServerTest, UnknownTopLevelFieldIsServedUnlessStrict) {
   EXPECT_EQ(post("/v1/completions", body).result_int(), 200);
   EXPECT_EQ(service_->submitted().size(), 1u);
   server_->stop();
-  start({"x"}, ApiOptions{.strict_request_fields = true});
+  start({"x"}, ApiOptions{.strict_request_fields = true, .access = {}});
   auto refused = post("/v1/completions", body);
   EXPECT_EQ(refused.result_int(), 400);
   EXPECT_EQ(Json::parse(refused.body())["error"]["param"], "temprature") << refused.body();
@@ -649,8 +649,9 @@ TEST_F(ApiServerTest, PhaseHistogramsOfALocallyPrefilledRequest) {
   EXPECT_FALSE(metric_value(metrics, "pdserve:remote_prefill_time_seconds_count").has_value());
 }
 
-// The timeline in a non-streamed answer: one token time per completion token of choice 0, the
-// trace id of the caller's traceparent, a decode.request span per choice ending by e2e.
+// The timeline in a non-streamed answer asked for it: one token time per completion token of
+// choice 0, the trace id of the caller's traceparent, a decode.request span per choice ending
+// by e2e.
 TEST_F(ApiServerTest, NonStreamedAnswerCarriesItsTimeline) {
   start({"a", "b", "c", "d", "e"});
   service_->set_step_delay(5ms);
@@ -658,6 +659,7 @@ TEST_F(ApiServerTest, NonStreamedAnswerCarriesItsTimeline) {
   const auto sent = std::chrono::steady_clock::now();
   ASSERT_TRUE(client.send(
       make_request("POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 4, "n": 2})",
+                   "X-Pdserve-Timeline: 1\r\n"
                    "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n")));
   auto response = client.read_response();
   const double client_ms =
@@ -697,6 +699,51 @@ TEST_F(ApiServerTest, NonStreamedAnswerCarriesItsTimeline) {
     EXPECT_EQ(span["node"], "decode http://t") << "named by the Host header the client sent";
   }
   EXPECT_EQ(request_spans, (std::set<int>{0, 1}));
+}
+
+// The timeline is opt-in: answers and usage chunks of callers that did not ask have none.
+TEST_F(ApiServerTest, TimelineOnlyWhenAsked) {
+  start({"a", "b"});
+  const Json whole = Json::parse(post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})").body());
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 2) << whole.dump();
+  EXPECT_FALSE(whole["usage"].contains("pdserve_timeline")) << whole.dump();
+  const std::string streamed =
+      post("/v1/completions", R"({"prompt": "x", "max_tokens": 2, "stream": true,
+                                  "stream_options": {"include_usage": true}})")
+          .body();
+  EXPECT_NE(streamed.find("\"completion_tokens\":2"), std::string::npos) << streamed;
+  EXPECT_EQ(streamed.find("pdserve_timeline"), std::string::npos) << streamed;
+}
+
+// With API keys, the OpenAI routes need one of them (or the cluster token, which the proxy
+// presents); health and metrics stay open.
+TEST_F(ApiServerTest, ApiKeysGuardTheOpenAiRoutes) {
+  start({"a"}, ApiOptions{.strict_request_fields = false, .access = {"cluster-secret", {"key-1"}}});
+  const auto call = [&](const std::string& method, const std::string& path,
+                        const std::string& headers) {
+    TestClient client(server_->port());
+    EXPECT_TRUE(client.send(make_request(method, path, R"({"prompt": "x", "max_tokens": 1})", headers)));
+    auto response = client.read_response();
+    return response ? response->result_int() : 0;
+  };
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions", "/v1/models"}) {
+    const std::string method = path == "/v1/models" ? "GET" : "POST";
+    EXPECT_EQ(call(method, path, ""), 401) << path;
+    EXPECT_EQ(call(method, path, "Authorization: Bearer key-2\r\n"), 401) << path;
+    EXPECT_EQ(call(method, path, "Authorization: key-1\r\n"), 401) << path;
+  }
+  EXPECT_EQ(call("POST", "/v1/completions", "Authorization: Bearer key-1\r\n"), 200);
+  EXPECT_EQ(call("POST", "/v1/completions", "Authorization: Bearer cluster-secret\r\n"), 200);
+  EXPECT_EQ(call("GET", "/v1/models", "Authorization: Bearer key-1\r\n"), 200);
+  EXPECT_EQ(call("GET", "/health", ""), 200);
+  EXPECT_EQ(call("GET", "/metrics", ""), 200);
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.send(make_request("GET", "/v1/models", "", "")));
+  auto refused = client.read_response();
+  ASSERT_TRUE(refused);
+  const Json body = Json::parse(refused->body());
+  EXPECT_EQ(body["error"]["code"], "invalid_api_key");
+  EXPECT_EQ((*refused)["WWW-Authenticate"], "Bearer");
 }
 
 // A stream without a usage chunk: the timeline comes as an SSE comment before [DONE] only when

@@ -97,7 +97,10 @@ def run_aiperf(target, model_dir, artifacts):
             "--extra-inputs", "ignore_eos:true", "temperature:0",
             "--request-count", str(REQUESTS), "--concurrency", str(CONCURRENCY), "--random-seed", "7",
             "--artifact-dir", artifacts, "--export-level", "raw", "--ui-type", "none",
-            "--no-server-metrics", "--no-gpu-telemetry"]
+            "--no-server-metrics", "--no-gpu-telemetry",
+            # The per-request timeline is opt-in; without the cluster token it has no node address.
+            # "on", not "1": aiperf turns 1 into a number, which its config then refuses.
+            "--header", "X-Pdserve-Timeline:on"]
     start = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=200, env=aiperf_env())
     with open(os.path.join(t.work_dir(), "aiperf.out"), "w", encoding="utf-8") as handle:
@@ -231,7 +234,7 @@ def aiperf_prompts():
 
 
 def aiperf_against_timelines():
-    trace = t.get_json(target.url + f"/trace?last={REQUESTS}")
+    trace = t.get_json(target.url + f"/trace?last={REQUESTS}", headers=t.cluster_headers())
     timelines = chrome_trace_timelines(trace)
     by_response = {r["response_id"]: r for r in aiperf_records.values()}
     t.expect_equal(set(timelines), set(by_response), "request ids in the proxy's last traces vs aiperf's responses")

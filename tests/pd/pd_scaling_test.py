@@ -131,7 +131,7 @@ def fixed_requests():
 
 def check_advice(proxy, minimum_requests):
     """GET /cluster/advice reflects the 1P1D cluster left and the requests the proxy recorded."""
-    advice = json.loads(http("GET", proxy + "/cluster/advice")[1])
+    advice = json.loads(http("GET", proxy + "/cluster/advice", headers=AUTH)[1])
     pools, workload, capacity = advice["load"], advice["workload"], advice["capacity"]
     if pools["prefill"]["nodes"] != 1 or pools["decode"]["nodes"] != 1 or not advice["explanation"]:
         raise AssertionError(f"/cluster/advice does not describe the cluster: {advice}")

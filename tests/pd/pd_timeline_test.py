@@ -257,7 +257,7 @@ def check_traceparent_and_failover(decode_url, prefill_url):
     refusing_url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         headers = {"X-Pdserve-Prefill": f"{refusing_url},{prefill_url}", "Authorization": "Bearer " + TOKEN,
-                   "traceparent": TRACEPARENT}
+                   "traceparent": TRACEPARENT, "X-Pdserve-Timeline": "1"}
         body = {"prompt": [rng.randrange(1000, 100000) for _ in range(40)], "max_tokens": 3, "temperature": 0,
                 "ignore_eos": True}
         _, payload, _, _ = post(decode_url, "/v1/completions", body, headers)
@@ -295,9 +295,7 @@ def run(decode_url, prefill_url, block_bytes, block_size):
         body = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": stream}
         if include_usage:
             body["stream_options"] = {"include_usage": True}
-        headers = {"traceparent": TRACEPARENT}
-        if stream:
-            headers["X-Pdserve-Timeline"] = "1"
+        headers = {"traceparent": TRACEPARENT, "X-Pdserve-Timeline": "1"}
         if remote:
             headers.update(remote_headers)
         if kind == "completion":
@@ -330,8 +328,13 @@ def run(decode_url, prefill_url, block_bytes, block_size):
     remote_requests += 1
 
     # A request without a traceparent gets a fresh trace.
-    _, payload, _, _ = post(decode_url, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1}, {})
+    _, payload, _, _ = post(decode_url, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1},
+                            {"X-Pdserve-Timeline": "1"})
     fresh = payload["usage"]["pdserve_timeline"]["trace_id"]
+    # The timeline is opt-in.
+    _, payload, _, _ = post(decode_url, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 1}, {})
+    if "pdserve_timeline" in payload["usage"]:
+        raise AssertionError("a timeline nobody asked for")
     if fresh == TRACE_ID or not re.fullmatch(r"[0-9a-f]{32}", fresh):
         raise AssertionError(f"no fresh trace id without traceparent: {fresh}")
 
@@ -341,7 +344,7 @@ def run(decode_url, prefill_url, block_bytes, block_size):
               (metric(decode_url, "pdserve:kv_wait_time_seconds_count"), remote_requests, "kv waits"),
               (metric(prefill_url, "pdserve:kv_transfer_time_seconds_count"), remote_requests, "prefill transfers"),
               (metric(decode_url, "pdserve:request_prefill_time_seconds_count"),
-               sum(1 for case in cases if not case[1]) + 1, "local prefills")]
+               sum(1 for case in cases if not case[1]) + 2, "local prefills")]
     for got, expected, what in checks:
         if got != expected:
             raise AssertionError(f"/metrics {what}: {got}, expected {expected}")
@@ -394,9 +397,10 @@ def check_trace_events(events, what):
 
 
 def check_proxy(decode_url, prefill_url, directory):
-    """Through pdserve-proxy: the timeline comment never reaches the client, the usage timeline is
-    on the proxy's clock, GET /trace and --trace-file hold every request, the proxy's histograms
-    count them."""
+    """Through pdserve-proxy: a client gets a timeline only when it asks (X-Pdserve-Timeline: 1),
+    without node addresses unless it holds the cluster token; the timeline (in usage or the
+    comment) is on the proxy's clock; GET /trace and --trace-file hold every request, the proxy's
+    histograms count them."""
     trace_file = os.path.join(directory, "trace.json")
     log = os.path.join(directory, "proxy.log")
     proxy = subprocess.Popen([os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0", "--cluster-token", TOKEN,
@@ -414,19 +418,34 @@ def check_proxy(decode_url, prefill_url, directory):
                     "ignore_eos": True, "stream": stream}
             if include_usage:
                 body["stream_options"] = {"include_usage": True}
-            _, payload, first_ms, end_ms = post(proxy_url, "/v1/completions", body, {"traceparent": TRACEPARENT})
-            if stream and (payload[-1] != "data: [DONE]" or any(line.startswith(":") for line in payload)):
-                raise AssertionError(f"{what}: the timeline comment reached the client or no [DONE]: {payload[-3:]}")
-            if stream and not include_usage:
-                ids.append(json.loads(next(line for line in payload if line.startswith("data: {"))[6:])["id"])
-                continue
+            # Not asked: no timeline at all, neither in usage nor as a comment.
+            _, quiet, _, _ = post(proxy_url, "/v1/completions", body, {"traceparent": TRACEPARENT})
+            if "pdserve_timeline" in json.dumps(quiet) or (stream and quiet[-1] != "data: [DONE]"):
+                raise AssertionError(f"{what}: a timeline nobody asked for, or no [DONE]: {quiet[-3:]}")
+            ids.append(json.loads(next(line for line in quiet if line.startswith("data: {"))[6:])["id"]
+                       if stream else quiet["id"])
+            # Asked without the cluster token: no node address.
+            _, redacted, _, _ = post(proxy_url, "/v1/completions", body,
+                                     {"traceparent": TRACEPARENT, "X-Pdserve-Timeline": "1"})
+            timeline, _ = timeline_of(redacted, stream, include_usage)
+            if "127.0.0.1" in json.dumps(redacted) or one(timeline, "decode.request")["node"] != "decode":
+                raise AssertionError(f"{what}: node addresses reached a client without the token: {timeline}")
+            ids.append(timeline["request_id"])
+            # Asked by a cluster token holder: the whole timeline.
+            _, payload, first_ms, end_ms = post(proxy_url, "/v1/completions", body,
+                                                {"traceparent": TRACEPARENT, "X-Pdserve-Timeline": "1",
+                                                 "Authorization": "Bearer " + TOKEN})
+            if stream and payload[-1] != "data: [DONE]":
+                raise AssertionError(f"{what}: no [DONE]: {payload[-3:]}")
             timeline, _ = timeline_of(payload, stream, include_usage)
             check_proxy_timeline(timeline, what, first_ms, end_ms)
             ids.append(timeline["request_id"])
             print(f"ok: {what}: ttft {timeline['ttft_ms']:.1f} ms, e2e {timeline['e2e_ms']:.1f} ms "
                   f"(client {end_ms:.1f} ms)", flush=True)
         for request_id in ids:
-            with urllib.request.urlopen(f"{proxy_url}/trace?request_id={request_id}", timeout=30) as response:
+            trace_request = urllib.request.Request(f"{proxy_url}/trace?request_id={request_id}",
+                                                   headers={"Authorization": "Bearer " + TOKEN})
+            with urllib.request.urlopen(trace_request, timeout=30) as response:
                 if check_trace_events(json.loads(response.read().decode())["traceEvents"], request_id) != 1:
                     raise AssertionError(f"/trace?request_id={request_id}: not one request")
         with open(trace_file) as handle:

@@ -1,6 +1,8 @@
-// Through a real ProxyServer and HttpServer over raw sockets: what a token holder or a broken
-// node can send to the cluster API (bodies nested 500k levels deep, impossible load reports),
-// and an HTTP/1.0 client of a relayed stream.
+// Through a real ProxyServer and HttpServer over raw sockets: who may call what (the cluster
+// token for /cluster* and /trace, API keys for the OpenAI API), what a token holder or a
+// broken node can send to the cluster API (bodies nested 500k levels deep, impossible load
+// reports), node addresses kept out of what clients see, and an HTTP/1.0 client of a relayed
+// stream.
 #include <string>
 
 #include <gtest/gtest.h>
@@ -29,7 +31,8 @@ class ProxyServerTest : public ::testing::Test {
   void SetUp() override {
     client_ = std::move(http::HttpClient::create(1).value());
     ProxyOptions options;
-    options.cluster_token = kToken;
+    options.access.cluster_token = kToken;
+    options.access.api_keys = {"client-key-1", "client-key-2"};
     proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
     http::Router router;
     proxy_->register_routes(router);
@@ -43,8 +46,13 @@ class ProxyServerTest : public ::testing::Test {
   // One request on a fresh connection; the response, or a failed expectation.
   testing::HttpResponseMessage call(const std::string& method, const std::string& target,
                                     const std::string& body = "") {
+    return call_with(kAuth, method, target, body);
+  }
+  // `headers`: extra header lines, each ending in CRLF (e.g. another Authorization, or none).
+  testing::HttpResponseMessage call_with(const std::string& headers, const std::string& method,
+                                         const std::string& target, const std::string& body = "") {
     TestClient client(server_->port());
-    EXPECT_TRUE(client.send(make_request(method, target, body, kAuth)));
+    EXPECT_TRUE(client.send(make_request(method, target, body, headers)));
     std::optional<testing::HttpResponseMessage> response = client.read_response(10'000ms);
     EXPECT_TRUE(response.has_value()) << method << " " << target << ": no response";
     return response ? std::move(*response) : testing::HttpResponseMessage{};
@@ -141,6 +149,103 @@ TEST_F(ProxyServerTest, ImpossibleLoadIs400AndDoesNotWinRouting) {
   EXPECT_EQ(picked->id, honest);
 }
 
+TEST_F(ProxyServerTest, ClusterAndTraceEndpointsNeedTheClusterToken) {
+  const std::string id = register_decode(9000);
+  const std::vector<std::pair<std::string, std::string>> guarded = {
+      {"GET", "/cluster"},
+      {"GET", "/cluster/advice"},
+      {"GET", "/trace"},
+      {"POST", "/cluster/nodes"},
+      {"POST", "/cluster/nodes/" + id + "/heartbeat"},
+      {"POST", "/cluster/nodes/" + id + "/drain"},
+      {"DELETE", "/cluster/nodes/" + id},
+  };
+  for (const std::string& credential :
+       {std::string(), std::string("Authorization: Bearer client-key-1\r\n"),
+        std::string("Authorization: Bearer cluster-secreT\r\n"),
+        std::string("Authorization: cluster-secret\r\n")}) {
+    for (const auto& [method, target] : guarded) {
+      const testing::HttpResponseMessage response = call_with(credential, method, target, "{}");
+      EXPECT_EQ(response.result_int(), 401) << method << " " << target << " with " << credential;
+      EXPECT_EQ(response["WWW-Authenticate"], "Bearer");
+      const Json body = Json::parse(response.body(), nullptr, false);
+      EXPECT_EQ(body["error"]["code"], "invalid_cluster_token") << response.body();
+    }
+  }
+  // Nothing changed, and what monitoring needs stays open.
+  EXPECT_EQ(cluster_node(id)["state"], "up");
+  EXPECT_EQ(call_with("", "GET", "/health").result_int(), 200);
+  EXPECT_EQ(call_with("", "GET", "/metrics").result_int(), 200);
+}
+
+TEST_F(ProxyServerTest, ApiKeysGuardTheOpenAiApi) {
+  for (const std::string target : {"/v1/models", "/v1/completions", "/v1/chat/completions"}) {
+    const std::string method = target == "/v1/models" ? "GET" : "POST";
+    const testing::HttpResponseMessage missing = call_with("", method, target, "{}");
+    EXPECT_EQ(missing.result_int(), 401) << target;
+    const Json body = Json::parse(missing.body(), nullptr, false);
+    EXPECT_EQ(body["error"]["code"], "invalid_api_key") << missing.body();
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(call_with("Authorization: Bearer client-key-3\r\n", method, target, "{}")
+                  .result_int(),
+              401)
+        << target;
+  }
+  // Either key, or the cluster token, passes (no decode node here: 503 from behind the guard).
+  for (const char* credential : {"Authorization: Bearer client-key-1\r\n",
+                                 "Authorization: Bearer client-key-2\r\n", kAuth}) {
+    EXPECT_EQ(call_with(credential, "GET", "/v1/models").result_int(), 503) << credential;
+  }
+}
+
+// A fake decode node that fails with a node address in its messages, whole or mid-stream.
+class FailingDecodeNode {
+ public:
+  static constexpr char kMessage[] = "KV import from prefill node http://10.9.8.7:8100 failed";
+
+  FailingDecodeNode() {
+    http::Router routes;
+    routes.add("POST", "/v1/completions",
+               [](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                 const std::string error =
+                     Json{{"error", {{"message", kMessage}, {"type", "server_error"}, {"code", 500}}}}
+                         .dump();
+                 if (request.body.find("stream") == std::string::npos) {
+                   ch->send({500, "application/json", {}, error});
+                   return;
+                 }
+                 ch->start_stream(200, "text/event-stream", {});
+                 ch->write("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+                 ch->write("data: " + error + "\n\ndata: [DONE]\n\n");
+                 ch->end_stream();
+               });
+    server_ = std::move(http::HttpServer::start({}, std::move(routes)).value());
+  }
+  ~FailingDecodeNode() { server_->stop(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+
+ private:
+  std::unique_ptr<http::HttpServer> server_;
+};
+
+TEST_F(ProxyServerTest, NodeAddressesInErrorsReachOnlyClusterTokenHolders) {
+  FailingDecodeNode decode;
+  ASSERT_TRUE(registry_.add_static(NodeRole::kDecode, decode.url()).ok());
+  const std::string client = "Authorization: Bearer client-key-1\r\n";
+  for (const std::string body : {R"({"prompt": "hi"})", R"({"prompt": "hi", "stream": true})"}) {
+    const testing::HttpResponseMessage redacted =
+        call_with(client, "POST", "/v1/completions", body);
+    EXPECT_EQ(redacted.body().find("10.9.8.7"), std::string::npos) << redacted.body();
+    EXPECT_NE(redacted.body().find("KV import from prefill node <internal> failed"),
+              std::string::npos)
+        << redacted.body();
+    const testing::HttpResponseMessage operator_view =
+        call_with(kAuth, "POST", "/v1/completions", body);
+    EXPECT_NE(operator_view.body().find(FailingDecodeNode::kMessage), std::string::npos)
+        << operator_view.body();
+  }
+}
+
 // The proxy relays a decode node's SSE stream to an HTTP/1.0 client without chunking (HTTP/1.0
 // has none) and closes the connection to end it.
 TEST_F(ProxyServerTest, Http10ClientGetsTheRelayedStreamUnchunked) {
@@ -165,6 +270,7 @@ TEST_F(ProxyServerTest, Http10ClientGetsTheRelayedStreamUnchunked) {
   const std::string body = R"({"prompt": "hi", "stream": true})";
   ASSERT_TRUE(
       client.send("POST /v1/completions HTTP/1.0\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  "Authorization: Bearer client-key-1\r\n"
                   "Content-Length: " +
                   std::to_string(body.size()) + "\r\n\r\n" + body));
   std::optional<std::string> bytes = client.read_until_closed(10'000ms);

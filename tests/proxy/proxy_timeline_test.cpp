@@ -1,7 +1,8 @@
 // Through a real ProxyServer: a fake decode node that answers after a known delay and emits the
 // spec's timeline; the proxy forwards traceparent and X-Pdserve-Timeline, strips the timeline
-// comment, rewrites the usage timeline onto its clock, serves it on /trace and in its
-// histograms.
+// comment, rewrites the usage timeline onto its clock, serves it on /trace (cluster token
+// only) and in its histograms, and gives it to a client only when asked: whole to a cluster
+// token holder, without node addresses and ids to anyone else.
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,8 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr double kHeadDelayMs = 40.0;
+constexpr char kToken[] = "cluster-secret";
+const http::HeaderList kWithToken = {{"Authorization", "Bearer cluster-secret"}};
 
 // A decode node that waits kHeadDelayMs, then answers with its timeline (head_sent_ms =
 // the measured wait), streaming (split mid-event) or not.
@@ -106,7 +109,9 @@ class ProxyTimeline : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(registry_.add_static(NodeRole::kDecode, decode_.url()).ok());
     client_ = std::move(http::HttpClient::create(2).value());
-    proxy_ = std::make_unique<ProxyServer>(registry_, *client_, ProxyOptions{});
+    ProxyOptions options;
+    options.access.cluster_token = kToken;
+    proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
     http::Router router;
     proxy_->register_routes(router);
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
@@ -131,7 +136,7 @@ class ProxyTimeline : public ::testing::Test {
 
   // The trace events of one request, by name.
   std::map<std::string, Json> trace_of(const std::string& id) {
-    const http::ClientResponse response = call("GET", "/trace?request_id=" + id);
+    const http::ClientResponse response = call("GET", "/trace?request_id=" + id, "", kWithToken);
     EXPECT_EQ(response.status, 200) << response.body;
     std::map<std::string, Json> events;
     const Json document = Json::parse(response.body);
@@ -177,7 +182,9 @@ TEST_F(ProxyTimeline, NonStreamingBodyCarriesTheAlignedTimeline) {
   const std::string client_trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
   const http::ClientResponse response =
       call("POST", "/v1/completions", R"({"id": "cmpl-plain", "prompt": "hi"})",
-           {{"traceparent", client_trace}});
+           {{"traceparent", client_trace},
+            {"X-Pdserve-Timeline", "1"},
+            {"Authorization", "Bearer cluster-secret"}});
   ASSERT_EQ(response.status, 200) << response.body;
   expect_aligned(Json::parse(response.body)["usage"]["pdserve_timeline"],
                  "4bf92f3577b34da6a3ce929d0e0e4736");
@@ -195,6 +202,35 @@ TEST_F(ProxyTimeline, NonStreamingBodyCarriesTheAlignedTimeline) {
     EXPECT_TRUE(events.contains(name)) << name;
   }
   EXPECT_EQ(events.at("decode.request")["args"]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+}
+
+TEST_F(ProxyTimeline, TimelineIsOptInAndRedactedWithoutTheClusterToken) {
+  // Not asked: no timeline in the answer, but the proxy still records it.
+  const http::ClientResponse plain =
+      call("POST", "/v1/completions", R"({"id": "cmpl-quiet", "prompt": "hi"})");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json body = Json::parse(plain.body);
+  EXPECT_FALSE(body["usage"].contains("pdserve_timeline")) << plain.body;
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
+  EXPECT_TRUE(trace_of("cmpl-quiet").contains("decode.request"));
+
+  // Asked without the token: the figures, but no node address or id.
+  const http::ClientResponse asked =
+      call("POST", "/v1/completions", R"({"id": "cmpl-asked", "prompt": "hi"})",
+           {{"X-Pdserve-Timeline", "1"}});
+  ASSERT_EQ(asked.status, 200) << asked.body;
+  const Json timeline = Json::parse(asked.body)["usage"]["pdserve_timeline"];
+  EXPECT_EQ(asked.body.find("127.0.0.1"), std::string::npos) << asked.body;
+  EXPECT_EQ(asked.body.find("\"decode\":\"decode-"), std::string::npos) << asked.body;
+  bool saw_decode_span = false;
+  for (const Json& span : timeline["spans"]) {
+    if (span["name"] == "decode.request") {
+      saw_decode_span = true;
+      EXPECT_EQ(span["node"], "decode");
+    }
+  }
+  EXPECT_TRUE(saw_decode_span) << timeline.dump(2);
+  EXPECT_GE(timeline["ttft_ms"].get<double>(), kHeadDelayMs - 1.0);
 }
 
 TEST_F(ProxyTimeline, StreamWithoutUsageHidesTheComment) {
@@ -217,7 +253,8 @@ TEST_F(ProxyTimeline, StreamWithoutUsageHidesTheComment) {
 TEST_F(ProxyTimeline, StreamWithUsageGetsTheAlignedTimeline) {
   const http::ClientResponse response =
       call("POST", "/v1/completions",
-           R"({"id": "cmpl-u", "prompt": "hi", "stream": true, "include_usage": true})");
+           R"({"id": "cmpl-u", "prompt": "hi", "stream": true, "include_usage": true})",
+           {{"X-Pdserve-Timeline", "1"}, {"Authorization", "Bearer cluster-secret"}});
   ASSERT_EQ(response.status, 200);
   EXPECT_EQ(response.body.find(": pdserve_timeline"), std::string::npos);
   ASSERT_TRUE(response.body.ends_with("data: [DONE]\n\n"));
@@ -248,10 +285,15 @@ TEST_F(ProxyTimeline, StreamWithUsageGetsTheAlignedTimeline) {
 }
 
 TEST_F(ProxyTimeline, TraceEndpointErrors) {
-  EXPECT_EQ(call("GET", "/trace?request_id=nope").status, 404);
-  EXPECT_EQ(call("GET", "/trace?last=0").status, 400);
-  EXPECT_EQ(call("GET", "/trace?last=1001").status, 400);
-  const http::ClientResponse empty = call("GET", "/trace");
+  // Every user's request ids and timings: the cluster token only.
+  const http::ClientResponse refused = call("GET", "/trace");
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_EQ(Json::parse(refused.body)["error"]["code"], "invalid_cluster_token");
+  EXPECT_EQ(call("GET", "/trace", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(call("GET", "/trace?request_id=nope", "", kWithToken).status, 404);
+  EXPECT_EQ(call("GET", "/trace?last=0", "", kWithToken).status, 400);
+  EXPECT_EQ(call("GET", "/trace?last=1001", "", kWithToken).status, 400);
+  const http::ClientResponse empty = call("GET", "/trace", "", kWithToken);
   EXPECT_EQ(empty.status, 200);
   EXPECT_EQ(Json::parse(empty.body)["traceEvents"], Json::array());
 }

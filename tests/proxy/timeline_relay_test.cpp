@@ -107,6 +107,48 @@ TEST(SseRelay, UsageEventIsHeldAndCarriesTheAlignedTimeline) {
   EXPECT_EQ(sent["usage"]["prompt_tokens"], 5);
 }
 
+TEST(SseRelay, UsageEventLosesTheTimelineWhenTheClientDidNotAsk) {
+  const Json usage_chunk = {{"id", "cmpl-7"},
+                            {"choices", Json::array()},
+                            {"usage", {{"prompt_tokens", 5}, {"pdserve_timeline", kTimeline}}}};
+  SseRelay relay;
+  EXPECT_EQ(relay.feed(data_event(usage_chunk) + "data: [DONE]\n\n"), "");
+  const std::string rest = relay.finish(nullptr);
+  EXPECT_EQ(rest.find("pdserve_timeline"), std::string::npos) << rest;
+  const Json sent = Json::parse(rest.substr(6, rest.find("\n\n") - 6));
+  EXPECT_EQ(sent["usage"]["prompt_tokens"], 5);
+  EXPECT_TRUE(rest.ends_with("\n\ndata: [DONE]\n\n")) << rest;
+}
+
+TEST(SseRelay, CommentComesBackWithTheClientsTimelineBeforeDone) {
+  const std::string stream = comment_stream("\n");
+  SseRelay relay;
+  const std::string forwarded = relay.feed(stream);
+  EXPECT_EQ(forwarded.find("pdserve_timeline"), std::string::npos);
+  EXPECT_EQ(forwarded.find("[DONE]"), std::string::npos) << "[DONE] waits for the timeline";
+  const Json client_timeline = {{"origin", "proxy"}};
+  EXPECT_EQ(relay.finish(&client_timeline),
+            ": pdserve_timeline " + client_timeline.dump() + "\n\ndata: [DONE]\n\n");
+}
+
+TEST(SseRelay, ErrorEventsHaveTheirAddressesRedactedWhenAsked) {
+  const std::string error_event =
+      R"(data: {"error":{"message":"prefill node http://10.0.0.7:8100 answered HTTP 503","type":"server_error","code":503}})"
+      "\n\n";
+  SseRelay plain;
+  EXPECT_EQ(plain.feed(error_event), error_event);
+  SseRelay redacting;
+  redacting.redact_errors();
+  const std::string sent = redacting.feed(error_event);
+  EXPECT_EQ(sent.find("10.0.0.7"), std::string::npos) << sent;
+  const Json error = Json::parse(sent.substr(6));
+  EXPECT_EQ(error["error"]["message"], "prefill node <internal> answered HTTP 503");
+  EXPECT_EQ(error["error"]["code"], 503);
+  // Content chunks pass untouched, even when they mention an address.
+  const std::string chunk = data_event({{"choices", {{{"text", "see http://example.com"}}}}});
+  EXPECT_EQ(redacting.feed(chunk), chunk);
+}
+
 TEST(SseRelay, UnreadableTimelinesAreReportedAndTheStreamUntouched) {
   SseRelay relay;
   const std::string broken = "data: {\"usage\": {\"pdserve_timeline\": 3}}\n\n";
@@ -130,8 +172,13 @@ TEST(BodyTimeline, FoundReplacedOrAbsent) {
   ASSERT_TRUE(found->has_value());
   EXPECT_EQ((*found)->timeline, kTimeline);
 
-  const std::string replaced = (*found)->with_timeline(Json{{"origin", "proxy"}});
+  const Json client_timeline = {{"origin", "proxy"}};
+  const std::string replaced = (*found)->with_timeline(&client_timeline);
   EXPECT_EQ(Json::parse(replaced)["usage"]["pdserve_timeline"]["origin"], "proxy");
+  // A client that did not ask gets usage without the timeline.
+  const Json removed = Json::parse((*found)->with_timeline(nullptr));
+  EXPECT_FALSE(removed["usage"].contains("pdserve_timeline"));
+  EXPECT_EQ(removed["id"], "cmpl-7");
 
   Result<std::optional<TimelineBody>> none =
       parse_timeline_body(R"({"usage": {"prompt_tokens": 3}})");

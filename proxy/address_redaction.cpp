@@ -1,0 +1,113 @@
+#include "proxy/address_redaction.h"
+
+#include <cctype>
+
+#include "common/core/json_depth.h"
+
+namespace pdserve::proxy {
+namespace {
+
+using Json = nlohmann::json;
+
+bool is_scheme_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '-' || c == '.';
+}
+
+// Where a URL's authority and path end: at whitespace, a quote, a comma, a semicolon or a
+// parenthesis (not a bracket: an IPv6 host has them).
+bool ends_url(char c) {
+  return std::isspace(static_cast<unsigned char>(c)) != 0 || c == '"' || c == '\'' || c == ',' ||
+         c == ')' || c == '(' || c == '>' || c == ';';
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The length of an IPv4 address with an optional port at text[at], or 0.
+size_t ipv4_length(std::string_view text, size_t at) {
+  size_t i = at;
+  for (int part = 0; part < 4; ++part) {
+    const size_t digits_start = i;
+    while (i < text.size() && is_digit(text[i]) && i - digits_start < 3) ++i;
+    if (i == digits_start) return 0;
+    if (part < 3) {
+      if (i >= text.size() || text[i] != '.') return 0;
+      ++i;
+    }
+  }
+  if (i < text.size() && is_digit(text[i])) return 0;  // a fourth part of four digits
+  if (i + 1 < text.size() && text[i] == '.' && is_digit(text[i + 1])) return 0;  // a.b.c.d.e
+  if (i + 1 < text.size() && text[i] == ':' && is_digit(text[i + 1])) {
+    ++i;
+    while (i < text.size() && is_digit(text[i])) ++i;
+  }
+  return i - at;
+}
+
+void redact_strings(Json& value) {
+  if (value.is_string()) {
+    value = redact_addresses(value.get_ref<const std::string&>());
+  } else if (value.is_structured()) {
+    for (Json& item : value) redact_strings(item);
+  }
+}
+
+}  // namespace
+
+std::string redact_addresses(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text.compare(i, 3, "://") == 0) {
+      // Take back the scheme already copied, then skip to the end of the URL.
+      size_t scheme = 0;
+      while (scheme < out.size() && is_scheme_char(out[out.size() - 1 - scheme])) ++scheme;
+      out.resize(out.size() - scheme);
+      out += kRedactedAddress;
+      i += 3;
+      while (i < text.size() && !ends_url(text[i])) ++i;
+      continue;
+    }
+    const bool word_start = i == 0 || !(is_digit(text[i - 1]) || text[i - 1] == '.');
+    if (word_start && is_digit(text[i])) {
+      if (const size_t length = ipv4_length(text, i); length > 0) {
+        out += kRedactedAddress;
+        i += length;
+        continue;
+      }
+    }
+    out += text[i++];
+  }
+  return out;
+}
+
+Json redact_timeline(const Json& timeline) {
+  Json redacted = timeline;
+  if (auto spans = redacted.find("spans"); spans != redacted.end() && spans->is_array()) {
+    for (Json& span : *spans) {
+      if (!span.is_object()) continue;
+      if (auto node = span.find("node"); node != span.end() && node->is_string()) {
+        const std::string& name = node->get_ref<const std::string&>();
+        *node = name.substr(0, name.find(' '));
+      }
+      if (auto args = span.find("args"); args != span.end() && args->is_object()) {
+        for (const char* key : {"decode", "prefill", "prefill_url"}) args->erase(key);
+      }
+    }
+  }
+  redact_strings(redacted);
+  return redacted;
+}
+
+std::string redact_error_body(std::string_view body) {
+  Result<Json> parsed = parse_json_bounded(body, "an error body");
+  if (!parsed.ok() || !parsed->is_object()) return redact_addresses(body);
+  auto error = parsed->find("error");
+  if (error == parsed->end() || !error->is_object()) return redact_addresses(body);
+  if (auto message = error->find("message"); message != error->end() && message->is_string()) {
+    *message = redact_addresses(message->get_ref<const std::string&>());
+  }
+  return parsed->dump();
+}
+
+}  // namespace pdserve::proxy

@@ -1,0 +1,29 @@
+// What the proxy hides from clients that do not hold the cluster token: node addresses and ids
+// in error messages and in the per-request timeline (issue #15: internal topology never
+// reaches a client). Operators get the same text unredacted in the proxy's log and, with the
+// token, in responses.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace pdserve::proxy {
+
+inline constexpr std::string_view kRedactedAddress = "<internal>";
+
+// `text` with every URL (scheme://...) and IPv4 address (a.b.c.d[:port]) replaced by
+// kRedactedAddress.
+std::string redact_addresses(std::string_view text);
+
+// A timeline (docs/TRACING.md) for a client without the token: each span's node is its role
+// alone ("decode", "prefill", "proxy"), node ids and URLs leave the span args, and every other
+// string has its addresses redacted.
+nlohmann::json redact_timeline(const nlohmann::json& timeline);
+
+// An OpenAI error body (or an SSE error event's data) with the addresses in its message
+// redacted; a body that is not such an object has its addresses redacted as text.
+std::string redact_error_body(std::string_view body);
+
+}  // namespace pdserve::proxy
