@@ -34,6 +34,8 @@ struct Options {
   std::vector<std::string> api_keys;
   int heartbeat_timeout_ms = 3'000;
   int request_timeout_s = 600;
+  int first_byte_timeout_s = 300;
+  int stream_idle_timeout_s = 120;
   size_t max_body_bytes = size_t{16} << 20;
   AdvisorOptions advice;
   int advice_window_s = 60;
@@ -62,6 +64,8 @@ Status run(const Options& options) {
   ProxyOptions proxy_options;
   proxy_options.access = {options.cluster_token, options.api_keys};
   proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
+  proxy_options.first_byte_timeout = std::chrono::seconds(options.first_byte_timeout_s);
+  proxy_options.stream_idle_timeout = std::chrono::seconds(options.stream_idle_timeout_s);
   proxy_options.advice = options.advice;
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
   proxy_options.trace_capacity = options.trace_capacity;
@@ -88,14 +92,15 @@ Status run(const Options& options) {
               options.decode_urls.size());
   std::fflush(stdout);
 
-  // Drops silent nodes even when no request comes to trigger it.
+  // Drops silent nodes, and fails over their requests, even when no request comes to trigger
+  // it.
   std::mutex mutex;
   std::condition_variable stop_expiry;
   bool stopping = false;
   std::thread expiry([&] {
     std::unique_lock lock(mutex);
     while (!stop_expiry.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping; })) {
-      registry.expire(std::chrono::steady_clock::now());
+      proxy.expire_nodes(std::chrono::steady_clock::now());
     }
   });
 
@@ -150,6 +155,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(50, 3'600'000));
   app.add_option("--request-timeout-s", options.request_timeout_s,
                  "Deadline of one forwarded request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
+  app.add_option("--first-byte-timeout-s", options.first_byte_timeout_s,
+                 "Deadline for a decode node's response head (covers its queue and the remote "
+                 "prefill); then the request goes to another decode node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400));
+  app.add_option("--stream-idle-timeout-s", options.stream_idle_timeout_s,
+                 "Longest silence of a decode node mid-response; then the request fails")
       ->capture_default_str()
       ->check(CLI::Range(1, 86'400));
   app.add_option("--max-body-bytes", options.max_body_bytes,

@@ -155,17 +155,23 @@ Status NodeRegistry::drain(const std::string& id) {
   return Status::ok_status();
 }
 
-void NodeRegistry::expire(Clock::time_point now) {
+std::vector<std::string> NodeRegistry::expire(Clock::time_point now) {
   std::lock_guard lock(mutex_);
+  std::vector<std::string> silent;
   std::erase_if(nodes_, [&](const auto& entry) {
     const Node& node = entry.second;
     if (node.state == NodeState::kDraining && node.in_flight == 0) {
       retired_.insert(node.id);
       return true;
     }
-    return node.state != NodeState::kDraining && !node.is_static &&
-           now - node.last_heartbeat > options_.heartbeat_timeout;
+    if (node.state != NodeState::kDraining && !node.is_static &&
+        now - node.last_heartbeat > options_.heartbeat_timeout) {
+      silent.push_back(node.id);
+      return true;
+    }
+    return false;
   });
+  return silent;
 }
 
 void NodeRegistry::mark_down(const std::string& id, Clock::time_point now) {

@@ -83,8 +83,8 @@ class NodeRegistry {
   // sent is in flight there. Static nodes too. NotFound for an unknown id.
   Status drain(const std::string& id);
   // Drops registered nodes whose heartbeats stopped, and retires drained nodes with nothing
-  // in flight.
-  void expire(Clock::time_point now);
+  // in flight. Returns the ids of the silent nodes dropped (their in-flight work is lost).
+  std::vector<std::string> expire(Clock::time_point now);
   void mark_down(const std::string& id, Clock::time_point now);
 
   std::optional<NodeRef> pick_decode(const std::vector<std::string>& excluded,

@@ -118,14 +118,14 @@ void ProxyServer::register_routes(http::Router& router) {
              guarded(access, RouteAccess::kCluster,
                      [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                        const auto now = Clock::now();
-                       registry_.expire(now);
+                       expire_nodes(now);
                        ch->send(json_response(200, registry_.to_json(now)));
                      }));
   router.add("GET", "/cluster/advice",
              guarded(access, RouteAccess::kCluster,
                      [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                        const auto now = Clock::now();
-                       registry_.expire(now);
+                       expire_nodes(now);
                        const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),
                                               registry_.pool_load(NodeRole::kDecode, now)};
                        ch->send(json_response(200, advisor_.to_json(load, now)));
@@ -252,9 +252,42 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   attempt(exchange);
 }
 
+void ProxyServer::expire_nodes(Clock::time_point now) {
+  for (const std::string& id : registry_.expire(now)) {
+    std::vector<std::weak_ptr<Exchange>> waiting;
+    {
+      std::lock_guard lock(in_flight_mutex_);
+      if (auto it = in_flight_.find(id); it != in_flight_.end()) {
+        waiting = std::move(it->second);
+        in_flight_.erase(it);
+      }
+    }
+    int cancelled = 0;
+    for (const std::weak_ptr<Exchange>& weak : waiting) {
+      const std::shared_ptr<Exchange> exchange = weak.lock();
+      if (!exchange) continue;
+      std::lock_guard lock(exchange->mutex);
+      // An exchange that moved on to another node is that node's business.
+      if (exchange->over || !exchange->call || exchange->decode.id != id) continue;
+      exchange->call->cancel();  // on_done reroutes it or ends it with an error
+      ++cancelled;
+    }
+    PDS_LOG_WARN("node " + id + " stopped sending heartbeats: dropped, " +
+                 std::to_string(cancelled) + " request(s) in flight there rerouted or failed");
+  }
+}
+
+void ProxyServer::track_in_flight(const std::string& decode_id,
+                                  const std::shared_ptr<Exchange>& exchange) {
+  std::lock_guard lock(in_flight_mutex_);
+  std::vector<std::weak_ptr<Exchange>>& waiting = in_flight_[decode_id];
+  std::erase_if(waiting, [](const std::weak_ptr<Exchange>& weak) { return weak.expired(); });
+  waiting.push_back(exchange);
+}
+
 void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   const Clock::time_point now = Clock::now();
-  registry_.expire(now);
+  expire_nodes(now);
   std::lock_guard lock(exchange->mutex);
   if (exchange->over) return;
   std::optional<NodeRef> decode = exchange->attempts < options_.max_attempts
@@ -297,6 +330,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   upstream.body = exchange->body;
   upstream.headers = exchange->forward_headers;
   upstream.timeout = options_.request_timeout;
+  upstream.head_timeout = options_.first_byte_timeout;
+  upstream.idle_timeout = options_.stream_idle_timeout;
   if (!prefill.empty()) {
     std::string urls;
     for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
@@ -411,6 +446,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                               ms_between(exchange->arrival, Clock::now()), decode->id,
                               exchange->prefill_id});
   exchange->call = client_.stream(decode->base, std::move(upstream), std::move(callbacks));
+  track_in_flight(decode->id, exchange);
 }
 
 std::optional<Json> ProxyServer::record_timeline(Exchange& exchange, const Json& node_timeline) {

@@ -21,12 +21,16 @@
 // bodies are the engine's. A decode node that refuses before answering (429/503: KV pool or
 // queue full, prefill nodes unreachable) or cannot be reached is skipped and the next one
 // tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
-// at once, and is marked down. The response streams through as it arrives.
+// at once, and is marked down. The response streams through as it arrives. A decode node
+// that stops answering (no head within first_byte_timeout, silent for stream_idle_timeout
+// mid-body) or stops sending heartbeats fails the same way, at once.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -44,6 +48,11 @@ namespace pdserve::proxy {
 struct ProxyOptions {
   AccessPolicy access;  // the cluster token, and the client API keys of the OpenAI API
   std::chrono::milliseconds request_timeout{600'000};  // one upstream exchange, whole
+  // A decode node's response head (it covers the remote prefill and the queue: the head of a
+  // remotely prefilled stream waits for its first token), and its longest silence mid-body.
+  // On expiry the request goes to another decode node (no head yet) or fails.
+  std::chrono::milliseconds first_byte_timeout{300'000};
+  std::chrono::milliseconds stream_idle_timeout{120'000};
   int max_attempts = 3;                                // decode nodes tried per request
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace
@@ -55,6 +64,10 @@ class ProxyServer {
   ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options);
 
   void register_routes(http::Router& router);
+  // Drops the registered nodes whose heartbeats stopped (NodeRegistry::expire), and at once
+  // sends the requests in flight on such a decode node to another one (no response head yet)
+  // or ends them with an error; call it periodically.
+  void expire_nodes(std::chrono::steady_clock::time_point now);
   metrics::Registry& metrics() { return metrics_; }
   ClusterAdvisor& advisor() { return advisor_; }
   TraceRecorder& traces() { return traces_; }
@@ -83,8 +96,13 @@ class ProxyServer {
   // client's (or removed), error messages redacted for a client without the token.
   std::string relay_body(Exchange& exchange, std::string body);
 
+  // Remembers that `exchange` waits on `decode_id` (for expire_nodes).
+  void track_in_flight(const std::string& decode_id, const std::shared_ptr<Exchange>& exchange);
+
   NodeRegistry& registry_;
   http::HttpClient& client_;
+  std::mutex in_flight_mutex_;
+  std::map<std::string, std::vector<std::weak_ptr<Exchange>>> in_flight_;  // by decode node id
   ProxyOptions options_;
   metrics::Registry metrics_;
   ClusterAdvisor advisor_;

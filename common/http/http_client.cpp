@@ -30,6 +30,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 // One call: its connection (on a strand, so cancel() from any thread is safe) and callbacks.
 class Call : public ClientCall, public std::enable_shared_from_this<Call> {
@@ -58,9 +59,26 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
   Status failure(const beast::error_code& ec, std::string_view stage) const {
     if (cancelled_) return cancelled(where() + ": cancelled");
     if (ec == beast::error::timeout) {
-      return deadline_exceeded(where() + ": " + std::string(stage) + ": deadline exceeded");
+      return deadline_exceeded(where() + ": " + std::string(stage) + ": " +
+                               (phase_limited_ ? phase_limit_ : "deadline exceeded"));
     }
     return unavailable(where() + ": " + std::string(stage) + ": " + ec.message());
+  }
+
+  // The next operations end by the call's deadline, or `phase` from now when that is sooner
+  // (`what` then says which limit ran out).
+  void arm(const std::optional<Clock::duration>& phase, std::string what) {
+    const Clock::time_point now = Clock::now();
+    phase_limited_ = phase.has_value() && now + *phase < deadline_;
+    if (phase_limited_) {
+      phase_limit_ = std::move(what) + " (" +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*phase)
+                                        .count()) +
+                     " ms)";
+      stream_.expires_at(now + *phase);
+    } else {
+      stream_.expires_at(deadline_);
+    }
   }
 
   void done(const Status& outcome) {
@@ -73,7 +91,8 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
 
   asio::awaitable<void> exchange() {
     beast::error_code ec;
-    stream_.expires_after(request_.timeout);
+    deadline_ = Clock::now() + request_.timeout;
+    stream_.expires_at(deadline_);
     tcp::resolver resolver(strand_);
     auto endpoints = co_await resolver.async_resolve(url_.host, url_.port,
                                                      asio::redirect_error(asio::use_awaitable, ec));
@@ -98,6 +117,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     beast::flat_buffer buffer;
+    arm(request_.head_timeout, "no response head in time");
     co_await bhttp::async_read_header(stream_, buffer, parser,
                                       asio::redirect_error(asio::use_awaitable, ec));
     if (ec || cancelled_) co_return done(failure(ec, "read the response head"));
@@ -115,6 +135,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     };
     if (chunked) parser.on_chunk_body(forward_chunk);
     while (!parser.is_done()) {
+      arm(request_.idle_timeout, "the response went silent");
       co_await bhttp::async_read_some(stream_, buffer, parser,
                                       asio::redirect_error(asio::use_awaitable, ec));
       if (ec || cancelled_) co_return done(failure(ec, "read the response body"));
@@ -133,6 +154,9 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
   ClientRequest request_;
   StreamCallbacks callbacks_;
   bool cancelled_ = false;
+  Clock::time_point deadline_{};
+  bool phase_limited_ = false;  // the armed expiry is a phase limit, not the deadline
+  std::string phase_limit_;
   bool finished_ = false;
 };
 

@@ -1,6 +1,7 @@
 // An HTTP/1.1 client on Boost.Asio/Beast for the cluster's internal calls (proxy -> nodes,
 // decode -> prefill, node -> proxy registration): its own I/O threads, one connection per
-// call, a deadline on every call covering connect, send and the whole response, responses
+// call, a deadline on every call covering connect, send and the whole response (and optional
+// deadlines for the response head and for silence mid-body), responses
 // streamed to callbacks as they arrive, and cancellation from any thread. Callbacks run on the
 // client's I/O threads and must not block.
 #pragma once
@@ -35,7 +36,12 @@ struct ClientRequest {
   HeaderList headers;
   std::string body;
   std::string content_type = "application/json";
-  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);
+  std::chrono::steady_clock::duration timeout = std::chrono::seconds(30);  // the whole call
+  // Tighter deadlines within it: from the request sent to the response head, and the longest
+  // silence while the body streams. A server that accepts and never answers, or freezes
+  // mid-stream, fails the call with DeadlineExceeded naming the phase.
+  std::optional<std::chrono::steady_clock::duration> head_timeout;
+  std::optional<std::chrono::steady_clock::duration> idle_timeout;
 };
 
 struct ClientResponse {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "common/http/http_server.h"
 
@@ -38,6 +39,11 @@ class HttpClientTest : public ::testing::Test {
     });
     router.add("GET", "/silent", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
       parked_ = ch;  // never answers
+    });
+    router.add("GET", "/stall", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+      ch->start_stream(200, "text/event-stream", {});
+      ch->write("data: 0\n\n");
+      parked_ = ch;  // then freezes mid-stream
     });
     ServerOptions options;
     options.port = 0;
@@ -118,6 +124,46 @@ TEST_F(HttpClientTest, ReportsTheDeadlineAndCancellation) {
   auto future = done.get_future();
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(future.get().code(), StatusCode::kCancelled);
+}
+
+// A server that accepts and never answers, or goes silent mid-stream, fails the call at the
+// phase deadline, long before the call's own; a stream that keeps talking is not cut.
+TEST_F(HttpClientTest, HeadAndIdleDeadlinesEndSilentCallsEarly) {
+  const auto call = [&](const std::string& target) {
+    ClientRequest request;
+    request.target = target;
+    request.timeout = 30s;
+    request.head_timeout = 300ms;
+    request.idle_timeout = 300ms;
+    std::promise<Status> done;
+    std::string body;
+    StreamCallbacks callbacks;
+    callbacks.on_body = [&](std::string_view bytes) { body.append(bytes); };
+    callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
+    const auto start = std::chrono::steady_clock::now();
+    client_->stream(url_, request, callbacks);
+    auto future = done.get_future();
+    EXPECT_EQ(future.wait_for(5s), std::future_status::ready) << target;
+    const Status outcome = future.get();
+    return std::make_tuple(outcome, std::chrono::steady_clock::now() - start, body);
+  };
+  const auto [silent, silent_after, silent_body] = call("/silent");
+  EXPECT_EQ(silent.code(), StatusCode::kDeadlineExceeded) << silent.to_string();
+  EXPECT_NE(silent.message().find("no response head in time (300 ms)"), std::string::npos)
+      << silent.message();
+  EXPECT_GE(silent_after, 290ms);
+  EXPECT_LT(silent_after, 3s);
+
+  const auto [stalled, stalled_after, stalled_body] = call("/stall");
+  EXPECT_EQ(stalled.code(), StatusCode::kDeadlineExceeded) << stalled.to_string();
+  EXPECT_NE(stalled.message().find("the response went silent (300 ms)"), std::string::npos)
+      << stalled.message();
+  EXPECT_EQ(stalled_body, "data: 0\n\n");
+  EXPECT_LT(stalled_after, 3s);
+
+  const auto [talking, talking_after, talking_body] = call("/stream");
+  EXPECT_TRUE(talking.ok()) << talking.to_string();
+  EXPECT_EQ(talking_body, "data: 0\n\ndata: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n\n");
 }
 
 TEST_F(HttpClientTest, ConnectionRefusedIsUnavailable) {
