@@ -283,6 +283,43 @@ def faults(cluster, requests, reference):
     got = run_all(proxy, requests[:8])
     expect_same(reference[:8], got, "after kill -9 of a prefill node")
 
+    # A decode node freezes mid-stream (SIGSTOP: no byte, no heartbeat): its streams end with
+    # an error event once the proxy misses its heartbeats (3 s), not at the request deadline
+    # (600 s). Thawed, the node registers again and serves; it holds no block afterwards.
+    long_request = dict(requests[0], max_tokens=800)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        streams = [pool.submit(stream_until_error, proxy, long_request) for _ in range(4)]
+        time.sleep(1.5)
+        frozen = max((n for n in cluster.nodes() if n["role"] == "decode"), key=lambda n: n["load"]["proxy_in_flight"])
+        if frozen["load"]["proxy_in_flight"] == 0:
+            raise AssertionError("the streams ended before the decode node could be frozen")
+        frozen_pid = cluster.pid_of_url(frozen["url"])
+        os.kill(frozen_pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        try:
+            outcomes = [s.result(timeout=150) for s in streams]
+        finally:
+            os.kill(frozen_pid, signal.SIGCONT)
+    errors = [error for _, error in outcomes if error is not None]
+    if len(errors) != frozen["load"]["proxy_in_flight"]:
+        raise AssertionError(f"{len(errors)} error events for {frozen['load']['proxy_in_flight']} streams on the "
+                             "frozen node")
+    for chunk, at in errors:
+        if at - frozen_at > 8:
+            raise AssertionError(f"the error event came {at - frozen_at:.1f} s after SIGSTOP")
+        if "127.0.0.1" in json.dumps(chunk):
+            raise AssertionError(f"the error event names a node: {chunk}")
+    deadline = time.monotonic() + 20
+    while not any(n["url"] == frozen["url"] and n["state"] == "up" for n in cluster.nodes()):
+        if time.monotonic() > deadline:
+            raise AssertionError("the thawed decode node did not register again")
+        time.sleep(0.2)
+    got = run_all(proxy, requests[:8])
+    expect_same(reference[:8], got, "after SIGSTOP and SIGCONT of a decode node mid-stream")
+    check_no_blocks_in_use(cluster, roles=("decode",))
+    print(f"ok: the frozen decode node's {len(errors)} streams ended with an error event within "
+          f"{max(at for _, at in errors) - frozen_at:.1f} s; thawed, it came back and left no block in use", flush=True)
+
     # A decode node dies mid-stream: the client gets an error event within 5 s.
     long_request = dict(requests[0], max_tokens=800)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
