@@ -62,6 +62,10 @@ struct ProxyServer::Exchange {
   std::string prefill_id;
   int status = 0;
   bool retry = false;      // refused before answering: try another decode node
+  std::string refusal;     // the body of that refusal (its first 4 KiB)
+  // The last refusal's error body: what the client gets when no decode node is left, rather
+  // than a generic message that drops the reason (e.g. every prefill node failed).
+  std::string last_refusal;
   bool busy = false;       // a decode node answered 429 (its KV pool, sequences or queue full)
   bool streaming = false;  // forwarding a stream
   bool first_byte = false;
@@ -308,6 +312,16 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     }
     count_response(503);
     record_failure(*exchange);
+    if (!exchange->last_refusal.empty()) {
+      // The decode node's own reason (its 503 body), addresses redacted for the client.
+      exchange->channel->send({503,
+                               "application/json",
+                               {{"Retry-After", "1"}},
+                               exchange->holds_cluster_token
+                                   ? exchange->last_refusal
+                                   : redact_error_body(exchange->last_refusal)});
+      return;
+    }
     exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
     return;
   }
@@ -316,6 +330,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   exchange->decode = *decode;
   exchange->status = 0;
   exchange->retry = false;
+  exchange->refusal.clear();
   exchange->streaming = false;
   exchange->buffered.clear();
   exchange->relay = SseRelay();
@@ -364,7 +379,11 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   };
   callbacks.on_body = [this, ex = strong](std::string_view bytes) {
     std::lock_guard guard(ex->mutex);
-    if (ex->retry || ex->over) return;
+    if (ex->retry) {
+      if (ex->refusal.size() < 4096) ex->refusal.append(bytes.substr(0, 4096 - ex->refusal.size()));
+      return;
+    }
+    if (ex->over) return;
     if (!ex->first_byte) {
       ex->first_byte = true;
       metrics_
@@ -387,6 +406,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       registry_.end_request(ex->decode.id, ex->prefill_id, ex->prompt_estimate);
       if (ex->over) return;
       if (ex->retry && outcome.ok()) {
+        if (ex->status == 503) ex->last_refusal = std::move(ex->refusal);
         metrics_.counter("pdserve:proxy_retries_total", "Requests sent to another decode node.")
             .inc();
         again = true;

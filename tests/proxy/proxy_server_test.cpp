@@ -203,15 +203,15 @@ class FailingDecodeNode {
  public:
   static constexpr char kMessage[] = "KV import from prefill node http://10.9.8.7:8100 failed";
 
-  FailingDecodeNode() {
+  explicit FailingDecodeNode(int status = 500) {
     http::Router routes;
     routes.add("POST", "/v1/completions",
-               [](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+               [status](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  const std::string error =
-                     Json{{"error", {{"message", kMessage}, {"type", "server_error"}, {"code", 500}}}}
+                     Json{{"error", {{"message", kMessage}, {"type", "server_error"}, {"code", status}}}}
                          .dump();
-                 if (request.body.find("stream") == std::string::npos) {
-                   ch->send({500, "application/json", {}, error});
+                 if (status != 500 || request.body.find("stream") == std::string::npos) {
+                   ch->send({status, "application/json", {}, error});
                    return;
                  }
                  ch->start_stream(200, "text/event-stream", {});
@@ -244,6 +244,22 @@ TEST_F(ProxyServerTest, NodeAddressesInErrorsReachOnlyClusterTokenHolders) {
     EXPECT_NE(operator_view.body().find(FailingDecodeNode::kMessage), std::string::npos)
         << operator_view.body();
   }
+}
+
+// Every decode node refuses with 503 because its prefill failed: the client gets that reason
+// (addresses redacted), not a generic "no decode node could take the request".
+TEST_F(ProxyServerTest, WhenEveryDecodeNodeRefusesTheClientGetsTheLastReason) {
+  FailingDecodeNode first(503), second(503);
+  ASSERT_TRUE(registry_.add_static(NodeRole::kDecode, first.url()).ok());
+  ASSERT_TRUE(registry_.add_static(NodeRole::kDecode, second.url()).ok());
+  const testing::HttpResponseMessage refused =
+      call_with("Authorization: Bearer client-key-1\r\n", "POST", "/v1/completions",
+                R"({"prompt": "hi"})");
+  EXPECT_EQ(refused.result_int(), 503) << refused.body();
+  EXPECT_EQ(refused["Retry-After"], "1");
+  const Json body = Json::parse(refused.body(), nullptr, false);
+  EXPECT_EQ(body["error"]["message"], "KV import from prefill node <internal> failed")
+      << refused.body();
 }
 
 // The proxy relays a decode node's SSE stream to an HTTP/1.0 client without chunking (HTTP/1.0
