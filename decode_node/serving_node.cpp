@@ -86,6 +86,25 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                "last request has finished");
 }
 
+namespace {
+
+// The address a node registers must reach it from other machines: a wildcard listen address
+// (every interface) names none, so it needs --advertise-host.
+Status check_advertised_host(const ServingNodeOptions& options) {
+  if (!options.advertise_host.empty()) return Status::ok_status();
+  for (const char* wildcard : {"0.0.0.0", "::", "[::]", ""}) {
+    if (options.host == wildcard) {
+      return invalid_argument("--host '" + options.host +
+                              "' listens on every interface, which is no address to register "
+                              "with the proxy: give --advertise-host, the address other nodes "
+                              "reach this one at");
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer) {
   if (with_kv_transfer) {
@@ -94,6 +113,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                                               "a node that joins a cluster (pdserve-prefill, "
                                               "pdserve-decode with --proxy or --kv-transfer)"));
   }
+  if (!options.proxy_url.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
   EngineConfig engine_config = options.engine;

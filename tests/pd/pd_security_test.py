@@ -1,7 +1,8 @@
 """Closed by default, end to end (issue #15 items 3 and 5), with the real binaries:
 - the proxy, a prefill node and a decode node that joins a cluster (--proxy or --kv-transfer)
   refuse to start without a cluster token (exit 2, the flag to use named) unless started with
-  --insecure-no-cluster-token;
+  --insecure-no-cluster-token; a node listening on 0.0.0.0 refuses to register without
+  --advertise-host;
 - a decode node started alone without a token serves colocated: it ignores X-Pdserve-Prefill
   (no connection reaches the address it names: no SSRF);
 - in a 1P1D cluster whose proxy has --api-key: the OpenAI API needs the key (or the cluster
@@ -40,6 +41,11 @@ def check_closed_by_default():
     refuses_without_token("pdserve-prefill", [t.BINARIES["prefill"], *node])
     refuses_without_token("pdserve-decode --proxy", [t.BINARIES["decode"], *node, "--proxy", "http://127.0.0.1:9"])
     refuses_without_token("pdserve-decode --kv-transfer", [t.BINARIES["decode"], *node, "--kv-transfer"])
+    # A wildcard listen address is no address to register: --advertise-host is needed.
+    result = subprocess.run([t.BINARIES["decode"], *node, "--host", "0.0.0.0", "--proxy", "http://127.0.0.1:9"],
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ, PDSERVE_CLUSTER_TOKEN="x"))
+    t.expect_equal(result.returncode, 2, "exit code of a node on 0.0.0.0 without --advertise-host")
+    t.expect("--advertise-host" in result.stderr, f"stderr names --advertise-host: {result.stderr!r}")
 
 
 def check_insecure_flag_starts_an_open_proxy():
