@@ -17,7 +17,7 @@
 #include "common/protocol/openai_request.h"
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
-#include "common/protocol/timeline_header.h"
+#include "common/protocol/pdserve_headers.h"
 #include "decode_node/request_timeline.h"
 
 namespace pdserve {
@@ -562,7 +562,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->want_logprobs = req.sampling.want_logprobs;
   generation->stream_options.include_usage = req.include_usage;
   generation->arrival = arrival;
-  const http::TraceContext trace = trace_ids_.context_for(request.header("traceparent"));
+  const http::TraceContext trace = trace_ids_.context_for(request.header(kTraceparentHeader));
   generation->trace_id = trace.trace_id;
   generation->node = "decode http://" + std::string(request.header("Host").value_or("unknown"));
   generation->wants_timeline = timeline_requested(request.header(kTimelineHeader));

@@ -46,7 +46,7 @@ Status run(const Options& options) {
   http::Router router;
   api.register_routes(router);
   return serve_until_shutdown(
-      options.node, signals, "decode", *node, std::move(router), [&](uint16_t port) {
+      options.node, signals, NodeRole::kDecode, *node, std::move(router), [&](uint16_t port) {
         std::printf("pdserve-decode: serving %s on http://%s:%u (device %s%s)\n",
                     node->engine->model_info().name.c_str(), options.node.host.c_str(), port,
                     options.node.device.c_str(), disaggregated ? ", KV transfer on" : "");

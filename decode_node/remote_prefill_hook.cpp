@@ -24,7 +24,7 @@ ApiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy) {
       while (!url.empty() && url.front() == ' ') url.remove_prefix(1);
       while (!url.empty() && url.back() == ' ') url.remove_suffix(1);
       if (!url.empty()) {
-        PDS_RETURN_IF_ERROR(http::parse_base_url(url).status().with_context(kPrefillHeader));
+        PDS_RETURN_IF_ERROR(http::parse_base_url(url).status().with_context(std::string(kPrefillHeader)));
         source.prefill_urls.emplace_back(url);
       }
       if (comma == std::string_view::npos) break;

@@ -8,11 +8,10 @@
 #include <chrono>
 #include <string>
 
+#include "common/protocol/pdserve_headers.h"
 #include "decode_node/api_server.h"
 
 namespace pdserve {
-
-inline constexpr const char* kPrefillHeader = "X-Pdserve-Prefill";
 
 struct RemotePrefillPolicy {
   std::string cluster_token;

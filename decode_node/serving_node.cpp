@@ -157,29 +157,33 @@ http::ServerOptions http_server_options(const ServingNodeOptions& options) {
 }
 
 // The node's load, for heartbeats.
-nlohmann::json node_load(const ServiceStats& stats) {
-  return {{"num_running", stats.num_running},
-          {"num_waiting", stats.num_waiting},
-          {"kv_blocks_total", stats.kv_blocks_total},
-          {"kv_blocks_used", stats.kv_blocks_used},
-          {"prompt_tokens_total", stats.prompt_tokens_total},
-          {"generation_tokens_total", stats.generation_tokens_total}};
+NodeLoad node_load(const ServiceStats& stats) {
+  NodeLoad load;
+  load.num_running = stats.num_running;
+  load.num_waiting = stats.num_waiting;
+  load.kv_blocks_total = stats.kv_blocks_total;
+  load.kv_blocks_used = stats.kv_blocks_used;
+  load.prompt_tokens_total = stats.prompt_tokens_total;
+  load.generation_tokens_total = stats.generation_tokens_total;
+  return load;
 }
 
 // Registers the node with options.proxy_url (nothing when it is empty).
 Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
-                                                const std::string& role, uint16_t port,
+                                                NodeRole role, uint16_t port,
                                                 const ServingNode& node) {
   if (options.proxy_url.empty()) return std::unique_ptr<NodeAgent>();
   NodeAgentOptions agent;
   agent.proxy_url = options.proxy_url;
   agent.cluster_token = options.cluster_token;
-  agent.role = role;
+  agent.registration.role = role;
   const std::string host = options.advertise_host.empty() ? options.host : options.advertise_host;
-  agent.http_url = "http://" + host + ":" + std::to_string(port);
-  agent.model = node.engine->model_info().name;
-  if (node.connector != nullptr) agent.kv_descriptor = node.connector->descriptor_base64();
-  agent.kv_blocks_total = node.engine->stats().kv_blocks_total;
+  agent.registration.url = "http://" + host + ":" + std::to_string(port);
+  agent.registration.model = node.engine->model_info().name;
+  if (node.connector != nullptr) {
+    agent.registration.kv_descriptor = node.connector->descriptor_base64();
+  }
+  agent.registration.kv_blocks_total = node.engine->stats().kv_blocks_total;
   agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
   if (options.exit_when_drained) {
@@ -199,7 +203,7 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
 }  // namespace
 
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
-                            const std::string& role, ServingNode& node, http::Router router,
+                            NodeRole role, ServingNode& node, http::Router router,
                             const std::function<void(uint16_t port)>& announce) {
   const ModelInfo& model = node.engine->model_info();
   OpenApiFacts facts{{model.name}, model.vocab_size};

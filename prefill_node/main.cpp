@@ -21,7 +21,7 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   http::Router router;
   prefill.register_routes(router);
   return serve_until_shutdown(
-      options, signals, "prefill", *node, std::move(router), [&](uint16_t port) {
+      options, signals, NodeRole::kPrefill, *node, std::move(router), [&](uint16_t port) {
         std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
                     node->engine->model_info().name.c_str(), options.host.c_str(), port,
                     options.device.c_str(), node->connector->layout().block.to_string().c_str());

@@ -65,7 +65,11 @@ std::string redact_addresses(std::string_view text) {
       out.resize(out.size() - scheme);
       out += kRedactedAddress;
       i += 3;
-      while (i < text.size() && !ends_url(text[i])) ++i;
+      size_t end = i;
+      while (end < text.size() && !ends_url(text[end])) ++end;
+      // Punctuation after a URL belongs to the sentence ("http://h:1: refused").
+      while (end > i && (text[end - 1] == ':' || text[end - 1] == '.')) --end;
+      i = end;
       continue;
     }
     const bool word_start = i == 0 || !(is_digit(text[i - 1]) || text[i - 1] == '.');

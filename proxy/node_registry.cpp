@@ -2,71 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <tuple>
 
 namespace pdserve::proxy {
-namespace {
 
 using Json = nlohmann::json;
-
-Result<NodeRole> parse_role(const Json& value) {
-  if (value == "prefill") return NodeRole::kPrefill;
-  if (value == "decode") return NodeRole::kDecode;
-  return invalid_argument("'role' must be \"prefill\" or \"decode\"");
-}
-
-// A count a node reports: 0 when absent, else a JSON integer from 0 to INT_MAX. A negative or
-// wrapped count would make the node look empty and win every routing decision.
-Result<int> read_count(const Json& object, const char* name, std::string_view where) {
-  const auto it = object.find(name);
-  if (it == object.end()) return 0;
-  if (!it->is_number_integer() || it->get<int64_t>() < 0 ||
-      it->get<int64_t>() > std::numeric_limits<int>::max()) {
-    return invalid_argument(std::string(where) + ": '" + name + "' must be an integer from 0 to " +
-                            std::to_string(std::numeric_limits<int>::max()));
-  }
-  return it->get<int>();
-}
-
-// The "load" object of a heartbeat body; all zeros when absent.
-Result<NodeLoad> parse_load(const Json& body) {
-  if (!body.is_object()) return invalid_argument("heartbeat: the body is not a JSON object");
-  const auto it = body.find("load");
-  if (it == body.end()) return NodeLoad{};
-  if (!it->is_object()) return invalid_argument("heartbeat: 'load' must be an object");
-  constexpr std::string_view kWhere = "heartbeat load";
-  NodeLoad load;
-  PDS_ASSIGN_OR_RETURN(load.num_running, read_count(*it, "num_running", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.num_waiting, read_count(*it, "num_waiting", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.kv_blocks_total, read_count(*it, "kv_blocks_total", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.kv_blocks_used, read_count(*it, "kv_blocks_used", kWhere));
-  if (load.kv_blocks_used > load.kv_blocks_total) {
-    return invalid_argument("heartbeat load: 'kv_blocks_used' (" +
-                            std::to_string(load.kv_blocks_used) + ") exceeds 'kv_blocks_total' (" +
-                            std::to_string(load.kv_blocks_total) + ")");
-  }
-  return load;
-}
-
-}  // namespace
-
-std::string_view node_role_name(NodeRole role) {
-  return role == NodeRole::kPrefill ? "prefill" : "decode";
-}
-
-std::string_view node_state_name(NodeState state) {
-  switch (state) {
-    case NodeState::kUp:
-      return "up";
-    case NodeState::kDown:
-      return "down";
-    case NodeState::kDraining:
-      return "draining";
-  }
-  return "down";
-}
 
 NodeRegistry::Node* NodeRegistry::find(const std::string& id) {
   auto it = nodes_.find(id);
@@ -89,19 +30,10 @@ Result<std::string> NodeRegistry::add_static(NodeRole role, const std::string& u
 }
 
 Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_point now) {
-  if (!body.is_object()) return invalid_argument("registration: the body is not a JSON object");
-  PDS_ASSIGN_OR_RETURN(const NodeRole role, parse_role(body.value("role", Json())));
-  const Json url_value = body.value("url", Json());
-  if (!url_value.is_string()) return invalid_argument("registration: 'url' must be a string");
-  PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(url_value.get<std::string>()));
-  const Json descriptor = body.value("kv_descriptor", Json(""));
-  if (!descriptor.is_string()) {
-    return invalid_argument("registration: 'kv_descriptor' must be a string");
-  }
-  PDS_ASSIGN_OR_RETURN(const int kv_blocks_total,
-                       read_count(body, "kv_blocks_total", "registration"));
+  PDS_ASSIGN_OR_RETURN(NodeRegistration registration, NodeRegistration::parse(body));
+  PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(registration.url));
   std::lock_guard lock(mutex_);
-  const std::string url = base.to_string();
+  const std::string url = registration.url;
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
     if (it->second.url != url) continue;
     const bool live = it->second.state != NodeState::kDown &&
@@ -113,14 +45,14 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
     break;
   }
   Node node;
-  node.id = std::string(node_role_name(role)) + "-" + std::to_string(next_id_++);
-  node.role = role;
+  node.id = std::string(node_role_name(registration.role)) + "-" + std::to_string(next_id_++);
+  node.role = registration.role;
   node.url = url;
   node.base = std::move(base);
-  node.model = body.value("model", Json("")).is_string() ? body.value("model", std::string()) : "";
-  node.has_kv_descriptor = !descriptor.get<std::string>().empty();
+  node.model = std::move(registration.model);
+  node.has_kv_descriptor = !registration.kv_descriptor.empty();
   node.last_heartbeat = now;
-  node.load.kv_blocks_total = kv_blocks_total;
+  node.load.kv_blocks_total = registration.kv_blocks_total;
   const std::string id = node.id;
   nodes_.emplace(id, std::move(node));
   return id;
@@ -135,7 +67,8 @@ Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& bod
   }
   if (node == nullptr) return not_found("heartbeat from unknown node '" + id + "'");
   // A refused report changes nothing: not the load, nor the node's liveness.
-  PDS_ASSIGN_OR_RETURN(node->load, parse_load(body));
+  PDS_ASSIGN_OR_RETURN(const Heartbeat heartbeat, Heartbeat::parse(body));
+  node->load = heartbeat.load;
   node->last_heartbeat = now;
   if (node->state == NodeState::kDown) node->state = NodeState::kUp;
   return node->state;

@@ -24,27 +24,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cluster/cluster_messages.h"
 #include "common/core/status.h"
 #include "common/http/http_client.h"
 #include "proxy/cluster_advice.h"
 
 namespace pdserve::proxy {
-
-enum class NodeRole { kPrefill, kDecode };
-enum class NodeState { kUp, kDown, kDraining };
-
-std::string_view node_role_name(NodeRole role);
-std::string_view node_state_name(NodeState state);
-
-struct NodeLoad {
-  int num_running = 0;
-  int num_waiting = 0;
-  int kv_blocks_total = 0;
-  int kv_blocks_used = 0;
-  double kv_usage() const {
-    return kv_blocks_total > 0 ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0.0;
-  }
-};
 
 // A routing choice: the node's id and address.
 struct NodeRef {

@@ -10,7 +10,7 @@
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/protocol/openai_error.h"
-#include "common/protocol/timeline_header.h"
+#include "common/protocol/pdserve_headers.h"
 #include "proxy/address_redaction.h"
 #include "proxy/timeline_alignment.h"
 #include "proxy/timeline_metrics.h"
@@ -151,7 +151,7 @@ void ProxyServer::register_routes(http::Router& router) {
                   return;
                 }
                 PDS_LOG_INFO("node " + *id + " registered: " + body->dump());
-                ch->send(json_response(200, Json{{"id", *id}}));
+                ch->send(json_response(200, RegistrationReply{*id}.to_json()));
               }));
   for (const char* method : {"POST", "DELETE"}) {
     router.add_prefix(
@@ -181,7 +181,7 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
         body.ok() ? registry_.heartbeat(id, *body, Clock::now()) : body.status();
     if (state.ok()) {
       channel->send(
-          json_response(200, Json{{"id", id}, {"ok", true}, {"state", node_state_name(*state)}}));
+          json_response(200, HeartbeatReply{id, *state}.to_json()));
       return;
     }
     PDS_LOG_WARN(state.status().message());
@@ -238,13 +238,14 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->body = request.body;
   // A rough token count for load accounting; the nodes tokenize.
   exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
-  exchange->trace = trace_ids_.context_for(request.header("traceparent"));
-  exchange->forward_headers.emplace_back("traceparent", exchange->trace.traceparent());
+  exchange->trace = trace_ids_.context_for(request.header(kTraceparentHeader));
+  exchange->forward_headers.emplace_back(std::string(kTraceparentHeader),
+                                         exchange->trace.traceparent());
   exchange->wants_timeline = timeline_requested(request.header(kTimelineHeader));
   exchange->holds_cluster_token = bearer_matches(request, options_.access.cluster_token);
   // The proxy always wants the node's timeline: its traces and latency histograms need it.
   exchange->forward_headers.emplace_back(std::string(kTimelineHeader), "1");
-  exchange->forward_headers.emplace_back("Authorization",
+  exchange->forward_headers.emplace_back(std::string(kAuthorizationHeader),
                                          cluster_auth_header_value(options_.access.cluster_token));
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
     if (auto ex = weak.lock()) {
@@ -350,7 +351,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   if (!prefill.empty()) {
     std::string urls;
     for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
-    upstream.headers.emplace_back("X-Pdserve-Prefill", std::move(urls));
+    upstream.headers.emplace_back(std::string(kPrefillHeader), std::move(urls));
   }
   metrics_
       .histogram("pdserve:proxy_routing_seconds", "Arrival to the upstream request.",

@@ -5,12 +5,13 @@
 
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
+#include "common/protocol/pdserve_headers.h"
 
 namespace pdserve {
 
 bool bearer_matches(const http::HttpRequest& request, std::string_view secret) {
   if (secret.empty()) return false;
-  const std::optional<std::string_view> header = request.header("Authorization");
+  const std::optional<std::string_view> header = request.header(kAuthorizationHeader);
   if (!header) return false;
   const std::string expected = cluster_auth_header_value(secret);
   // Every byte of the header is read whatever the secret's length.
@@ -54,7 +55,7 @@ std::optional<ApiError> check_access(const AccessPolicy& policy, RouteAccess acc
       const bool key = std::ranges::any_of(
           policy.api_keys, [&](const std::string& k) { return bearer_matches(request, k); });
       if (key || bearer_matches(request, policy.cluster_token)) return std::nullopt;
-      return invalid_api_key(request.header("Authorization")
+      return invalid_api_key(request.header(kAuthorizationHeader)
                                  ? "Incorrect API key provided."
                                  : "You didn't provide an API key. Send it as 'Authorization: "
                                    "Bearer YOUR_KEY'.");

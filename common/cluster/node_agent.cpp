@@ -5,6 +5,7 @@
 #include "common/cluster/cluster_auth.h"
 #include "common/core/json_depth.h"
 #include "common/core/log.h"
+#include "common/protocol/pdserve_headers.h"
 
 namespace pdserve {
 namespace {
@@ -16,11 +17,10 @@ constexpr auto kCallTimeout = std::chrono::seconds(2);
 }  // namespace
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::start(NodeAgentOptions options,
-                                                    std::function<nlohmann::json()> load) {
+                                                    std::function<NodeLoad()> load) {
   PDS_ASSIGN_OR_RETURN(http::BaseUrl proxy, http::parse_base_url(options.proxy_url));
-  if (options.role != "prefill" && options.role != "decode") {
-    return invalid_argument("node role must be prefill or decode, got '" + options.role + "'");
-  }
+  // What the proxy would refuse, refused here (a bad URL, a negative capacity).
+  PDS_RETURN_IF_ERROR(NodeRegistration::parse(options.registration.to_json()).status());
   if (options.heartbeat_interval.count() < 1) {
     return invalid_argument("the heartbeat interval must be >= 1 ms");
   }
@@ -36,7 +36,7 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::start(NodeAgentOptions options,
 }
 
 NodeAgent::NodeAgent(NodeAgentOptions options, http::BaseUrl proxy,
-                     std::function<nlohmann::json()> load, std::unique_ptr<http::HttpClient> client)
+                     std::function<NodeLoad()> load, std::unique_ptr<http::HttpClient> client)
     : options_(std::move(options)),
       proxy_(std::move(proxy)),
       load_(std::move(load)),
@@ -54,7 +54,7 @@ NodeAgent::~NodeAgent() {
     http::ClientRequest request;
     request.method = "DELETE";
     request.target = "/cluster/nodes/" + id;
-    request.headers.emplace_back("Authorization",
+    request.headers.emplace_back(std::string(kAuthorizationHeader),
                                  cluster_auth_header_value(options_.cluster_token));
     request.timeout = kCallTimeout;
     (void)client_->fetch_and_wait(proxy_, std::move(request));
@@ -97,14 +97,9 @@ void NodeAgent::register_node() {
   http::ClientRequest request;
   request.method = "POST";
   request.target = "/cluster/nodes";
-  request.headers.emplace_back("Authorization", cluster_auth_header_value(options_.cluster_token));
+  request.headers.emplace_back(std::string(kAuthorizationHeader), cluster_auth_header_value(options_.cluster_token));
   request.timeout = kCallTimeout;
-  request.body = Json{{"role", options_.role},
-                      {"url", options_.http_url},
-                      {"model", options_.model},
-                      {"kv_descriptor", options_.kv_descriptor},
-                      {"kv_blocks_total", options_.kv_blocks_total}}
-                     .dump();
+  request.body = options_.registration.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
   if (!response.ok() || response->status != 200) {
     if (!warned_unreachable_) {
@@ -118,13 +113,15 @@ void NodeAgent::register_node() {
     return;
   }
   const Result<Json> body = parse_json_bounded(response->body, "the proxy's registration answer");
-  if (!body.ok() || !body->is_object() || !body->contains("id") || !(*body)["id"].is_string()) {
-    PDS_LOG_WARN("the proxy's registration answer has no id: " + response->body.substr(0, 300));
+  const Result<RegistrationReply> reply =
+      body.ok() ? RegistrationReply::parse(*body) : Result<RegistrationReply>(body.status());
+  if (!reply.ok()) {
+    PDS_LOG_WARN(reply.status().message() + ": " + response->body.substr(0, 300));
     return;
   }
   warned_unreachable_ = false;
   std::lock_guard lock(mutex_);
-  node_id_ = (*body)["id"].get<std::string>();
+  node_id_ = reply->id;
   PDS_LOG_INFO("registered with the proxy at " + proxy_.to_string() + " as " + node_id_);
 }
 
@@ -132,9 +129,9 @@ void NodeAgent::send_heartbeat() {
   http::ClientRequest request;
   request.method = "POST";
   request.target = "/cluster/nodes/" + node_id() + "/heartbeat";
-  request.headers.emplace_back("Authorization", cluster_auth_header_value(options_.cluster_token));
+  request.headers.emplace_back(std::string(kAuthorizationHeader), cluster_auth_header_value(options_.cluster_token));
   request.timeout = kCallTimeout;
-  request.body = Json{{"load", load_ ? load_() : Json::object()}}.dump();
+  request.body = Heartbeat{load_ ? load_() : NodeLoad{}}.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
   if (!response.ok()) return;
   if (response->status == 404) {
@@ -148,8 +145,9 @@ void NodeAgent::send_heartbeat() {
     retired_ = true;
   } else if (response->status == 200) {
     const Result<Json> body = parse_json_bounded(response->body, "the proxy's heartbeat answer");
-    const bool draining =
-        body.ok() && body->is_object() && body->value("state", Json()) == "draining";
+    const Result<HeartbeatReply> reply =
+        body.ok() ? HeartbeatReply::parse(*body) : Result<HeartbeatReply>(body.status());
+    const bool draining = reply.ok() && reply->state == NodeState::kDraining;
     std::lock_guard lock(mutex_);
     if (draining && !draining_) PDS_LOG_INFO("the proxy is draining node " + node_id_);
     draining_ = draining;

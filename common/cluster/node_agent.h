@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cluster/cluster_messages.h"
 #include "common/core/status.h"
 #include "common/http/http_client.h"
 
@@ -26,11 +27,7 @@ namespace pdserve {
 struct NodeAgentOptions {
   std::string proxy_url;  // http://HOST:PORT
   std::string cluster_token;
-  std::string role;           // "prefill" or "decode"
-  std::string http_url;       // where the proxy reaches this node
-  std::string model;          // the served model name
-  std::string kv_descriptor;  // this node's UCX worker address and pool key (base64)
-  int kv_blocks_total = 0;
+  NodeRegistration registration;  // what the node tells the proxy of itself
   std::chrono::milliseconds heartbeat_interval{1'000};
   // Called once on the agent's thread when the proxy retired this node after a drain.
   std::function<void()> on_retired;
@@ -38,9 +35,9 @@ struct NodeAgentOptions {
 
 class NodeAgent {
  public:
-  // `load` is called on the agent's thread for each heartbeat (a JSON object of gauges).
+  // `load` is called on the agent's thread for each heartbeat.
   static Result<std::unique_ptr<NodeAgent>> start(NodeAgentOptions options,
-                                                  std::function<nlohmann::json()> load);
+                                                  std::function<NodeLoad()> load);
   ~NodeAgent();
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
@@ -53,7 +50,7 @@ class NodeAgent {
   bool retired() const;
 
  private:
-  NodeAgent(NodeAgentOptions options, http::BaseUrl proxy, std::function<nlohmann::json()> load,
+  NodeAgent(NodeAgentOptions options, http::BaseUrl proxy, std::function<NodeLoad()> load,
             std::unique_ptr<http::HttpClient> client);
   void run();
   void register_node();
@@ -61,7 +58,7 @@ class NodeAgent {
 
   NodeAgentOptions options_;
   http::BaseUrl proxy_;
-  std::function<nlohmann::json()> load_;
+  std::function<NodeLoad()> load_;
   std::unique_ptr<http::HttpClient> client_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

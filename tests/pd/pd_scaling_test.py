@@ -102,7 +102,9 @@ def node_id(proxy, url):
 
 
 def start_proxy(processes, name):
-    return processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0"])
+    # The advice must see every request of the run, however slow the machine makes it.
+    return processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0",
+                                  "--advice-window-s", "900"])
 
 
 def start_node(processes, name, role, model, proxy, extra=()):

@@ -17,6 +17,9 @@ TEST(RedactAddresses, UrlsAndIpv4AddressesGoTheRestStays) {
   EXPECT_EQ(redact_addresses("connect 192.168.0.10:34567 refused; 127.0.0.1 too"),
             "connect <internal> refused; <internal> too");
   EXPECT_EQ(redact_addresses("ucx tcp://[fe80::1]:1234 failed"), "ucx <internal> failed");
+  EXPECT_EQ(redact_addresses("prefill node http://10.0.0.9:8100: the KV transfer failed."),
+            "prefill node <internal>: the KV transfer failed.");
+  EXPECT_EQ(redact_addresses("see http://h:1/x."), "see <internal>.");
   // Not addresses: versions, decimals, counts.
   EXPECT_EQ(redact_addresses("v1.2.3 took 0.25 s for 1024 blocks; 1.2.3.4.5"),
             "v1.2.3 took 0.25 s for 1024 blocks; 1.2.3.4.5");

@@ -1,4 +1,4 @@
-#include "common/protocol/timeline_header.h"
+#include "common/protocol/pdserve_headers.h"
 
 #include <algorithm>
 #include <cctype>

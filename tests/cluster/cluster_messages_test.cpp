@@ -1,0 +1,108 @@
+// The node <-> proxy messages: each serialises to what its parser reads back, and the parser
+// refuses what would let a node lie its way to routing or crash the proxy.
+#include "common/cluster/cluster_messages.h"
+
+#include <gtest/gtest.h>
+
+namespace pdserve {
+namespace {
+
+using Json = nlohmann::json;
+
+TEST(ClusterMessages, EveryMessageRoundTrips) {
+  NodeRegistration registration;
+  registration.role = NodeRole::kPrefill;
+  registration.url = "http://10.0.0.5:8100";
+  registration.model = "qwen3-0.6b";
+  registration.kv_descriptor = "AAEC";
+  registration.kv_blocks_total = 4096;
+  EXPECT_EQ(NodeRegistration::parse(registration.to_json()).value(), registration);
+
+  NodeLoad load;
+  load.num_running = 3;
+  load.num_waiting = 1;
+  load.kv_blocks_total = 100;
+  load.kv_blocks_used = 40;
+  load.prompt_tokens_total = int64_t{1} << 40;
+  load.generation_tokens_total = 7;
+  EXPECT_EQ(Heartbeat::parse(Heartbeat{load}.to_json()).value().load, load);
+
+  EXPECT_EQ(RegistrationReply::parse(RegistrationReply{"decode-7"}.to_json()).value().id,
+            "decode-7");
+  for (NodeState state : {NodeState::kUp, NodeState::kDraining}) {
+    const HeartbeatReply reply = HeartbeatReply::parse(HeartbeatReply{"p-1", state}.to_json()).value();
+    EXPECT_EQ(reply.id, "p-1");
+    EXPECT_EQ(reply.state, state);
+  }
+}
+
+TEST(ClusterMessages, RegistrationNormalisesTheUrlAndDefaultsOptionalFields) {
+  const NodeRegistration parsed =
+      NodeRegistration::parse(Json{{"role", "decode"}, {"url", "http://127.0.0.1:9000/"}}).value();
+  EXPECT_EQ(parsed.url, "http://127.0.0.1:9000");
+  EXPECT_EQ(parsed.model, "");
+  EXPECT_EQ(parsed.kv_descriptor, "");
+  EXPECT_EQ(parsed.kv_blocks_total, 0);
+}
+
+TEST(ClusterMessages, BadRegistrationsAreRefusedNamingTheField) {
+  const Json good = NodeRegistration{NodeRole::kDecode, "http://h:1", "m", "", 10}.to_json();
+  const auto refused = [&](Json body, const std::string& part) {
+    const Result<NodeRegistration> parsed = NodeRegistration::parse(body);
+    EXPECT_FALSE(parsed.ok()) << body.dump();
+    if (!parsed.ok()) {
+      EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(parsed.status().message().find(part), std::string::npos)
+          << parsed.status().message();
+    }
+  };
+  refused(Json::array(), "not a JSON object");
+  Json no_role = good;
+  no_role.erase("role");
+  refused(no_role, "'role'");
+  Json chef = good;
+  chef["role"] = "chef";
+  refused(chef, "'role'");
+  Json url_number = good;
+  url_number["url"] = 80;
+  refused(url_number, "'url'");
+  Json with_path = good;
+  with_path["url"] = "http://h:1/v1";
+  refused(with_path, "path");
+  Json model_number = good;
+  model_number["model"] = 3;
+  refused(model_number, "'model'");
+  Json negative = good;
+  negative["kv_blocks_total"] = -1;
+  refused(negative, "'kv_blocks_total'");
+}
+
+TEST(ClusterMessages, ImpossibleLoadsAreRefused) {
+  const auto refused = [](const Json& load, const std::string& part) {
+    const Result<Heartbeat> parsed = Heartbeat::parse(Json{{"load", load}});
+    ASSERT_FALSE(parsed.ok()) << load.dump();
+    EXPECT_NE(parsed.status().message().find(part), std::string::npos)
+        << parsed.status().message();
+  };
+  refused({{"kv_blocks_total", 100}, {"kv_blocks_used", -1000}}, "'kv_blocks_used'");
+  refused({{"kv_blocks_total", 100}, {"kv_blocks_used", 101}}, "exceeds 'kv_blocks_total'");
+  refused({{"num_running", -5}}, "'num_running'");
+  refused({{"num_waiting", int64_t{1} << 32}}, "'num_waiting'");
+  refused({{"kv_blocks_total", 1.5}}, "'kv_blocks_total'");
+  refused({{"prompt_tokens_total", "many"}}, "'prompt_tokens_total'");
+  refused({{"generation_tokens_total", uint64_t{1} << 63}}, "'generation_tokens_total'");
+  EXPECT_FALSE(Heartbeat::parse(Json{{"load", 3}}).ok());
+  EXPECT_FALSE(Heartbeat::parse(Json("load")).ok());
+  // No load at all: all zeros (a node that reports nothing yet).
+  EXPECT_EQ(Heartbeat::parse(Json::object()).value().load, NodeLoad{});
+}
+
+TEST(ClusterMessages, RepliesWithoutWhatTheNodeNeedsAreRefused) {
+  EXPECT_FALSE(RegistrationReply::parse(Json::object()).ok());
+  EXPECT_FALSE(RegistrationReply::parse(Json{{"id", 7}}).ok());
+  EXPECT_FALSE(HeartbeatReply::parse(Json{{"id", "d-1"}, {"state", "asleep"}}).ok());
+  EXPECT_EQ(HeartbeatReply::parse(Json{{"id", "d-1"}}).value().state, NodeState::kUp);
+}
+
+}  // namespace
+}  // namespace pdserve
