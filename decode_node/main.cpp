@@ -12,7 +12,7 @@
 #include "common/core/cli.h"
 #include "decode_node/api_server.h"
 #include "decode_node/remote_prefill_hook.h"
-#include "decode_node/serving_node.h"
+#include "serving/serving_node.h"
 
 namespace pdserve {
 namespace {

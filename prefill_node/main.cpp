@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/core/cli.h"
-#include "decode_node/serving_node.h"
+#include "serving/serving_node.h"
 #include "prefill_node/prefill_server.h"
 
 namespace pdserve {

@@ -27,7 +27,7 @@
 #include "common/engine/kv_connector.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/scheduler.h"
-#include "common/protocol/stop_strings.h"
+#include "common/engine/stop_strings.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 

@@ -1,4 +1,4 @@
-#include "decode_node/serving_node.h"
+#include "serving/serving_node.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "common/protocol/stop_strings.h"
+#include "common/engine/stop_strings.h"
 
 #include <random>
 #include <string>
