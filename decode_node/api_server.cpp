@@ -307,6 +307,9 @@ ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       options_(options),
+      inter_token_latency_(metrics_.histogram("pdserve:inter_token_latency_seconds",
+                                              "Gap between consecutive token deltas of one request.",
+                                              kLatencyBuckets)),
       id_prefix_(random_id_prefix()) {}
 
 void ApiServer::register_routes(http::Router& router) {
@@ -421,10 +424,7 @@ void ApiServer::record_phases(const SequenceDelta& delta) {
 }
 
 void ApiServer::record_inter_token_latency(double seconds) {
-  metrics_
-      .histogram("pdserve:inter_token_latency_seconds",
-                 "Gap between consecutive token deltas of one request.", kLatencyBuckets)
-      .observe(seconds);
+  inter_token_latency_.observe(seconds);
 }
 
 void ApiServer::abort_requests(const std::vector<std::string>& engine_ids) {

@@ -85,6 +85,9 @@ class ApiServer {
   const ChatTemplate& chat_template_;
   const ApiOptions options_;
   metrics::Registry metrics_;
+  // Observed for every token: resolved once, so that the engine thread never waits on the
+  // registry's lock, which a /metrics scrape holds while it renders.
+  metrics::Histogram& inter_token_latency_;
   RequestHook request_hook_;
   http::TraceIdGenerator trace_ids_;
   // Response ids are id_prefix_ (random per server) then a counter, so they repeat neither
