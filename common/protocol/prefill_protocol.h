@@ -4,7 +4,8 @@
 // (with the cluster token). The prefill node answers 200 with a stream of newline-delimited
 // JSON events: first `first_token` (as soon as it is sampled: the request's TTFT does not wait
 // for the transfer), then `kv_sent` or `kv_failed`; or a single `error` event when the prefill
-// itself failed. A non-200 answer is an OpenAI-style error body.
+// itself failed. A non-200 answer is an OpenAI-style error body. A decode node that no longer
+// wants the work POSTs a PrefillCancel to /internal/v1/prefill/cancel (below).
 //
 // Timeline (see the shared timeline format): `first_token` carries the prefill node's spans up
 // to the token (prefill.queue, prefill.chunk...) and `head_sent_ms`, `kv_sent` the kv.transfer
