@@ -85,6 +85,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   // Export side: the engine thread only.
   std::map<std::string, Export> exports;  // by request id
   std::atomic<bool> layerwise{true};      // set by the node's main thread
+  bool stopping = false;  // the connector is being destroyed: no new HTTP calls (mutex held)
 
   // Posts layers [export.next_layer, end) of an export.
   void send_layers(Export& export_state, int end, bool overlapped) {
@@ -224,6 +225,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   }
 
   void send_work(Import& import) {
+    if (stopping) return;
     import.http_status = 0;
     import.pending_bytes.clear();
     import.error_body.clear();
@@ -285,6 +287,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   // stays open: kv_failed or an error event once no put of it can land). Best effort: without
   // an answer the blocks wait for the hold deadline.
   void send_cancel(const Import& import) {
+    if (stopping) return;
     Result<http::BaseUrl> url = http::parse_base_url(url_of(import));
     if (!url.ok()) return;
     PrefillCancel cancel{import.request_id, import.tag};
@@ -384,7 +387,12 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
 UcxKvConnector::UcxKvConnector(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxKvConnector::~UcxKvConnector() {
-  // Stop the threads before the state they call into goes away.
+  // Stop the threads before the state they call into goes away; the HTTP calls' last
+  // callbacks start no new call.
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
   impl_->service.reset();
   impl_->http.reset();
 }
