@@ -461,6 +461,8 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
     }
   }
   const int num_blocks = prompt_blocks - target.first_block;
+  // From here on_finished is sure to follow (open() reports every failure through it).
+  if (target.on_started) target.on_started();
   std::weak_ptr<Impl> weak = impl_;
   const std::optional<uint64_t> stream = impl_->service->open(
       target.peer_descriptor, target.transfer_tag, target.timeout,

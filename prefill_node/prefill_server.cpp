@@ -64,6 +64,10 @@ struct PrefillServer::Exchange {
   std::optional<KvTransferReport> report;  // arrived before the token
   SteadyTime report_at{};                  // when it arrived
   std::function<void()> on_end;            // the server forgets the work (for cancel)
+  bool export_started = false;             // on_finished will come
+  // The prefill failed after its export started: the error waits for the export's end, so
+  // that the decode node, which frees the blocks on it, hears it only once no put can land.
+  std::optional<PrefillEvent> error_after_export;
 
   // With the mutex held.
   void write(const PrefillEvent& event) {
@@ -199,10 +203,17 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     std::lock_guard lock(exchange->mutex);
     if (exchange->token_written) {
       exchange->write_report(report, at);
+    } else if (exchange->error_after_export) {
+      exchange->write(*exchange->error_after_export);
+      exchange->end();
     } else {
       exchange->report = report;
       exchange->report_at = at;
     }
+  };
+  target.on_started = [exchange] {
+    std::lock_guard lock(exchange->mutex);
+    exchange->export_started = true;
   };
   engine_request.kv_export = std::move(target);
 
@@ -222,6 +233,10 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
       PrefillEvent event;
       event.kind = PrefillEvent::Kind::kError;
       event.error = delta.error.message();
+      if (exchange->export_started && !exchange->report) {
+        exchange->error_after_export = std::move(event);  // written by on_finished
+        return;
+      }
       exchange->write(event);
       exchange->end();
       return;

@@ -28,6 +28,7 @@ class FakeService : public InferenceService {
  public:
   Status submit(InferenceRequest request, DeltaSink sink) override {
     std::lock_guard lock(mutex_);
+    if (request.kv_export) exports_.emplace(request.id, *request.kv_export);
     sinks_.emplace(request.id, std::move(sink));
     changed_.notify_all();
     return Status::ok_status();
@@ -48,6 +49,33 @@ class FakeService : public InferenceService {
     delta.error = cancelled("request '" + request_id + "' was aborted");
     sink(std::move(delta));
   }
+  // What the engine does when a forward fails after the export started: the connector
+  // cancels the export (its report comes later) and the request ends with an error.
+  void fail_after_export_started(const std::string& request_id) {
+    DeltaSink sink;
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto& started = exports_.at(request_id).on_started) started();
+      sink = std::move(sinks_.at(request_id));
+      sinks_.erase(request_id);
+    }
+    SequenceDelta delta;
+    delta.request_id = request_id;
+    delta.finished = true;
+    delta.error = internal_error("the forward failed");
+    sink(std::move(delta));
+  }
+  void finish_export(const std::string& request_id, const Status& status) {
+    KvExportTarget target;
+    {
+      std::lock_guard lock(mutex_);
+      target = exports_.at(request_id);
+    }
+    KvTransferReport report;
+    report.status = status;
+    target.on_finished(report);
+  }
+
   ServiceStats stats() const override { return {}; }
   const ModelInfo& model_info() const override { return info_; }
 
@@ -70,6 +98,7 @@ class FakeService : public InferenceService {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, DeltaSink> sinks_;
+  std::map<std::string, KvExportTarget> exports_;
   std::vector<std::string> aborted_;
   ModelInfo info_;
 };
@@ -206,6 +235,31 @@ TEST_F(PrefillCancelTest, ACancelAbortsThatWorkOnlyAndTheAnswerComesOnItsStream)
   Result<http::ClientResponse> again = cancel("req-9", 4);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->body, "{\"found\":false}");
+}
+
+// The decode node frees the blocks on the error event: after a failure that came once the
+// export had started (its puts may be in flight until the export's cancel completes), the
+// event must wait for the export's report.
+TEST_F(PrefillCancelTest, AnErrorAfterTheExportStartedWaitsForTheExportsEnd) {
+  std::shared_ptr<WorkCall> call = send_work("req-5", 1);
+  ASSERT_TRUE(service_.wait_for_requests(1));
+  const std::string engine_id = service_.submitted().at(0);
+  service_.fail_after_export_started(engine_id);
+  std::this_thread::sleep_for(milliseconds(200));
+  {
+    std::lock_guard lock(call->mutex);
+    EXPECT_EQ(call->status, 200);
+    EXPECT_TRUE(call->body.empty()) << "an error event while a put may still land: " << call->body;
+    EXPECT_FALSE(call->done.has_value());
+  }
+  service_.finish_export(engine_id, cancelled("KV transfer 1 was cancelled"));
+  ASSERT_TRUE(call->wait_done());
+  std::lock_guard lock(call->mutex);
+  Result<PrefillEvent> event =
+      parse_prefill_event(std::string_view(call->body).substr(0, call->body.find('\n')));
+  ASSERT_TRUE(event.ok()) << event.status().to_string() << ": " << call->body;
+  EXPECT_EQ(event->kind, PrefillEvent::Kind::kError);
+  EXPECT_NE(event->error.find("the forward failed"), std::string::npos) << event->error;
 }
 
 TEST_F(PrefillCancelTest, WorkThatArrivesAfterItsCancelIsRefused) {
