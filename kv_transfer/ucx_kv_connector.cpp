@@ -284,25 +284,35 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   }
 
   // Asks the prefill node to abort this work (it answers on the work's event stream, which
-  // stays open: kv_failed or an error event once no put of it can land). Best effort: without
-  // an answer the blocks wait for the hold deadline.
+  // stays open: kv_failed or an error event once no put of it can land). When the cancel call
+  // fails (a prefill node without the endpoint, a network error), the work's call is closed
+  // instead, which also makes the prefill node abort the work, but nothing confirms it: the
+  // blocks wait for the hold deadline.
   void send_cancel(const Import& import) {
     if (stopping) return;
     Result<http::BaseUrl> url = http::parse_base_url(url_of(import));
-    if (!url.ok()) return;
+    if (!url.ok()) {
+      if (import.call) import.call->cancel();
+      return;
+    }
     PrefillCancel cancel{import.request_id, import.tag};
     const std::string where = url_of(import);
+    std::weak_ptr<Impl> weak = weak_from_this();
     http->fetch(*url,
                 internal_request("/internal/v1/prefill/cancel",
                                  prefill_cancel_to_json(cancel).dump(), std::chrono::seconds(5)),
-                [where, id = import.request_id](Result<http::ClientResponse> response) {
-                  if (!response.ok() || response->status != 200) {
-                    PDS_LOG_WARN("cancelling request '" + id + "' on prefill node " + where +
-                                 " failed: " +
-                                 (response.ok() ? "HTTP " + std::to_string(response->status)
-                                                : response.status().message()) +
-                                 "; its blocks are held until the deadline");
-                  }
+                [weak, where, id = import.request_id](Result<http::ClientResponse> response) {
+                  if (response.ok() && response->status == 200) return;
+                  PDS_LOG_WARN("cancelling request '" + id + "' on prefill node " + where +
+                               " failed: " +
+                               (response.ok() ? "HTTP " + std::to_string(response->status)
+                                              : response.status().message()) +
+                               "; closing its call instead, its blocks are held until the "
+                               "deadline");
+                  if (auto self = weak.lock())
+                    self->with_import(id, [](Import& target) {
+                      if (target.call) target.call->cancel();
+                    });
                 });
   }
 

@@ -84,16 +84,18 @@ struct Decode {
 // cancel by ending the work's stream with an error event, as prefill_server does.
 class FakePrefillNode {
  public:
-  FakePrefillNode() {
+  // `with_cancel`: false plays a prefill node without the cancel endpoint (404).
+  explicit FakePrefillNode(bool with_cancel = true) {
     http::Router router;
     router.add("POST", "/internal/v1/prefill",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  ch->start_stream(200, "application/x-ndjson", {});
+                 ch->on_cancel([this] { stream_closed_ = true; });
                  std::lock_guard lock(mutex_);
                  work_ = request.body;
                  stream_ = ch;
                });
-    router.add("POST", "/internal/v1/prefill/cancel",
+    if (with_cancel) router.add("POST", "/internal/v1/prefill/cancel",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  std::shared_ptr<http::ResponseChannel> stream;
                  {
@@ -130,8 +132,10 @@ class FakePrefillNode {
     std::lock_guard lock(mutex_);
     return cancel_;
   }
+  bool stream_closed() const { return stream_closed_; }
 
  private:
+  std::atomic<bool> stream_closed_{false};
   std::mutex mutex_;
   std::string work_;
   std::string cancel_;
@@ -163,6 +167,26 @@ TEST(UcxKvConnectorImport, AClientThatLeavesBeforeItsKvLandsFreesItsBlocksOnTheP
   const std::string cancel = prefill.cancel_body();
   EXPECT_NE(cancel.find("\"request_id\":\"req-1\""), std::string::npos) << cancel;
   EXPECT_NE(cancel.find("\"transfer_tag\":1"), std::string::npos) << cancel;
+}
+
+// A prefill node without the cancel endpoint (an older version) or one the cancel call cannot
+// reach: the decode node closes the work's call instead (the prefill node then aborts the work
+// when it sees its client leave) and, with nothing to confirm it, holds the blocks.
+TEST(UcxKvConnectorImport, WithoutTheCancelEndpointTheCallIsClosedAndTheBlocksHeld) {
+  FakePrefillNode prefill(/*with_cancel=*/false);
+  Decode decode;
+  ASSERT_TRUE(decode.connector);
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  const auto give_up = Clock::now() + milliseconds(5000);
+  while (!prefill.has_work() && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(2));
+  ASSERT_TRUE(prefill.has_work());
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto cancelled_at = Clock::now();
+  decode.connector->cancel_import("req-1");
+  EXPECT_FALSE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(1000)));
+  EXPECT_TRUE(prefill.stream_closed()) << "the prefill node was not told";
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(3000)));
+  EXPECT_GE(Clock::now() - cancelled_at, kTransferTimeout + kGrace);
 }
 
 // A socket that reads one request and hangs up without answering (a prefill node that died
