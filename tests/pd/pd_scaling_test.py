@@ -14,7 +14,8 @@ stays up and holds no KV block afterwards.
 
 cancel: 24 streaming clients hang up while their prompts are still queued on
 the prefill node: the decode node asks the prefill node to abort them (the prefill node counts
-the cancels) and gets their KV blocks back within 5 s, not after the transfer timeout + grace.
+the cancels) and gets their KV blocks back within 15 s (about 1-6 s), not after the transfer
+timeout + grace (32 s).
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase (or "all").
 """
@@ -110,10 +111,10 @@ def start_proxy(processes, name):
     return processes.start(name, [os.path.join(BUILD, "proxy/pdserve-proxy"), "--port", "0"])
 
 
-def start_node(processes, name, role, model, proxy, extra=()):
+def start_node(processes, name, role, model, proxy, extra=(), node_args=NODE_ARGS):
     """Starts a node with --proxy; returns (url, id) once the proxy routes to it."""
     binary = os.path.join(BUILD, f"{'decode' if role == 'decode' else 'prefill'}_node/pdserve-{role}")
-    url = processes.start(name, [binary, "--model", model, "--port", "0", "--proxy", proxy] + NODE_ARGS +
+    url = processes.start(name, [binary, "--model", model, "--port", "0", "--proxy", proxy] + node_args +
                           list(extra))
     wait_for(f"{name} to register", lambda: node_id(proxy, url) is not None)
     return url, node_id(proxy, url)
@@ -254,17 +255,19 @@ def leave_early(url, request, after_s):
 
 def phase_cancel(model, log_dir):
     """Issue #15 item 6: clients that leave before their KV lands. The decode node tells the
-    prefill node, which aborts their work and says so; the blocks come back at once, not after
-    the transfer timeout plus grace (10 s + 2 s here)."""
+    prefill node, which aborts their work and says so; the blocks come back as soon as the
+    prefill node's current forward step ends, not after the transfer timeout plus grace
+    (30 s + 2 s here)."""
     processes = Processes(log_dir)
+    node_args = [arg if arg != "10000" else "30000" for arg in NODE_ARGS]  # --kv-transfer-timeout-ms
     try:
         proxy = start_proxy(processes, "cancel-proxy")
-        prefill, _ = start_node(processes, "cancel-prefill", "prefill", model, proxy)
-        decode, _ = start_node(processes, "cancel-decode", "decode", model, proxy)
-        # Prompts queue on the one-thread prefill node; every client leaves while they do. (Not
-        # longer ones: the prefill node aborts between forward steps, and a step of a 3000-token
-        # prompt on one CPU thread outlasts the hold.)
-        requests = [{"prompt": [3000 + 97 * i + j for j in range(400)], "max_tokens": 8, "temperature": 0}
+        prefill, _ = start_node(processes, "cancel-prefill", "prefill", model, proxy, node_args=node_args)
+        decode, _ = start_node(processes, "cancel-decode", "decode", model, proxy, node_args=node_args)
+        # Prompts queue on the one-thread prefill node; every client leaves while they do. (Short
+        # ones: the prefill node aborts between forward steps, and on one loaded CPU thread a step
+        # of long prompts lasts seconds.)
+        requests = [{"prompt": [3000 + 97 * i + j for j in range(200)], "max_tokens": 8, "temperature": 0}
                     for i in range(24)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(requests)) as pool:
             list(pool.map(lambda request: leave_early(proxy, request, 0.5), requests))
@@ -272,9 +275,9 @@ def phase_cancel(model, log_dir):
         wait_for("the decode node to free the blocks of the clients that left",
                  lambda: metric(decode, "pdserve:kv_cache_usage_perc") == 0, timeout=60)
         freed_after = time.monotonic() - left_at
-        if freed_after > 5:
+        if freed_after > 15:
             raise AssertionError(f"the blocks of clients that left came back after {freed_after:.1f} s "
-                                 "(the transfer timeout + grace is 12 s)")
+                                 "(the transfer timeout + grace is 32 s)")
         cancels = metric(prefill, "pdserve:prefill_cancels_total")
         if cancels == 0:
             raise AssertionError("no client left before its KV landed (the prefill node got no cancel): "
