@@ -23,8 +23,9 @@ struct AckMessage {
   std::uint64_t transfer_id;
 };
 
-// kOpen: puts may still be added (layer-by-layer sending); kPutting: flushing the last ones.
-enum class Stage { kOpen, kPutting, kNotifying, kDone, kFailed };
+// kOpen: puts may still be added (layer-by-layer sending); kPutting: flushing the last ones;
+// kCancelling: cancelled, flushing the puts already issued (then kFailed, no completion message).
+enum class Stage { kOpen, kPutting, kNotifying, kCancelling, kDone, kFailed };
 
 struct Transfer {
   PeerId peer = 0;
@@ -203,6 +204,11 @@ struct KvTransferEngine::Impl {
       return;
     }
     if (!*settled || transfer.stage == Stage::kOpen) return;
+    if (transfer.stage == Stage::kCancelling) {
+      // Every put of it is remotely complete: nothing more of it can land.
+      transfer.stage = Stage::kFailed;
+      return;
+    }
     if (transfer.stage == Stage::kPutting) {
       // The puts are remotely complete (flushed): tell the receiver.
       ucp_request_param_t params{};
@@ -438,6 +444,38 @@ Status KvTransferEngine::close_transfer(TransferId id) {
     impl_->fail_peer(transfer.peer, peer, transfer.error);
   }
   return issued;
+}
+
+Status KvTransferEngine::cancel_transfer(TransferId id) {
+  auto it = impl_->transfers.find(id);
+  if (it == impl_->transfers.end()) {
+    return not_found("cancel_transfer: no KV transfer " + std::to_string(id));
+  }
+  Transfer& transfer = it->second;
+  if (transfer.stage == Stage::kCancelling) return {};
+  if (transfer.stage != Stage::kOpen && transfer.stage != Stage::kPutting) {
+    return failed_precondition("cancel_transfer: KV transfer " + std::to_string(id) +
+                               " has sent its completion message or has finished");
+  }
+  transfer.stage = Stage::kCancelling;
+  transfer.error = cancelled("KV transfer " + std::to_string(id) + " was cancelled");
+  Peer& peer = *impl_->peers.at(transfer.peer);
+  if (transfer.requests.empty() && transfer.message.blocks == 0) {
+    transfer.stage = Stage::kFailed;  // no put was issued
+    return {};
+  }
+  // The flush completes when every put issued on the endpoint so far is remotely complete
+  // (this transfer's and, harmlessly, any other's); the endpoint stays open.
+  ucp_request_param_t params{};
+  Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params), transfer.requests,
+                               "ucp_ep_flush_nbx");
+  if (!issued.ok()) impl_->fail_peer(transfer.peer, peer, issued.with_context("cancelling"));
+  return {};
+}
+
+bool KvTransferEngine::peer_usable(PeerId id) const {
+  auto it = impl_->peers.find(id);
+  return it != impl_->peers.end() && !it->second->closed && it->second->failure == UCS_OK;
 }
 
 Result<TransferStatus> KvTransferEngine::poll(TransferId id) {

@@ -87,6 +87,15 @@ class KvTransferEngine {
                                    std::chrono::milliseconds timeout);
   Status add_puts(TransferId id, std::span<const BlockCopy> copies);
   Status close_transfer(TransferId id);
+  // Stops one transfer and spares the peer's others: no further puts are accepted, no
+  // completion message is sent, and the transfer fails (Cancelled) once the puts already
+  // issued are remotely complete (an endpoint flush), so that when poll() reports it, none of
+  // its puts can still land. A transfer whose completion message is already out finishes as
+  // usual (FailedPrecondition); NotFound for an unknown id. Past the deadline the peer fails as
+  // for any other transfer.
+  Status cancel_transfer(TransferId id);
+  // Whether the peer is connected and has not failed (a failed peer must be connected again).
+  bool peer_usable(PeerId peer) const;
   // The transfer's state. A finished transfer (done or failed) is reported once, then
   // forgotten; NOT_FOUND for an unknown id.
   Result<TransferStatus> poll(TransferId id);

@@ -101,10 +101,11 @@ struct KvTransferService::Impl {
         }
         return;
       case Command::Op::kAbort:
-        // Closing the endpoint is the only way to stop puts already issued; it fails the
-        // peer's other transfers too (reported as usual).
+        // This transfer only: no more puts, no completion message; it is reported (failed,
+        // Cancelled) once its issued puts are remotely complete. The peer's other transfers
+        // go on. A transfer whose completion message is out finishes as usual.
         if (auto it = pending.find(command.stream); it != pending.end()) {
-          forget_peer(it->second.peer);
+          (void)engine->cancel_transfer(it->second.transfer);
         }
         return;
     }
@@ -138,8 +139,9 @@ struct KvTransferService::Impl {
         result.status = status.status();
       } else if (status->state == TransferState::kFailed) {
         result.status = status->error;
-        // The engine closed the peer's endpoint; the next send must connect again.
-        forget_peer(it->second.peer);
+        // When the engine closed the peer's endpoint, the next send must connect again (a
+        // cancelled transfer leaves the peer usable).
+        if (!engine->peer_usable(it->second.peer)) forget_peer(it->second.peer);
       }
       report(it->second.done, result);
       it = pending.erase(it);

@@ -48,8 +48,10 @@ class KvTransferService {
                                std::function<void(const KvTransferReport&)> done);
   void put(uint64_t stream, std::vector<BlockCopy> copies);
   void close(uint64_t stream);
-  // Stops a stream whose data will not be complete: the peer's endpoint is closed (so no put
-  // of it can still land), which fails the stream and the peer's other unfinished transfers.
+  // Stops a stream whose data will not be complete: no further puts, no completion message;
+  // `done` reports it failed (Cancelled) once its issued puts are remotely complete, so no put
+  // of it can still land. The peer's other transfers are spared. A stream already closed
+  // finishes as usual.
   void abort(uint64_t stream);
 
   struct Impl;

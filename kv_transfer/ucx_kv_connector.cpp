@@ -8,13 +8,15 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
+#include "kv_transfer/remote_prefill_state.h"
 
 namespace pdserve::kv_transfer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One import in flight on the decode side.
+// One import in flight on the decode side: the exchange's data; its lifecycle (and when its
+// blocks may be freed) is the RemotePrefillState.
 struct Import {
   std::string request_id;
   uint64_t tag = 0;
@@ -27,17 +29,15 @@ struct Import {
   std::string error_body;     // of a non-200 answer
   std::optional<PrefillEvent> first_token;
   std::optional<PrefillEvent> kv_sent;
-  bool landed = false;          // the completion message arrived
-  bool exchange_ended = false;  // the prefill node's event stream ended after a first token
-  bool finished = false;        // ready or failed was reported
-  std::string traceparent;      // sent with the work
+  std::string traceparent;  // sent with the work
   // The exchange with the current prefill node, for the request's timeline.
   Clock::time_point work_posted;
   Clock::time_point head_received;
   Clock::time_point first_token_received;
   Clock::time_point started;
-  Clock::time_point deadline;                   // for the first token and the KV
-  std::optional<Clock::time_point> release_at;  // after a failure: when the blocks are safe
+  RemotePrefillState state;
+
+  Import(Clock::time_point deadline, Clock::duration hold) : state(deadline, hold) {}
 };
 
 // How far an export got, shared with its report callback (which runs on the transfer thread).
@@ -85,6 +85,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   // Export side: the engine thread only.
   std::map<std::string, Export> exports;  // by request id
   std::atomic<bool> layerwise{true};      // set by the node's main thread
+  bool stopping = false;  // the connector is being destroyed: no new HTTP calls (mutex held)
 
   // Posts layers [export.next_layer, end) of an export.
   void send_layers(Export& export_state, int end, bool overlapped) {
@@ -111,23 +112,34 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
 
   // ---- import side; all with the mutex held -------------------------------------------
 
-  void fail(Import& import, const Status& status, bool release_now) {
-    if (!import.finished) {
-      import.finished = true;
-      events.push_back(
-          {KvEventKind::kImportFailed, import.request_id, status, std::nullopt, std::nullopt});
+  const std::string& url_of(const Import& import) const { return import.urls[import.url_index]; }
+
+  // Carries out what the state machine decided.
+  void apply(Import& import, const ImportActions& actions) {
+    if (actions.report_first_token) report_first_token(import);
+    if (actions.report_failure) {
+      events.push_back({KvEventKind::kImportFailed, import.request_id, *actions.report_failure,
+                        std::nullopt, std::nullopt});
     }
-    const Clock::time_point safe =
-        release_now ? Clock::now()
-                    : Clock::now() + options.transfer_timeout + options.release_grace;
-    if (!import.release_at || *import.release_at > safe) import.release_at = safe;
-    if (import.call) import.call->cancel();
+    if (actions.report_ready) {
+      events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
+                        std::nullopt, stats_of(import)});
+    }
+    if (actions.cancel_call && import.call) import.call->cancel();
+    if (actions.send_cancel) send_cancel(import);
+    if (actions.retry_next_node) {
+      PDS_LOG_WARN("prefill node " + url_of(import) + " did not take request '" +
+                   import.request_id + "'; trying the next prefill node");
+      ++import.url_index;
+      import.state.restart();
+      send_work(import);
+    }
   }
 
   RemotePrefillStats stats_of(const Import& import) const {
     RemotePrefillStats stats;
     const PrefillEvent& first = *import.first_token;
-    stats.prefill_url = import.urls[import.url_index];
+    stats.prefill_url = url_of(import);
     stats.remote_cached_tokens = first.cached_tokens;
     stats.queue_seconds = first.queue_ms / 1000.0;
     stats.compute_seconds = first.compute_ms / 1000.0;
@@ -164,88 +176,87 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
                       std::move(result), std::nullopt});
   }
 
-  // Ready once the KV has landed and the prefill node has reported the transfer (its figures
-  // complete the request's stats), or ended its stream without that report.
-  void maybe_ready(Import& import) {
-    if (import.finished || !import.first_token || !import.landed ||
-        !(import.kv_sent || import.exchange_ended)) {
-      return;
-    }
-    import.finished = true;
-    events.push_back({KvEventKind::kImportReady, import.request_id, Status::ok_status(),
-                      std::nullopt, stats_of(import)});
-    import.release_at = Clock::now();
-  }
-
   void handle_line(Import& import, std::string_view line) {
+    const Clock::time_point now = Clock::now();
     Result<PrefillEvent> event = parse_prefill_event(line);
     if (!event.ok()) {
-      fail(import, event.status().with_context("prefill node " + import.urls[import.url_index]),
-           /*release_now=*/false);
+      apply(import,
+            import.state.fail(event.status().with_context("prefill node " + url_of(import)), now));
       return;
     }
     switch (event->kind) {
-      case PrefillEvent::Kind::kFirstToken:
-        if (import.first_token) {
-          fail(import,
-               unavailable("prefill node " + import.urls[import.url_index] +
-                           " sent a second first token"),
-               /*release_now=*/false);
-          break;
+      case PrefillEvent::Kind::kFirstToken: {
+        if (!import.first_token) {
+          import.first_token = std::move(*event);
+          import.first_token_received = now;
         }
-        import.first_token = std::move(*event);
-        import.first_token_received = Clock::now();
         // The KV follows; give it the transfer's own deadline from now.
-        import.deadline = Clock::now() + options.transfer_timeout + options.release_grace;
-        if (!import.finished) report_first_token(import);
-        maybe_ready(import);
+        apply(import, import.state.first_token(
+                          now, now + options.transfer_timeout + options.release_grace));
         break;
+      }
       case PrefillEvent::Kind::kKvSent:
         import.kv_sent = std::move(*event);
-        maybe_ready(import);
+        apply(import, import.state.kv_sent());
         break;
       case PrefillEvent::Kind::kKvFailed:
-        // The sender closed its endpoint: nothing more can land.
-        fail(import,
-             unavailable("prefill node " + import.urls[import.url_index] +
-                         ": the KV transfer failed: " + event->error),
-             /*release_now=*/true);
+        // The sender's transfer ended without its completion: nothing more can land.
+        apply(import, import.state.prefill_ended_without_kv(
+                          unavailable("prefill node " + url_of(import) +
+                                      ": the KV transfer failed: " + event->error)));
         break;
       case PrefillEvent::Kind::kError:
-        fail(import,
-             unavailable("prefill node " + import.urls[import.url_index] + ": " + event->error),
-             /*release_now=*/true);
+        // The prefill failed (or was aborted) before its export.
+        apply(import, import.state.prefill_ended_without_kv(
+                          unavailable("prefill node " + url_of(import) + ": " + event->error)));
         break;
     }
   }
 
+  http::ClientRequest internal_request(std::string target, std::string body,
+                                       Clock::duration timeout) const {
+    http::ClientRequest request;
+    request.method = "POST";
+    request.target = std::move(target);
+    request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
+    request.body = std::move(body);
+    request.timeout = timeout;
+    return request;
+  }
+
   void send_work(Import& import) {
+    if (stopping) return;
     import.http_status = 0;
     import.pending_bytes.clear();
     import.error_body.clear();
-    Result<http::BaseUrl> url = http::parse_base_url(import.urls[import.url_index]);
+    Result<http::BaseUrl> url = http::parse_base_url(url_of(import));
     if (!url.ok()) {
-      fail(import, url.status().with_context("prefill node"), /*release_now=*/true);
+      // Nothing was sent: the call "ended" before sending.
+      apply(import, import.state.call_ended(url.status().with_context("prefill node"),
+                                            import.url_index + 1 < import.urls.size(),
+                                            Clock::now()));
       return;
     }
-    http::ClientRequest request;
-    request.method = "POST";
-    request.target = "/internal/v1/prefill";
-    request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
+    http::ClientRequest request = internal_request(
+        "/internal/v1/prefill", prefill_work_to_json(import.work).dump(),
+        std::chrono::duration_cast<Clock::duration>(import.state.deadline() - Clock::now()) +
+            options.transfer_timeout);
     if (!import.traceparent.empty())
       request.headers.emplace_back("traceparent", import.traceparent);
-    request.body = prefill_work_to_json(import.work).dump();
-    request.timeout = std::chrono::duration_cast<Clock::duration>(import.deadline - Clock::now()) +
-                      options.transfer_timeout;
     const std::string id = import.request_id;
     std::weak_ptr<Impl> weak = weak_from_this();
     http::StreamCallbacks callbacks;
+    callbacks.on_sending = [weak, id] {
+      if (auto self = weak.lock())
+        self->with_import(id, [&](Import& target) { self->apply(target, target.state.work_sent()); });
+    };
     callbacks.on_head = [weak, id](int status, const http::HeaderList&) {
       const Clock::time_point arrived = Clock::now();
       if (auto self = weak.lock())
         self->with_import(id, [&](Import& target) {
           target.http_status = status;
           target.head_received = arrived;
+          self->apply(target, target.state.head(status));
         });
     };
     callbacks.on_body = [weak, id](std::string_view bytes) {
@@ -272,45 +283,53 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     import.call = http->stream(*url, std::move(request), std::move(callbacks));
   }
 
+  // Asks the prefill node to abort this work (it answers on the work's event stream, which
+  // stays open: kv_failed or an error event once no put of it can land). When the cancel call
+  // fails (a prefill node without the endpoint, a network error), the work's call is closed
+  // instead, which also makes the prefill node abort the work, but nothing confirms it: the
+  // blocks wait for the hold deadline.
+  void send_cancel(const Import& import) {
+    if (stopping) return;
+    Result<http::BaseUrl> url = http::parse_base_url(url_of(import));
+    if (!url.ok()) {
+      if (import.call) import.call->cancel();
+      return;
+    }
+    PrefillCancel cancel{import.request_id, import.tag};
+    const std::string where = url_of(import);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    http->fetch(*url,
+                internal_request("/internal/v1/prefill/cancel",
+                                 prefill_cancel_to_json(cancel).dump(), std::chrono::seconds(5)),
+                [weak, where, id = import.request_id](Result<http::ClientResponse> response) {
+                  if (response.ok() && response->status == 200) return;
+                  PDS_LOG_WARN("cancelling request '" + id + "' on prefill node " + where +
+                               " failed: " +
+                               (response.ok() ? "HTTP " + std::to_string(response->status)
+                                              : response.status().message()) +
+                               "; closing its call instead, its blocks are held until the "
+                               "deadline");
+                  if (auto self = weak.lock())
+                    self->with_import(id, [](Import& target) {
+                      if (target.call) target.call->cancel();
+                    });
+                });
+  }
+
   void call_ended(Import& import, const Status& outcome) {
     import.call.reset();
-    if (import.finished) return;
-    const std::string& url = import.urls[import.url_index];
-    const bool answered = import.http_status != 0;
+    Status why = outcome;
     if (import.http_status != 0 && import.http_status != 200) {
-      // Refused before any work started: try the next prefill node.
-      const Status refused =
-          unavailable("prefill node " + url + " answered HTTP " +
-                      std::to_string(import.http_status) + ": " + import.error_body.substr(0, 300));
-      if (import.url_index + 1 < import.urls.size()) {
-        PDS_LOG_WARN(refused.message() + "; trying the next prefill node");
-        ++import.url_index;
-        send_work(import);
-        return;
-      }
-      fail(import, refused, /*release_now=*/true);
-      return;
+      why = unavailable("prefill node " + url_of(import) + " answered HTTP " +
+                        std::to_string(import.http_status) + ": " +
+                        import.error_body.substr(0, 300));
+    } else if (!import.first_token) {
+      why = unavailable("prefill node " + url_of(import) +
+                        " ended the exchange without a first token" +
+                        (outcome.ok() ? std::string() : ": " + outcome.message()));
     }
-    if (!answered && !outcome.ok()) {
-      if (import.url_index + 1 < import.urls.size()) {
-        PDS_LOG_WARN(outcome.message() + "; trying the next prefill node");
-        ++import.url_index;
-        send_work(import);
-        return;
-      }
-      fail(import, outcome, /*release_now=*/true);
-      return;
-    }
-    if (!import.first_token) {
-      fail(import,
-           unavailable("prefill node " + url + " ended the exchange without a first token" +
-                       (outcome.ok() ? std::string() : ": " + outcome.message())),
-           /*release_now=*/false);
-    }
-    // With the first token here, the completion message may still be on its way: the
-    // deadline in poll() covers it.
-    import.exchange_ended = true;
-    maybe_ready(import);
+    apply(import, import.state.call_ended(why, import.url_index + 1 < import.urls.size(),
+                                          Clock::now()));
   }
 
   template <typename Fn>
@@ -322,7 +341,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       if (it == imports.end()) return;
       const size_t before = events.size();
       fn(it->second);
-      signal = events.size() != before;
+      // New events, or the blocks may now be freed (a confirmation reports nothing new).
+      signal = events.size() != before || it->second.state.releasable(Clock::now());
     }
     if (signal) wake();
   }
@@ -338,12 +358,10 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
         return;
       }
       Import& import = imports.at(owner->second);
-      import.landed = true;
-      // The completion message follows every put: after a cancel, nothing more can land.
-      if (import.finished && import.release_at) import.release_at = Clock::now();
       const size_t before = events.size();
-      maybe_ready(import);
-      signal = events.size() != before;
+      // The completion message follows every put: after a cancel, nothing more can land.
+      apply(import, import.state.landed_now());
+      signal = events.size() != before || import.state.releasable(Clock::now());
     }
     if (signal) wake();
   }
@@ -379,7 +397,12 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
 UcxKvConnector::UcxKvConnector(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxKvConnector::~UcxKvConnector() {
-  // Stop the threads before the state they call into goes away.
+  // Stop the threads before the state they call into goes away; the HTTP calls' last
+  // callbacks start no new call.
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
   impl_->service.reset();
   impl_->http.reset();
 }
@@ -448,6 +471,8 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
     }
   }
   const int num_blocks = prompt_blocks - target.first_block;
+  // From here on_finished is sure to follow (open() reports every failure through it).
+  if (target.on_started) target.on_started();
   std::weak_ptr<Impl> weak = impl_;
   const std::optional<uint64_t> stream = impl_->service->open(
       target.peer_descriptor, target.transfer_tag, target.timeout,
@@ -519,13 +544,14 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
   if (impl_->imports.contains(request.id)) {
     return invalid_argument("KV import of '" + request.id + "' is already in flight");
   }
-  Import import;
+  const Clock::time_point started = Clock::now();
+  Import import(started + request.kv_import->prefill_timeout,
+                impl_->options.transfer_timeout + impl_->options.release_grace);
   import.request_id = request.id;
   import.tag = impl_->next_tag++;
   import.urls = request.kv_import->prefill_urls;
   import.traceparent = request.kv_import->traceparent;
-  import.started = Clock::now();
-  import.deadline = import.started + request.kv_import->prefill_timeout;
+  import.started = started;
   PrefillWork& work = import.work;
   work.request_id = request.id;
   work.transfer_tag = import.tag;
@@ -544,12 +570,18 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
 }
 
 void UcxKvConnector::cancel_import(const std::string& request_id) {
-  std::lock_guard lock(impl_->mutex);
-  auto it = impl_->imports.find(request_id);
-  if (it == impl_->imports.end()) return;
-  Import& import = it->second;
-  impl_->fail(import, cancelled("request '" + request_id + "' was cancelled"),
-              /*release_now=*/import.landed);
+  bool signal = false;
+  {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->imports.find(request_id);
+    if (it == impl_->imports.end()) return;
+    Import& import = it->second;
+    const size_t before = impl_->events.size();
+    impl_->apply(import, import.state.cancel(
+                             cancelled("request '" + request_id + "' was cancelled"), Clock::now()));
+    signal = impl_->events.size() != before || import.state.releasable(Clock::now());
+  }
+  if (signal) impl_->wake();
 }
 
 std::vector<KvEvent> UcxKvConnector::poll() {
@@ -557,15 +589,16 @@ std::vector<KvEvent> UcxKvConnector::poll() {
   const Clock::time_point now = Clock::now();
   for (auto it = impl_->imports.begin(); it != impl_->imports.end();) {
     Import& import = it->second;
-    if (!import.finished && now > import.deadline) {
-      impl_->fail(
-          import,
-          deadline_exceeded("request '" + import.request_id + "': no " +
-                            (import.first_token ? "KV" : "first token") + " from prefill node " +
-                            import.urls[import.url_index] + " in time"),
-          /*release_now=*/false);
+    if (import.state.overdue(now)) {
+      impl_->apply(import,
+                   import.state.fail(deadline_exceeded("request '" + import.request_id + "': no " +
+                                                       (import.first_token ? "KV" : "first token") +
+                                                       " from prefill node " +
+                                                       impl_->url_of(import) + " in time"),
+                                     now));
     }
-    if (import.release_at && now >= *import.release_at && !import.call) {
+    if (import.state.releasable(now)) {
+      if (import.call) import.call->cancel();
       impl_->events.push_back({KvEventKind::kImportReleased, import.request_id, Status::ok_status(),
                                std::nullopt, std::nullopt});
       impl_->tag_owners.erase(import.tag);

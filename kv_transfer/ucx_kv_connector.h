@@ -8,8 +8,10 @@
 //  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
 //    cluster token), reads its events (first token, then kv_sent / kv_failed), reports
 //    kFirstToken at once and kImportReady when the transfer's completion message is here too.
-// Blocks of a failed import are released at once when the prefill node said no put can still
-// come (it never started, or it reported kv_failed after closing its endpoint); otherwise only
+// An import's lifecycle is a RemotePrefillState (remote_prefill_state.h): a cancelled import
+// asks the prefill node to abort (POST /internal/v1/prefill/cancel) and keeps listening; its
+// blocks are released at once only on a confirmation that no put can still come (kv_failed or
+// an error event, the completion message, a refusal, a call that sent nothing), otherwise
 // after the transfer's deadline plus a grace period.
 #pragma once
 

@@ -1,6 +1,7 @@
 #include "prefill_node/prefill_server.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -17,6 +18,14 @@ namespace {
 const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
                                              0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
                                              7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+
+// Cancels remembered for work that has not arrived (yet): enough for any burst of clients that
+// leave; the oldest are forgotten first.
+constexpr size_t kCancelledEarlyLimit = 4096;
+
+std::string work_key(const std::string& request_id, uint64_t transfer_tag) {
+  return request_id + "/" + std::to_string(transfer_tag);
+}
 
 double milliseconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -54,6 +63,11 @@ struct PrefillServer::Exchange {
   bool ended = false;
   std::optional<KvTransferReport> report;  // arrived before the token
   SteadyTime report_at{};                  // when it arrived
+  std::function<void()> on_end;            // the server forgets the work (for cancel)
+  bool export_started = false;             // on_finished will come
+  // The prefill failed after its export started: the error waits for the export's end, so
+  // that the decode node, which frees the blocks on it, hears it only once no put can land.
+  std::optional<PrefillEvent> error_after_export;
 
   // With the mutex held.
   void write(const PrefillEvent& event) {
@@ -64,6 +78,7 @@ struct PrefillServer::Exchange {
     ended = true;
     channel->end_stream();
     channel.reset();
+    if (on_end) std::exchange(on_end, nullptr)();
   }
   // `at`: when the report arrived (the receiver's acknowledgement, as seen here).
   void write_report(const KvTransferReport& transfer, SteadyTime at) {
@@ -112,6 +127,10 @@ void PrefillServer::register_routes(http::Router& router) {
              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                handle_prefill(request, ch);
              });
+  router.add("POST", "/internal/v1/prefill/cancel",
+             [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+               handle_cancel(request, ch);
+             });
   router.add("GET", "/health",
              [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                ch->send({200, "application/json", {}, "{}"});
@@ -140,6 +159,16 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
                         ", this node's are " + layout_.to_string() +
                         ": run both with the same model, --block-size and --kv-cache-dtype")));
     return;
+  }
+
+  const std::string key = work_key(work->request_id, work->transfer_tag);
+  {
+    std::lock_guard lock(work_mutex_);
+    if (cancelled_early_.contains(key)) {
+      channel->send(http::api_error_response(api_error_from_status(
+          cancelled("request '" + work->request_id + "' was cancelled before its work arrived"))));
+      return;
+    }
   }
 
   auto exchange = std::make_shared<Exchange>();
@@ -174,10 +203,17 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     std::lock_guard lock(exchange->mutex);
     if (exchange->token_written) {
       exchange->write_report(report, at);
+    } else if (exchange->error_after_export) {
+      exchange->write(*exchange->error_after_export);
+      exchange->end();
     } else {
       exchange->report = report;
       exchange->report_at = at;
     }
+  };
+  target.on_started = [exchange] {
+    std::lock_guard lock(exchange->mutex);
+    exchange->export_started = true;
   };
   engine_request.kv_export = std::move(target);
 
@@ -197,6 +233,10 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
       PrefillEvent event;
       event.kind = PrefillEvent::Kind::kError;
       event.error = delta.error.message();
+      if (exchange->export_started && !exchange->report) {
+        exchange->error_after_export = std::move(event);  // written by on_finished
+        return;
+      }
       exchange->write(event);
       exchange->end();
       return;
@@ -237,10 +277,56 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     channel->send(http::api_error_response(api_error_from_status(submitted)));
     return;
   }
+  {
+    // Under the exchange's mutex: the exchange cannot end (and forget it) before this.
+    std::lock_guard work_lock(work_mutex_);
+    work_in_flight_[key] = engine_id;
+  }
+  exchange->on_end = [this, key] { forget_work(key); };
   metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.").inc();
   channel->start_stream(200, "application/x-ndjson", {});
   exchange->head_sent_ms = milliseconds_between(receipt, std::chrono::steady_clock::now());
   channel->on_cancel([this, engine_id] { service_.abort(engine_id); });
+}
+
+void PrefillServer::forget_work(const std::string& key) {
+  std::lock_guard lock(work_mutex_);
+  work_in_flight_.erase(key);
+}
+
+void PrefillServer::handle_cancel(const http::HttpRequest& request,
+                                  const std::shared_ptr<http::ResponseChannel>& channel) {
+  if (!cluster_token_matches(request, cluster_token_)) {
+    channel->send(http::api_error_response(unauthorized("prefill cancel needs the cluster token")));
+    return;
+  }
+  Result<PrefillCancel> cancel = parse_prefill_cancel(request.body);
+  if (!cancel.ok()) {
+    channel->send(http::api_error_response(api_error_from_status(cancel.status())));
+    return;
+  }
+  const std::string key = work_key(cancel->request_id, cancel->transfer_tag);
+  std::optional<std::string> engine_id;
+  {
+    std::lock_guard lock(work_mutex_);
+    if (auto it = work_in_flight_.find(key); it != work_in_flight_.end()) {
+      engine_id = it->second;
+    } else if (cancelled_early_.insert(key).second) {
+      // Not here (yet, or any more): refuse the work should it still arrive.
+      cancelled_early_order_.push_back(key);
+      if (cancelled_early_order_.size() > kCancelledEarlyLimit) {
+        cancelled_early_.erase(cancelled_early_order_.front());
+        cancelled_early_order_.pop_front();
+      }
+    }
+  }
+  // The engine aborts the request: an error event when it had not exported yet. An export
+  // already under way ends as it would have (kv_sent, or kv_failed once no put can land).
+  if (engine_id) service_.abort(*engine_id);
+  metrics_.counter("pdserve:prefill_cancels_total", "Prefill work cancelled by decode nodes.")
+      .inc();
+  channel->send({200, "application/json", {},
+                 nlohmann::json{{"found", engine_id.has_value()}}.dump()});
 }
 
 void PrefillServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {

@@ -2,12 +2,18 @@
 // from a decode node (common/protocol/prefill_protocol.h), runs the prompt through the engine
 // (batched and chunked with other prompts, with the node's prefix cache) up to its first
 // token, streams that token back at once, and ships the prompt's KV into the decode node's
-// blocks; then reports kv_sent or kv_failed. GET /health, GET /metrics.
+// blocks; then reports kv_sent or kv_failed. POST /internal/v1/prefill/cancel (cluster token)
+// aborts one such work (its own transfer only) for a decode node whose client left; the answer
+// comes on the work's stream. GET /health, GET /metrics.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "common/engine/inference_service.h"
@@ -31,13 +37,24 @@ class PrefillServer {
  private:
   void handle_prefill(const http::HttpRequest& request,
                       const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_cancel(const http::HttpRequest& request,
+                     const std::shared_ptr<http::ResponseChannel>& channel);
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
+  // The work's exchange ended (its last event is written).
+  void forget_work(const std::string& key);
 
   InferenceService& service_;
   KvBlockLayout layout_;
   std::string cluster_token_;
   metrics::Registry metrics_;
   std::atomic<uint64_t> next_id_{0};
+
+  // Work in flight by "request id/transfer tag" (the engine's request id), for cancel; and
+  // cancels that came before their work (refused when it arrives), oldest first, bounded.
+  std::mutex work_mutex_;
+  std::map<std::string, std::string> work_in_flight_;
+  std::set<std::string> cancelled_early_;
+  std::deque<std::string> cancelled_early_order_;
 };
 
 }  // namespace pdserve

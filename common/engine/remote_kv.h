@@ -33,6 +33,10 @@ struct KvExportTarget {
   std::chrono::milliseconds timeout{30'000};
   // Called once, from the connector's thread, when the transfer is done or failed.
   std::function<void(const KvTransferReport&)> on_finished;
+  // Called once, on the engine's thread, when the export has started: on_finished follows, and
+  // until it does a put may still land in the receiver's blocks. Not called when the export
+  // was refused.
+  std::function<void()> on_started;
 };
 
 // One span of a node's work for the per-request timeline (docs/TRACING.md), in ms after

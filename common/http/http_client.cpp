@@ -99,6 +99,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     if (ec || cancelled_) co_return done(failure(ec, "resolve"));
     co_await stream_.async_connect(endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec || cancelled_) co_return done(failure(ec, "connect"));
+    if (callbacks_.on_sending) callbacks_.on_sending();
 
     const auto verb = bhttp::string_to_verb(request_.method);
     bhttp::request<bhttp::string_body> message(verb, request_.target, 11);

@@ -55,8 +55,12 @@ struct ClientResponse {
 // How a streamed call reports. on_head once (status and headers), on_body for each piece of
 // the body as it arrives, then on_done once with the outcome: OK when the whole response was
 // read, Cancelled after cancel(), DeadlineExceeded, Unavailable for connection failures. When
-// the call fails before the head, on_done is the only callback.
+// the call fails before the head, on_done is the only callback besides on_sending.
+// on_sending runs once the connection is up, just before the request goes out: a call that
+// ends without it sent nothing (resolving or connecting failed, e.g. the connection was
+// refused), so the server cannot have seen the request.
 struct StreamCallbacks {
+  std::function<void()> on_sending;
   std::function<void(int status, const HeaderList& headers)> on_head;
   std::function<void(std::string_view bytes)> on_body;
   std::function<void(const Status& outcome)> on_done;

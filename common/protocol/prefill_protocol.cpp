@@ -217,6 +217,22 @@ Json prefill_work_to_json(const PrefillWork& work) {
               {"timeout_ms", work.timeout_ms}};
 }
 
+nlohmann::json prefill_cancel_to_json(const PrefillCancel& cancel) {
+  return Json{{"request_id", cancel.request_id}, {"transfer_tag", cancel.transfer_tag}};
+}
+
+Result<PrefillCancel> parse_prefill_cancel(std::string_view body) {
+  PDS_ASSIGN_OR_RETURN(const Json json, parse_json_bounded(body, "prefill cancel"));
+  if (!json.is_object()) return invalid_argument("prefill cancel: the body is not a JSON object");
+  PrefillCancel cancel;
+  FieldReader reader(json, "prefill cancel");
+  cancel.request_id = reader.get<std::string>("request_id", "");
+  cancel.transfer_tag = reader.get<uint64_t>("transfer_tag", 0);
+  PDS_RETURN_IF_ERROR(reader.status());
+  if (cancel.request_id.empty()) return invalid_argument("prefill cancel: 'request_id' is empty");
+  return cancel;
+}
+
 Result<PrefillWork> parse_prefill_work(std::string_view body) {
   PDS_ASSIGN_OR_RETURN(const Json json, parse_json_bounded(body, "prefill work"));
   if (!json.is_object()) return invalid_argument("prefill work: the body is not a JSON object");

@@ -4,7 +4,8 @@
 // (with the cluster token). The prefill node answers 200 with a stream of newline-delimited
 // JSON events: first `first_token` (as soon as it is sampled: the request's TTFT does not wait
 // for the transfer), then `kv_sent` or `kv_failed`; or a single `error` event when the prefill
-// itself failed. A non-200 answer is an OpenAI-style error body.
+// itself failed. A non-200 answer is an OpenAI-style error body. A decode node that no longer
+// wants the work POSTs a PrefillCancel to /internal/v1/prefill/cancel (below).
 //
 // Timeline (see the shared timeline format): `first_token` carries the prefill node's spans up
 // to the token (prefill.queue, prefill.chunk...) and `head_sent_ms`, `kv_sent` the kv.transfer
@@ -56,6 +57,22 @@ struct PrefillWork {
 nlohmann::json prefill_work_to_json(const PrefillWork& work);
 // InvalidArgument naming the field that is missing, mistyped or out of range.
 Result<PrefillWork> parse_prefill_work(std::string_view body);
+
+// POST /internal/v1/prefill/cancel (cluster token): the decode node no longer wants the work
+// of this request and transfer tag (its client left, or it gave up). The prefill node aborts
+// that work only, and answers on the work's event stream: an `error` event when the prefill
+// had not exported yet, `kv_failed` once the export's issued puts are complete (no put can land
+// any more), or `kv_sent` when the transfer had already finished. The cancel call itself
+// answers 200 {"found": bool}; for work not (yet) there, the prefill node remembers the pair
+// for a while and refuses that work if it arrives later (409).
+struct PrefillCancel {
+  std::string request_id;
+  uint64_t transfer_tag = 0;
+};
+
+nlohmann::json prefill_cancel_to_json(const PrefillCancel& cancel);
+// InvalidArgument naming the field that is missing or mistyped.
+Result<PrefillCancel> parse_prefill_cancel(std::string_view body);
 
 struct PrefillEvent {
   enum class Kind { kFirstToken, kKvSent, kKvFailed, kError };

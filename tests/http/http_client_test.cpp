@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <tuple>
 #include <thread>
 #include <tuple>
 
@@ -172,6 +173,39 @@ TEST_F(HttpClientTest, ConnectionRefusedIsUnavailable) {
   request.target = "/echo";
   Result<ClientResponse> response = client_->fetch_and_wait(url_, request);
   EXPECT_EQ(response.status().code(), StatusCode::kUnavailable);
+}
+
+// on_sending tells a call that may have reached the server from one that cannot have (the
+// decode node frees a request's KV blocks at once only in the second case).
+TEST_F(HttpClientTest, OnSendingRunsOnlyWhenTheRequestStartsToGoOut) {
+  auto call_once = [&](const std::string& target) {
+    auto sending = std::make_shared<std::atomic<int>>(0);
+    auto head_seen_sending = std::make_shared<std::atomic<bool>>(false);
+    std::promise<Status> done;
+    StreamCallbacks callbacks;
+    callbacks.on_sending = [sending] { ++*sending; };
+    callbacks.on_head = [sending, head_seen_sending](int, const HeaderList&) {
+      *head_seen_sending = *sending == 1;
+    };
+    callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
+    ClientRequest request;
+    request.method = "POST";
+    request.target = target;
+    request.body = "x";
+    request.timeout = 5s;
+    client_->stream(url_, request, callbacks);
+    auto future = done.get_future();
+    EXPECT_EQ(future.wait_for(10s), std::future_status::ready);
+    return std::make_tuple(future.get(), sending->load(), head_seen_sending->load());
+  };
+  const auto [answered, sent, before_head] = call_once("/echo");
+  EXPECT_TRUE(answered.ok()) << answered.to_string();
+  EXPECT_EQ(sent, 1);
+  EXPECT_TRUE(before_head);
+  server_->stop();
+  const auto refused = call_once("/echo");
+  EXPECT_EQ(std::get<0>(refused).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(std::get<1>(refused), 0);
 }
 
 TEST(BaseUrlTest, ParsesAndRejects) {

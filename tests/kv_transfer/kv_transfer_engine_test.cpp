@@ -214,6 +214,63 @@ TEST_P(KvTransferLoopback, TransferToADestroyedPeerFailsWithinItsDeadline) {
             StatusCode::kUnavailable);
 }
 
+// Issue #15 item 8: cancelling one transfer spares the peer's others. The cancelled one fails
+// (Cancelled) after its issued puts are flushed, sends no completion message; a transfer open
+// beside it lands and is acknowledged, and the peer needs no new connection.
+TEST_P(KvTransferLoopback, CancellingOneTransferSparesThePeersOthers) {
+  auto sender = make_engine(GetParam());
+  auto receiver = make_engine(GetParam());
+  ASSERT_TRUE(sender && receiver);
+  std::vector<std::uint8_t> source(kPoolBytes);
+  std::iota(source.begin(), source.end(), std::uint8_t{1});
+  std::vector<std::uint8_t> destination(kPoolBytes, 0);
+  ASSERT_TRUE(sender->register_pool(source.data(), source.size()).ok());
+  ASSERT_TRUE(receiver->register_pool(destination.data(), destination.size()).ok());
+  auto peer = sender->connect(*receiver->local_descriptor());
+  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+
+  auto doomed = sender->open_transfer(*peer, 1, milliseconds(10000));
+  auto survivor = sender->open_transfer(*peer, 2, milliseconds(10000));
+  ASSERT_TRUE(doomed.ok() && survivor.ok());
+  const BlockCopy doomed_copy{0, 0, 4 * kBlockBytes};
+  const BlockCopy survivor_copy{8 * kBlockBytes, 8 * kBlockBytes, 4 * kBlockBytes};
+  ASSERT_TRUE(sender->add_puts(*doomed, std::span(&doomed_copy, 1)).ok());
+  ASSERT_TRUE(sender->add_puts(*survivor, std::span(&survivor_copy, 1)).ok());
+
+  ASSERT_TRUE(sender->cancel_transfer(*doomed).ok());
+  EXPECT_EQ(sender->add_puts(*doomed, std::span(&doomed_copy, 1)).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sender->close_transfer(*doomed).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(sender->close_transfer(*survivor).ok());
+
+  const TransferStatus cancelled_status =
+      wait_for(*sender, receiver.get(), *doomed, milliseconds(15000));
+  EXPECT_EQ(cancelled_status.state, TransferState::kFailed);
+  EXPECT_EQ(cancelled_status.error.code(), StatusCode::kCancelled)
+      << cancelled_status.error.to_string();
+  const TransferStatus survivor_status =
+      wait_for(*sender, receiver.get(), *survivor, milliseconds(15000));
+  ASSERT_EQ(survivor_status.state, TransferState::kDone) << survivor_status.error.to_string();
+  EXPECT_TRUE(std::equal(source.begin() + 8 * kBlockBytes, source.begin() + 12 * kBlockBytes,
+                         destination.begin() + 8 * kBlockBytes));
+  const std::vector<ReceivedTransfer> received = receiver->take_received();
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].request_tag, 2u);
+
+  // The peer is still connected: a later transfer goes through on the same endpoint.
+  EXPECT_TRUE(sender->peer_usable(*peer));
+  auto later = sender->submit_puts(*peer, std::span(&doomed_copy, 1), 3, milliseconds(10000));
+  ASSERT_TRUE(later.ok()) << later.status().to_string();
+  EXPECT_EQ(wait_for(*sender, receiver.get(), *later, milliseconds(15000)).state,
+            TransferState::kDone);
+  // A transfer with no put yet fails at once; a finished one cannot be cancelled.
+  auto empty = sender->open_transfer(*peer, 4, milliseconds(10000));
+  ASSERT_TRUE(empty.ok());
+  ASSERT_TRUE(sender->cancel_transfer(*empty).ok());
+  EXPECT_EQ(sender->poll(*empty)->state, TransferState::kFailed);
+  EXPECT_EQ(sender->cancel_transfer(*later).code(), StatusCode::kNotFound);
+}
+
 // `ucx_info -d` (UCX's own tool, another process) names the memory domains this UCX build
 // loads; a CUDA one (cuda_cpy, cuda_ipc, gdr_copy) is what lets it address device memory.
 bool ucx_info_lists_a_cuda_memory_domain() {

@@ -12,6 +12,11 @@ backpressure: a decode node that holds at most 2 sequences behind the proxy, 8 c
 requests: each is answered in full or refused with 429 and an OpenAI error body; the node
 stays up and holds no KV block afterwards.
 
+cancel: 24 streaming clients hang up while their prompts are still queued on
+the prefill node: the decode node asks the prefill node to abort them (the prefill node counts
+the cancels) and gets their KV blocks back within 15 s (about 1-6 s), not after the transfer
+timeout + grace (32 s).
+
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase (or "all").
 """
 import concurrent.futures
@@ -19,6 +24,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -107,10 +113,10 @@ def start_proxy(processes, name):
                                   "--advice-window-s", "900"])
 
 
-def start_node(processes, name, role, model, proxy, extra=()):
+def start_node(processes, name, role, model, proxy, extra=(), node_args=NODE_ARGS):
     """Starts a node with --proxy; returns (url, id) once the proxy routes to it."""
     binary = os.path.join(BUILD, f"{'decode' if role == 'decode' else 'prefill'}_node/pdserve-{role}")
-    url = processes.start(name, [binary, "--model", model, "--port", "0", "--proxy", proxy] + NODE_ARGS +
+    url = processes.start(name, [binary, "--model", model, "--port", "0", "--proxy", proxy] + node_args +
                           list(extra))
     wait_for(f"{name} to register", lambda: node_id(proxy, url) is not None)
     return url, node_id(proxy, url)
@@ -238,6 +244,55 @@ def phase_backpressure(model, log_dir):
         processes.stop_all()
 
 
+def leave_early(url, request, after_s):
+    """A streaming completion whose client hangs up after `after_s` seconds, as one that leaves."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps(dict(request, stream=True)).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: " + host.encode() +
+                           b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                           str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(after_s)
+
+
+def phase_cancel(model, log_dir):
+    """Issue #15 item 6: clients that leave before their KV lands. The decode node tells the
+    prefill node, which aborts their work and says so; the blocks come back as soon as the
+    prefill node's current forward step ends, not after the transfer timeout plus grace
+    (30 s + 2 s here)."""
+    processes = Processes(log_dir)
+    node_args = [arg if arg != "10000" else "30000" for arg in NODE_ARGS]  # --kv-transfer-timeout-ms
+    try:
+        proxy = start_proxy(processes, "cancel-proxy")
+        prefill, _ = start_node(processes, "cancel-prefill", "prefill", model, proxy, node_args=node_args)
+        decode, _ = start_node(processes, "cancel-decode", "decode", model, proxy, node_args=node_args)
+        # Prompts queue on the one-thread prefill node; every client leaves while they do. (Short
+        # ones: the prefill node aborts between forward steps, and on one loaded CPU thread a step
+        # of long prompts lasts seconds.)
+        requests = [{"prompt": [3000 + 97 * i + j for j in range(200)], "max_tokens": 8, "temperature": 0}
+                    for i in range(24)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(requests)) as pool:
+            list(pool.map(lambda request: leave_early(proxy, request, 0.5), requests))
+        left_at = time.monotonic()
+        wait_for("the decode node to free the blocks of the clients that left",
+                 lambda: metric(decode, "pdserve:kv_cache_usage_perc") == 0, timeout=60)
+        freed_after = time.monotonic() - left_at
+        if freed_after > 15:
+            raise AssertionError(f"the blocks of clients that left came back after {freed_after:.1f} s "
+                                 "(the transfer timeout + grace is 32 s)")
+        cancels = metric(prefill, "pdserve:prefill_cancels_total")
+        if cancels == 0:
+            raise AssertionError("no client left before its KV landed (the prefill node got no cancel): "
+                                 "make the prompts longer")
+        check_no_blocks_in_use([decode, prefill])
+        if run_all(proxy, [{"prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0}])[0][2] != 4:
+            raise AssertionError("the cluster does not serve after the clients left")
+        print(f"ok: {cancels:.0f} imports cancelled by clients that left; their blocks came back "
+              f"{freed_after:.1f} s after the last one left", flush=True)
+    finally:
+        processes.stop_all()
+
+
 def main():
     phase = sys.argv[1] if len(sys.argv) > 1 else "all"
     with tempfile.TemporaryDirectory(prefix="pdserve-scaling-") as directory:
@@ -247,6 +302,8 @@ def main():
                 phase_scale(model, directory)
             if phase in ("backpressure", "all"):
                 phase_backpressure(model, directory)
+            if phase in ("cancel", "all"):
+                phase_cancel(model, directory)
         except Exception:
             for name in sorted(os.listdir(directory)):
                 if name.endswith(".log"):

@@ -1,0 +1,301 @@
+// The prefill node's side of a cancel (issue #15 item 6): POST /internal/v1/prefill/cancel
+// aborts that work only and the answer comes on the work's own stream; a cancel that beats
+// its work makes the node refuse the work when it arrives. The engine is a fake.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/cluster/cluster_auth.h"
+#include "common/http/http_client.h"
+#include "common/http/http_server.h"
+#include "common/protocol/prefill_protocol.h"
+#include "prefill_node/prefill_server.h"
+
+namespace pdserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const KvBlockLayout kLayout{1, 16, 1, 4, "float32"};
+constexpr char kToken[] = "cluster-secret";
+
+// Holds submitted requests; abort() ends one with the engine's cancelled error delta.
+class FakeService : public InferenceService {
+ public:
+  Status submit(InferenceRequest request, DeltaSink sink) override {
+    std::lock_guard lock(mutex_);
+    if (request.kv_export) exports_.emplace(request.id, *request.kv_export);
+    sinks_.emplace(request.id, std::move(sink));
+    changed_.notify_all();
+    return Status::ok_status();
+  }
+  void abort(const std::string& request_id) override {
+    DeltaSink sink;
+    {
+      std::lock_guard lock(mutex_);
+      aborted_.push_back(request_id);
+      auto it = sinks_.find(request_id);
+      if (it == sinks_.end()) return;
+      sink = std::move(it->second);
+      sinks_.erase(it);
+    }
+    SequenceDelta delta;
+    delta.request_id = request_id;
+    delta.finished = true;
+    delta.error = cancelled("request '" + request_id + "' was aborted");
+    sink(std::move(delta));
+  }
+  // What the engine does when a forward fails after the export started: the connector
+  // cancels the export (its report comes later) and the request ends with an error.
+  void fail_after_export_started(const std::string& request_id) {
+    DeltaSink sink;
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto& started = exports_.at(request_id).on_started) started();
+      sink = std::move(sinks_.at(request_id));
+      sinks_.erase(request_id);
+    }
+    SequenceDelta delta;
+    delta.request_id = request_id;
+    delta.finished = true;
+    delta.error = internal_error("the forward failed");
+    sink(std::move(delta));
+  }
+  void finish_export(const std::string& request_id, const Status& status) {
+    KvExportTarget target;
+    {
+      std::lock_guard lock(mutex_);
+      target = exports_.at(request_id);
+    }
+    KvTransferReport report;
+    report.status = status;
+    target.on_finished(report);
+  }
+
+  ServiceStats stats() const override { return {}; }
+  const ModelInfo& model_info() const override { return info_; }
+
+  bool wait_for_requests(size_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, milliseconds(5000), [&] { return sinks_.size() >= n; });
+  }
+  std::vector<std::string> submitted() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::string> ids;
+    for (const auto& [id, sink] : sinks_) ids.push_back(id);
+    return ids;
+  }
+  std::vector<std::string> aborted() {
+    std::lock_guard lock(mutex_);
+    return aborted_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, DeltaSink> sinks_;
+  std::map<std::string, KvExportTarget> exports_;
+  std::vector<std::string> aborted_;
+  ModelInfo info_;
+};
+
+// One work's exchange as the decode node sees it.
+struct WorkCall {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int status = 0;
+  std::string body;
+  std::optional<Status> done;
+
+  bool wait_done() {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, milliseconds(5000), [&] { return done.has_value(); });
+  }
+};
+
+class PrefillCancelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken);
+    http::Router router;
+    prefill_->register_routes(router);
+    auto server = http::HttpServer::start({}, std::move(router));
+    ASSERT_TRUE(server.ok()) << server.status().to_string();
+    server_ = std::move(*server);
+    url_ = {"127.0.0.1", std::to_string(server_->port())};
+    auto client = http::HttpClient::create(2);
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    client_.reset();
+    if (server_) server_->stop();
+  }
+
+  http::ClientRequest post(std::string target, std::string body, bool token = true) {
+    http::ClientRequest request;
+    request.method = "POST";
+    request.target = std::move(target);
+    request.body = std::move(body);
+    if (token) request.headers.emplace_back("Authorization", cluster_auth_header_value(kToken));
+    request.timeout = std::chrono::seconds(5);
+    return request;
+  }
+
+  std::shared_ptr<WorkCall> send_work(const std::string& request_id, uint64_t tag) {
+    PrefillWork work;
+    work.request_id = request_id;
+    work.transfer_tag = tag;
+    work.prompt_token_ids = {1, 2, 3};
+    work.sampling.max_tokens = 4;
+    work.kv_descriptor = "AAAA";
+    work.kv_num_blocks = 8;
+    work.kv_layout = kLayout;
+    work.block_ids = {5};
+    work.timeout_ms = 1000;
+    auto call = std::make_shared<WorkCall>();
+    http::StreamCallbacks callbacks;
+    callbacks.on_head = [call](int status, const http::HeaderList&) {
+      std::lock_guard lock(call->mutex);
+      call->status = status;
+    };
+    callbacks.on_body = [call](std::string_view bytes) {
+      std::lock_guard lock(call->mutex);
+      call->body.append(bytes);
+    };
+    callbacks.on_done = [call](const Status& outcome) {
+      std::lock_guard lock(call->mutex);
+      call->done = outcome;
+      call->changed.notify_all();
+    };
+    calls_.push_back(client_->stream(
+        url_, post("/internal/v1/prefill", prefill_work_to_json(work).dump()),
+        std::move(callbacks)));
+    return call;
+  }
+
+  Result<http::ClientResponse> cancel(const std::string& request_id, uint64_t tag,
+                                      bool token = true) {
+    return client_->fetch_and_wait(
+        url_, post("/internal/v1/prefill/cancel",
+                   prefill_cancel_to_json({request_id, tag}).dump(), token));
+  }
+
+  FakeService service_;
+  std::unique_ptr<PrefillServer> prefill_;
+  std::unique_ptr<http::HttpServer> server_;
+  std::unique_ptr<http::HttpClient> client_;
+  std::vector<std::shared_ptr<http::ClientCall>> calls_;
+  http::BaseUrl url_;
+};
+
+TEST_F(PrefillCancelTest, ACancelAbortsThatWorkOnlyAndTheAnswerComesOnItsStream) {
+  std::shared_ptr<WorkCall> doomed = send_work("req-9", 4);
+  std::shared_ptr<WorkCall> other = send_work("req-8", 3);
+  ASSERT_TRUE(service_.wait_for_requests(2));
+
+  // Another transfer tag of the same request id is not this work.
+  Result<http::ClientResponse> miss = cancel("req-9", 5);
+  ASSERT_TRUE(miss.ok()) << miss.status().to_string();
+  EXPECT_EQ(miss->body, "{\"found\":false}");
+  EXPECT_TRUE(service_.aborted().empty());
+
+  Result<http::ClientResponse> hit = cancel("req-9", 4);
+  ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+  EXPECT_EQ(hit->status, 200);
+  EXPECT_EQ(hit->body, "{\"found\":true}");
+  ASSERT_EQ(service_.aborted().size(), 1u);
+  EXPECT_NE(service_.aborted()[0].find("req-9"), std::string::npos);
+
+  // The work's stream carries the outcome: one error event, then its end.
+  ASSERT_TRUE(doomed->wait_done());
+  {
+    std::lock_guard lock(doomed->mutex);
+    EXPECT_EQ(doomed->status, 200);
+    EXPECT_TRUE(doomed->done->ok()) << doomed->done->to_string();
+    ASSERT_FALSE(doomed->body.empty());
+    Result<PrefillEvent> event =
+        parse_prefill_event(std::string_view(doomed->body).substr(0, doomed->body.find('\n')));
+    ASSERT_TRUE(event.ok()) << event.status().to_string() << ": " << doomed->body;
+    EXPECT_EQ(event->kind, PrefillEvent::Kind::kError);
+  }
+  // The other work goes on.
+  const std::vector<std::string> left = service_.submitted();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_NE(left[0].find("req-8"), std::string::npos);
+  {
+    std::lock_guard lock(other->mutex);
+    EXPECT_FALSE(other->done.has_value());
+  }
+  // Once its exchange ended, the work is forgotten: a second cancel finds nothing.
+  Result<http::ClientResponse> again = cancel("req-9", 4);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->body, "{\"found\":false}");
+}
+
+// The decode node frees the blocks on the error event: after a failure that came once the
+// export had started (its puts may be in flight until the export's cancel completes), the
+// event must wait for the export's report.
+TEST_F(PrefillCancelTest, AnErrorAfterTheExportStartedWaitsForTheExportsEnd) {
+  std::shared_ptr<WorkCall> call = send_work("req-5", 1);
+  ASSERT_TRUE(service_.wait_for_requests(1));
+  const std::string engine_id = service_.submitted().at(0);
+  service_.fail_after_export_started(engine_id);
+  std::this_thread::sleep_for(milliseconds(200));
+  {
+    std::lock_guard lock(call->mutex);
+    EXPECT_EQ(call->status, 200);
+    EXPECT_TRUE(call->body.empty()) << "an error event while a put may still land: " << call->body;
+    EXPECT_FALSE(call->done.has_value());
+  }
+  service_.finish_export(engine_id, cancelled("KV transfer 1 was cancelled"));
+  ASSERT_TRUE(call->wait_done());
+  std::lock_guard lock(call->mutex);
+  Result<PrefillEvent> event =
+      parse_prefill_event(std::string_view(call->body).substr(0, call->body.find('\n')));
+  ASSERT_TRUE(event.ok()) << event.status().to_string() << ": " << call->body;
+  EXPECT_EQ(event->kind, PrefillEvent::Kind::kError);
+  EXPECT_NE(event->error.find("the forward failed"), std::string::npos) << event->error;
+}
+
+TEST_F(PrefillCancelTest, WorkThatArrivesAfterItsCancelIsRefused) {
+  Result<http::ClientResponse> early = cancel("req-7", 2);
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(early->body, "{\"found\":false}");
+  std::shared_ptr<WorkCall> late = send_work("req-7", 2);
+  ASSERT_TRUE(late->wait_done());
+  {
+    std::lock_guard lock(late->mutex);
+    EXPECT_NE(late->status, 200);
+    EXPECT_GE(late->status, 400);
+    EXPECT_LT(late->status, 500);
+  }
+  EXPECT_TRUE(service_.submitted().empty());
+  // Another tag of that request is other work.
+  send_work("req-7", 3);
+  EXPECT_TRUE(service_.wait_for_requests(1));
+}
+
+TEST_F(PrefillCancelTest, ACancelNeedsTheClusterTokenAndAWellFormedBody) {
+  Result<http::ClientResponse> anonymous = cancel("req-1", 1, /*token=*/false);
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ(anonymous->status, 401);
+  Result<http::ClientResponse> bad =
+      client_->fetch_and_wait(url_, post("/internal/v1/prefill/cancel", "{\"transfer_tag\":1}"));
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(parse_prefill_cancel("{\"request_id\":\"a\",\"transfer_tag\":\"x\"}").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_prefill_cancel("[]").status().code(), StatusCode::kInvalidArgument);
+  Result<PrefillCancel> good = parse_prefill_cancel(prefill_cancel_to_json({"r", 9}).dump());
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ(good->request_id, "r");
+  EXPECT_EQ(good->transfer_tag, 9u);
+}
+
+}  // namespace
+}  // namespace pdserve

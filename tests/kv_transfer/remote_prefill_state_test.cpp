@@ -1,0 +1,237 @@
+// The decode side's remote-prefill state machine against a fake transport: the test plays the
+// HTTP call, the prefill node's events and the completion message, and checks what the
+// connector is told to do and when the blocks may be freed (issue #15 items 6 and 7).
+#include "kv_transfer/remote_prefill_state.h"
+
+#include <gtest/gtest.h>
+
+namespace pdserve::kv_transfer {
+namespace {
+
+using Clock = RemotePrefillState::Clock;
+using std::chrono::seconds;
+
+const Clock::time_point t0 = Clock::now();
+constexpr auto kHold = seconds(32);  // transfer timeout 30 s + grace 2 s
+
+RemotePrefillState fresh() { return RemotePrefillState(t0 + seconds(60), kHold); }
+
+bool nothing(const ImportActions& a) {
+  return !a.report_first_token && !a.report_ready && !a.report_failure && !a.retry_next_node &&
+         !a.send_cancel && !a.cancel_call;
+}
+
+// Posted, accepted, first token reported.
+RemotePrefillState streaming() {
+  RemotePrefillState s = fresh();
+  EXPECT_TRUE(nothing(s.work_sent()));
+  EXPECT_TRUE(nothing(s.head(200)));
+  EXPECT_EQ(s.state(), ImportState::kPrefilling);
+  const ImportActions a = s.first_token(t0, t0 + seconds(32));
+  EXPECT_TRUE(a.report_first_token);
+  EXPECT_EQ(s.state(), ImportState::kFirstToken);
+  return s;
+}
+
+TEST(RemotePrefillState, FirstTokenThenTheKvThenReadyAndReleased) {
+  RemotePrefillState s = streaming();
+  EXPECT_FALSE(s.releasable(t0));
+  EXPECT_TRUE(nothing(s.kv_sent()));
+  const ImportActions a = s.landed_now();
+  EXPECT_TRUE(a.report_ready);
+  EXPECT_EQ(s.state(), ImportState::kReady);
+  EXPECT_TRUE(s.releasable(t0));
+  // The stream's end and a late cancel change nothing.
+  EXPECT_TRUE(nothing(s.call_ended(Status::ok_status(), false, t0)));
+  EXPECT_TRUE(nothing(s.cancel(cancelled("late"), t0)));
+  EXPECT_EQ(s.state(), ImportState::kReady);
+}
+
+TEST(RemotePrefillState, TheCompletionMessageMayComeBeforeTheFirstTokenOrAfterTheStream) {
+  RemotePrefillState s = fresh();
+  s.work_sent();
+  s.head(200);
+  EXPECT_TRUE(nothing(s.landed_now()));
+  const ImportActions first = s.first_token(t0, t0 + seconds(32));
+  EXPECT_TRUE(first.report_first_token);
+  EXPECT_FALSE(first.report_ready);  // kv_sent or the stream's end still missing
+  EXPECT_TRUE(s.call_ended(Status::ok_status(), false, t0).report_ready);
+
+  RemotePrefillState late = streaming();
+  EXPECT_TRUE(nothing(late.call_ended(Status::ok_status(), false, t0)));
+  EXPECT_EQ(late.state(), ImportState::kFirstToken);
+  EXPECT_TRUE(late.landed_now().report_ready);
+}
+
+// Item 6: a client that leaves before its KV lands. The prefill node is told and the call is
+// kept open; its kv_failed (or error event, or the completion message) frees the blocks at
+// once, not after the transfer timeout plus grace.
+TEST(RemotePrefillState, CancelledByTheClientTellsThePrefillNodeAndFreesOnItsConfirmation) {
+  for (int confirmation = 0; confirmation < 4; ++confirmation) {
+    RemotePrefillState s = confirmation == 3 ? fresh() : streaming();
+    if (confirmation == 3) {
+      s.work_sent();
+      s.head(200);  // still prefilling: no first token yet
+    }
+    const ImportActions a = s.cancel(cancelled("the client left"), t0);
+    ASSERT_TRUE(a.report_failure.has_value());
+    EXPECT_EQ(a.report_failure->code(), StatusCode::kCancelled);
+    EXPECT_TRUE(a.send_cancel);
+    EXPECT_FALSE(a.cancel_call) << "the event stream carries the confirmation";
+    EXPECT_EQ(s.state(), ImportState::kCancelling);
+    EXPECT_FALSE(s.releasable(t0 + seconds(1)));
+    EXPECT_TRUE(s.releasable(t0 + kHold)) << "the hold deadline still bounds it";
+    ImportActions confirmed;
+    switch (confirmation) {
+      case 0:
+        confirmed = s.prefill_ended_without_kv(unavailable("kv_failed: cancelled"));
+        break;
+      case 1:
+        confirmed = s.landed_now();  // the export had finished: every put has landed
+        break;
+      case 2:
+      case 3:
+        confirmed = s.prefill_ended_without_kv(unavailable("error: aborted"));
+        break;
+    }
+    EXPECT_FALSE(confirmed.report_failure) << "reported once";
+    EXPECT_FALSE(confirmed.report_ready);
+    EXPECT_EQ(s.state(), ImportState::kReleased) << confirmation;
+    EXPECT_TRUE(s.releasable(t0));
+  }
+}
+
+TEST(RemotePrefillState, CancelledWithoutConfirmationHoldsUntilTheDeadline) {
+  RemotePrefillState s = streaming();
+  EXPECT_TRUE(s.cancel(cancelled("the client left"), t0).send_cancel);
+  // The stream ends without kv_failed (e.g. the prefill node died): nobody can confirm.
+  EXPECT_TRUE(nothing(s.call_ended(unavailable("reset"), false, t0 + seconds(1))));
+  EXPECT_EQ(s.state(), ImportState::kCancelling);
+  EXPECT_FALSE(s.releasable(t0 + kHold - seconds(1)));
+  EXPECT_TRUE(s.releasable(t0 + kHold));
+}
+
+TEST(RemotePrefillState, CancelledWhileConnectingClosesTheCallAndFreesWhenNothingWasSent) {
+  RemotePrefillState s = fresh();
+  const ImportActions a = s.cancel(cancelled("the client left"), t0);
+  EXPECT_TRUE(a.cancel_call);
+  EXPECT_FALSE(a.send_cancel);
+  EXPECT_EQ(s.state(), ImportState::kCancelling);
+  EXPECT_FALSE(s.releasable(t0));
+  EXPECT_TRUE(nothing(s.call_ended(cancelled("call cancelled"), true, t0)));
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+
+  // The close raced the send: the work went out after all; drop it there and hold.
+  RemotePrefillState raced = fresh();
+  EXPECT_TRUE(raced.cancel(cancelled("the client left"), t0).cancel_call);
+  EXPECT_TRUE(raced.work_sent().send_cancel);
+  raced.call_ended(cancelled("call cancelled"), true, t0);
+  EXPECT_EQ(raced.state(), ImportState::kCancelling);
+  EXPECT_FALSE(raced.releasable(t0 + seconds(1)));
+  EXPECT_TRUE(raced.releasable(t0 + kHold));
+}
+
+TEST(RemotePrefillState, CancelledAfterTheKvLandedFreesAtOnce) {
+  RemotePrefillState s = streaming();
+  s.landed_now();  // no kv_sent yet: not ready
+  EXPECT_EQ(s.state(), ImportState::kFirstToken);
+  const ImportActions a = s.cancel(cancelled("stop string"), t0);
+  EXPECT_TRUE(a.report_failure.has_value());
+  EXPECT_FALSE(a.send_cancel);
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+}
+
+// Item 7: the call fails before the head. Only when nothing was sent (connection refused,
+// resolve or connect failed) are the blocks free at once, and only then may another prefill
+// node take the work; once the body may have gone out, they are held.
+TEST(RemotePrefillState, TransportFailureBeforeTheHeadFreesOnlyWhenNothingWasSent) {
+  RemotePrefillState refused = fresh();
+  const ImportActions retry = refused.call_ended(unavailable("connect: refused"), true, t0);
+  EXPECT_TRUE(retry.retry_next_node);
+  EXPECT_FALSE(retry.report_failure);
+  refused.restart();
+  EXPECT_EQ(refused.state(), ImportState::kPosting);
+  const ImportActions last = refused.call_ended(unavailable("connect: refused"), false, t0);
+  ASSERT_TRUE(last.report_failure.has_value());
+  EXPECT_EQ(refused.state(), ImportState::kReleased);
+  EXPECT_TRUE(refused.releasable(t0));
+
+  for (const Status& failure :
+       {deadline_exceeded("read the response head: deadline exceeded"),
+        unavailable("read the response head: connection reset by peer")}) {
+    RemotePrefillState sent = fresh();
+    sent.work_sent();
+    const ImportActions a = sent.call_ended(failure, /*another_node=*/true, t0);
+    EXPECT_FALSE(a.retry_next_node) << "another node would write into the same blocks";
+    ASSERT_TRUE(a.report_failure.has_value());
+    EXPECT_EQ(a.report_failure->code(), failure.code());
+    EXPECT_EQ(sent.state(), ImportState::kFailed);
+    EXPECT_FALSE(sent.releasable(t0 + seconds(1))) << failure.to_string();
+    EXPECT_TRUE(sent.releasable(t0 + kHold));
+    // A kv_failed cannot come any more (the call is gone), but a completion message can.
+    sent.landed_now();
+    EXPECT_EQ(sent.state(), ImportState::kReleased);
+  }
+}
+
+TEST(RemotePrefillState, ARefusalTriesTheNextNodeAndTheLastOneFreesAtOnce) {
+  RemotePrefillState s = fresh();
+  s.work_sent();
+  s.head(503);
+  EXPECT_TRUE(s.call_ended(unavailable("HTTP 503"), true, t0).retry_next_node);
+  s.restart();
+  s.work_sent();
+  s.head(503);
+  const ImportActions a = s.call_ended(unavailable("HTTP 503"), false, t0);
+  EXPECT_TRUE(a.report_failure.has_value());
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+}
+
+TEST(RemotePrefillState, DeadlinesAndProtocolErrorsHoldAndAskTheNodeToAbort) {
+  RemotePrefillState slow = fresh();
+  slow.work_sent();
+  slow.head(200);
+  EXPECT_FALSE(slow.overdue(t0 + seconds(59)));
+  ASSERT_TRUE(slow.overdue(t0 + seconds(61)));
+  const ImportActions a = slow.fail(deadline_exceeded("no first token"), t0 + seconds(61));
+  EXPECT_TRUE(a.report_failure.has_value());
+  EXPECT_TRUE(a.send_cancel);
+  EXPECT_EQ(slow.state(), ImportState::kFailed);
+  EXPECT_FALSE(slow.overdue(t0 + seconds(62)));
+  // A late first token is not reported; the error event confirms.
+  EXPECT_FALSE(slow.first_token(t0, t0 + seconds(100)).report_first_token);
+  slow.prefill_ended_without_kv(unavailable("aborted"));
+  EXPECT_EQ(slow.state(), ImportState::kReleased);
+
+  // No head by the deadline and nothing sent: close the call; its end frees the blocks.
+  RemotePrefillState connecting = fresh();
+  EXPECT_TRUE(connecting.fail(deadline_exceeded("late"), t0 + seconds(61)).cancel_call);
+  connecting.call_ended(cancelled("closed"), true, t0 + seconds(61));
+  EXPECT_EQ(connecting.state(), ImportState::kReleased);
+
+  RemotePrefillState twice = streaming();
+  const ImportActions second = twice.first_token(t0, t0 + seconds(32));
+  EXPECT_TRUE(second.report_failure.has_value());
+  EXPECT_FALSE(second.report_first_token);
+  EXPECT_EQ(twice.state(), ImportState::kFailed);
+
+  // Accepted, then the stream ended without a first token: held.
+  RemotePrefillState empty = fresh();
+  empty.work_sent();
+  empty.head(200);
+  EXPECT_TRUE(empty.call_ended(unavailable("no first token"), true, t0).report_failure);
+  EXPECT_EQ(empty.state(), ImportState::kFailed);
+  EXPECT_FALSE(empty.releasable(t0 + seconds(1)));
+}
+
+TEST(RemotePrefillState, AKvFailedReportsTheFailureAndFreesAtOnce) {
+  RemotePrefillState s = streaming();
+  const ImportActions a = s.prefill_ended_without_kv(unavailable("kv_failed: peer failed"));
+  EXPECT_TRUE(a.report_failure.has_value());
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+  EXPECT_TRUE(s.releasable(t0));
+  EXPECT_STREQ(import_state_name(s.state()), "released");
+}
+
+}  // namespace
+}  // namespace pdserve::kv_transfer

@@ -1,0 +1,278 @@
+// The decode side of UcxKvConnector against a fake prefill node (an HTTP server, or a bare
+// socket that takes the work and hangs up): when are a request's reserved blocks released
+// (kImportReleased)? Issue #15 item 6: a client that leaves before its KV lands must not hold
+// them for the transfer timeout plus grace (the prefill node is told, and its answer frees
+// them); item 7: a call that fails after the work went out must hold them (the prefill node
+// may be writing), and only a refused connection frees them at once.
+#include "kv_transfer/ucx_kv_connector.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common/http/http_server.h"
+#include "common/http/router.h"
+
+namespace pdserve::kv_transfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr auto kTransferTimeout = milliseconds(1500);
+constexpr auto kGrace = milliseconds(500);
+
+struct Decode {
+  std::vector<float> pool;
+  std::unique_ptr<UcxKvConnector> connector;
+  std::vector<KvEvent> events;
+
+  Decode() {
+    PoolLayout layout;
+    layout.block = {1, 16, 1, 4, "float32"};
+    layout.num_blocks = 8;
+    layout.element_bytes = 4;
+    pool.assign(layout.offset(0, 0, true) * 2 / sizeof(float), 0.0f);
+    UcxKvConnectorOptions options;
+    options.transports = "tcp";
+    options.transfer_timeout = kTransferTimeout;
+    options.release_grace = kGrace;
+    auto created = UcxKvConnector::create(options, pool.data(), pool.size() * sizeof(float), layout);
+    EXPECT_TRUE(created.ok()) << created.status().to_string();
+    if (created.ok()) connector = std::move(*created);
+    if (connector) connector->set_wakeup([] {});
+  }
+
+  Status start(const std::string& url) {
+    InferenceRequest request;
+    request.id = "req-1";
+    request.prompt_tokens.assign(20, 7);  // two blocks
+    request.sampling.max_tokens = 4;
+    request.kv_import = KvImportSource{{url}, milliseconds(60'000), ""};
+    const std::vector<int32_t> blocks = {3, 5};
+    return connector->start_import(request, blocks, 0);
+  }
+
+  // Polls until an event of `kind` arrives or `limit` passes; true when it did.
+  bool wait_for(KvEventKind kind, milliseconds limit) {
+    const auto give_up = Clock::now() + limit;
+    for (;;) {
+      for (KvEvent& event : connector->poll()) {
+        events.push_back(event);
+        if (event.kind == kind) return true;
+      }
+      if (Clock::now() > give_up) return false;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  const KvEvent* find(KvEventKind kind) const {
+    for (const KvEvent& event : events) {
+      if (event.kind == kind) return &event;
+    }
+    return nullptr;
+  }
+};
+
+// A prefill node that accepts the work, streams nothing (still prefilling) and answers a
+// cancel by ending the work's stream with an error event, as prefill_server does.
+class FakePrefillNode {
+ public:
+  // `with_cancel`: false plays a prefill node without the cancel endpoint (404).
+  explicit FakePrefillNode(bool with_cancel = true) {
+    http::Router router;
+    router.add("POST", "/internal/v1/prefill",
+               [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                 ch->start_stream(200, "application/x-ndjson", {});
+                 ch->on_cancel([this] { stream_closed_ = true; });
+                 std::lock_guard lock(mutex_);
+                 work_ = request.body;
+                 stream_ = ch;
+               });
+    if (with_cancel) router.add("POST", "/internal/v1/prefill/cancel",
+               [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                 std::shared_ptr<http::ResponseChannel> stream;
+                 {
+                   std::lock_guard lock(mutex_);
+                   cancel_ = request.body;
+                   stream = std::move(stream_);
+                 }
+                 if (stream) {
+                   PrefillEvent event;
+                   event.kind = PrefillEvent::Kind::kError;
+                   event.error = "aborted: cancelled by the decode node";
+                   stream->write(prefill_event_line(event));
+                   stream->end_stream();
+                 }
+                 ch->send({200, "application/json", {}, "{\"found\":true}"});
+               });
+    auto server = http::HttpServer::start({}, std::move(router));
+    EXPECT_TRUE(server.ok()) << server.status().to_string();
+    if (server.ok()) server_ = std::move(*server);
+  }
+  ~FakePrefillNode() {
+    {
+      std::lock_guard lock(mutex_);
+      stream_.reset();
+    }
+    if (server_) server_->stop();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  bool has_work() {
+    std::lock_guard lock(mutex_);
+    return !work_.empty();
+  }
+  std::string cancel_body() {
+    std::lock_guard lock(mutex_);
+    return cancel_;
+  }
+  bool stream_closed() const { return stream_closed_; }
+
+ private:
+  std::atomic<bool> stream_closed_{false};
+  std::mutex mutex_;
+  std::string work_;
+  std::string cancel_;
+  std::shared_ptr<http::ResponseChannel> stream_;
+  std::unique_ptr<http::HttpServer> server_;
+};
+
+TEST(UcxKvConnectorImport, AClientThatLeavesBeforeItsKvLandsFreesItsBlocksOnThePrefillNodesAnswer) {
+  FakePrefillNode prefill;
+  Decode decode;
+  ASSERT_TRUE(decode.connector);
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  const auto give_up = Clock::now() + milliseconds(5000);
+  while (!prefill.has_work() && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(2));
+  ASSERT_TRUE(prefill.has_work());
+  std::this_thread::sleep_for(milliseconds(50));  // the stream's head reaches the decode side
+
+  const auto cancelled_at = Clock::now();
+  decode.connector->cancel_import("req-1");
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(5000)));
+  const auto released_after = Clock::now() - cancelled_at;
+  // Before: the HTTP call was closed, the prefill node's answer never heard, and the blocks
+  // held for the transfer timeout plus grace (2 s here, 30 s + 2 s by default).
+  EXPECT_LT(released_after, milliseconds(1000))
+      << std::chrono::duration_cast<milliseconds>(released_after).count() << " ms";
+  const KvEvent* failed = decode.find(KvEventKind::kImportFailed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->status.code(), StatusCode::kCancelled);
+  const std::string cancel = prefill.cancel_body();
+  EXPECT_NE(cancel.find("\"request_id\":\"req-1\""), std::string::npos) << cancel;
+  EXPECT_NE(cancel.find("\"transfer_tag\":1"), std::string::npos) << cancel;
+}
+
+// A prefill node without the cancel endpoint (an older version) or one the cancel call cannot
+// reach: the decode node closes the work's call instead (the prefill node then aborts the work
+// when it sees its client leave) and, with nothing to confirm it, holds the blocks.
+TEST(UcxKvConnectorImport, WithoutTheCancelEndpointTheCallIsClosedAndTheBlocksHeld) {
+  FakePrefillNode prefill(/*with_cancel=*/false);
+  Decode decode;
+  ASSERT_TRUE(decode.connector);
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  const auto give_up = Clock::now() + milliseconds(5000);
+  while (!prefill.has_work() && Clock::now() < give_up) std::this_thread::sleep_for(milliseconds(2));
+  ASSERT_TRUE(prefill.has_work());
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto cancelled_at = Clock::now();
+  decode.connector->cancel_import("req-1");
+  EXPECT_FALSE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(1000)));
+  EXPECT_TRUE(prefill.stream_closed()) << "the prefill node was not told";
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(3000)));
+  EXPECT_GE(Clock::now() - cancelled_at, kTransferTimeout + kGrace);
+}
+
+// A socket that reads one request and hangs up without answering (a prefill node that died
+// after the work reached it).
+class HangUpAfterTheWork {
+ public:
+  HangUpAfterTheWork() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] {
+      const int connection = ::accept(listener_, nullptr, nullptr);
+      if (connection < 0) return;
+      std::string request;
+      char buffer[4096];
+      for (;;) {
+        const ssize_t n = ::read(connection, buffer, sizeof buffer);
+        if (n <= 0) break;
+        request.append(buffer, static_cast<size_t>(n));
+        const size_t head_end = request.find("\r\n\r\n");
+        const size_t length_at = request.find("Content-Length: ");
+        if (head_end != std::string::npos && length_at != std::string::npos &&
+            request.size() >= head_end + 4 + std::stoul(request.substr(length_at + 16))) {
+          break;
+        }
+      }
+      got_work_ = request.find("prompt_token_ids") != std::string::npos;
+      ::close(connection);
+    });
+  }
+  ~HangUpAfterTheWork() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  bool got_work() const { return got_work_; }
+
+ private:
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> got_work_{false};
+  std::thread thread_;
+};
+
+TEST(UcxKvConnectorImport, ACallThatFailsAfterTheWorkWentOutHoldsTheBlocks) {
+  HangUpAfterTheWork prefill;
+  Decode decode;
+  ASSERT_TRUE(decode.connector);
+  const auto started = Clock::now();
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportFailed, milliseconds(5000)));
+  EXPECT_TRUE(prefill.got_work());
+  EXPECT_EQ(decode.find(KvEventKind::kImportReleased), nullptr)
+      << "released at once although the prefill node may be writing into the blocks";
+  // Held for the transfer timeout plus grace after the failure, then released.
+  EXPECT_FALSE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(1500)));
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(3000)));
+  EXPECT_GE(Clock::now() - started, kTransferTimeout + kGrace);
+}
+
+TEST(UcxKvConnectorImport, ARefusedConnectionFreesTheBlocksAtOnce) {
+  // A port with nothing listening: bind one, note it, close it.
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  ::close(probe);
+  Decode decode;
+  ASSERT_TRUE(decode.connector);
+  const auto started = Clock::now();
+  ASSERT_TRUE(decode.start("http://127.0.0.1:" + std::to_string(ntohs(address.sin_port))).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(5000)));
+  EXPECT_LT(Clock::now() - started, milliseconds(1000));
+  ASSERT_NE(decode.find(KvEventKind::kImportFailed), nullptr);
+  EXPECT_EQ(decode.find(KvEventKind::kImportFailed)->status.code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace pdserve::kv_transfer
