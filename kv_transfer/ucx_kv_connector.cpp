@@ -8,6 +8,7 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
+#include "common/protocol/pdserve_headers.h"
 #include "kv_transfer/remote_prefill_state.h"
 
 namespace pdserve::kv_transfer {
@@ -218,7 +219,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
     http::ClientRequest request;
     request.method = "POST";
     request.target = std::move(target);
-    request.headers.emplace_back("Authorization", cluster_auth_header_value(options.cluster_token));
+    request.headers.emplace_back(std::string(kAuthorizationHeader),
+                                 cluster_auth_header_value(options.cluster_token));
     request.body = std::move(body);
     request.timeout = timeout;
     return request;
@@ -242,7 +244,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
         std::chrono::duration_cast<Clock::duration>(import.state.deadline() - Clock::now()) +
             options.transfer_timeout);
     if (!import.traceparent.empty())
-      request.headers.emplace_back("traceparent", import.traceparent);
+      request.headers.emplace_back(std::string(kTraceparentHeader), import.traceparent);
     const std::string id = import.request_id;
     std::weak_ptr<Impl> weak = weak_from_this();
     http::StreamCallbacks callbacks;
