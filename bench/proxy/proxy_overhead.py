@@ -17,11 +17,12 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -29,10 +30,22 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 CONFIG = os.path.join(SOURCE, "configs/models/qwen3-0.6b/config.json")
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def start_on_port_zero(argv, log, env=None, timeout=120):
+    """Starts a server with --port 0; returns (process, the URL it announces on stdout)."""
+    process = subprocess.Popen(argv + ["--port", "0"], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    deadline = time.monotonic() + timeout
+    for line in process.stdout:
+        log.write(line)
+        log.flush()
+        match = re.search(r" on (http://[0-9.]+:[0-9]+)", line)
+        if match:
+            # Keep draining stdout so that the server never blocks on a full pipe.
+            threading.Thread(target=lambda: [log.write(rest) for rest in process.stdout], daemon=True).start()
+            return process, match.group(1)
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    raise RuntimeError(f"{argv[0]} did not announce its address")
 
 
 def wait_healthy(url, process, timeout=120):
@@ -128,14 +141,11 @@ def main():
         model = os.path.join(directory, "model")
         subprocess.run([binaries["make_model"], "--config", CONFIG, "--layers", str(args.layers), "--out", model,
                         "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
-        node_port, proxy_port = free_port(), free_port()
-        node_url, proxy_url = f"http://127.0.0.1:{node_port}", f"http://127.0.0.1:{proxy_port}"
         log = open(os.path.join(directory, "processes.log"), "w")
-        node = subprocess.Popen([binaries["decode"], "--model", model, "--port", str(node_port), "--threads", "1",
-                                 "--kv-cache-memory-gib", "0.25"], stdout=log, stderr=subprocess.STDOUT)
-        proxy = subprocess.Popen([binaries["proxy"], "--port", str(proxy_port), "--decode", node_url],
-                                 stdout=log, stderr=subprocess.STDOUT,
-                                 env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=os.urandom(16).hex()))
+        node, node_url = start_on_port_zero([binaries["decode"], "--model", model, "--threads", "1",
+                                             "--kv-cache-memory-gib", "0.25"], log)
+        proxy, proxy_url = start_on_port_zero([binaries["proxy"], "--decode", node_url], log,
+                                              env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=os.urandom(16).hex()))
         try:
             wait_healthy(node_url, node)
             wait_healthy(proxy_url, proxy)
