@@ -14,7 +14,7 @@
 #include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/model/model_loader.h"
-#include "kernels/model/model_runner.h"
+#include "serving/engine_assembly.h"
 #include "kv_transfer/ucx_kv_connector.h"
 
 namespace pdserve {

@@ -19,7 +19,7 @@
 
 #include "common/model/synthetic_checkpoint.h"
 #include "common/sampling/sampler.h"
-#include "kernels/model/model_runner.h"
+#include "serving/engine_assembly.h"
 
 namespace pdserve {
 namespace {

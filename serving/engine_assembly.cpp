@@ -1,0 +1,76 @@
+#include "serving/engine_assembly.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "kernels/model/model_runner.h"
+
+namespace pdserve {
+
+Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
+                                                   const EngineConfig& config,
+                                                   const KvConnectorFactory& connector_factory) {
+  if (model.backend == nullptr || model.model == nullptr) {
+    return invalid_argument("make_llm_engine: the model is not loaded");
+  }
+  const ModelConfig& model_config = model.model->config();
+  if (!(config.kv_cache_memory_gib > 0) || !std::isfinite(config.kv_cache_memory_gib)) {
+    return invalid_argument("--kv-cache-memory-gib must be a positive number");
+  }
+  if (config.block_size < 1 || config.block_size > 256) {
+    return invalid_argument("--block-size must be in [1, 256], got " +
+                            std::to_string(config.block_size));
+  }
+  if (config.max_model_len < 0 || config.max_model_len > model_config.max_position_embeddings) {
+    return invalid_argument(
+        "--max-model-len must be in [0, " + std::to_string(model_config.max_position_embeddings) +
+        "] (max_position_embeddings), got " + std::to_string(config.max_model_len));
+  }
+  const int max_model_len =
+      config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
+  const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->activation_dtype());
+  const double budget_bytes = config.kv_cache_memory_gib * static_cast<double>(1ull << 30);
+  const int num_blocks = kv_blocks_for_memory(model_config, static_cast<size_t>(budget_bytes),
+                                              config.block_size, kv_dtype);
+  if (num_blocks < 1) {
+    return resource_exhausted("--kv-cache-memory-gib " +
+                              std::to_string(config.kv_cache_memory_gib) +
+                              " holds no KV block of this model");
+  }
+
+  SchedulerConfig scheduler;
+  scheduler.num_blocks = num_blocks;
+  scheduler.block_size = config.block_size;
+  scheduler.max_num_batched_tokens = config.max_num_batched_tokens;
+  scheduler.max_num_seqs = config.max_num_seqs;
+  scheduler.max_num_waiting = config.max_num_waiting;
+  scheduler.max_model_len = max_model_len;
+  scheduler.vocab_size = model_config.vocab_size;
+  scheduler.eos_token_ids = model.eos_token_ids();
+  PDS_RETURN_IF_ERROR(scheduler.validate());
+
+  ModelRunnerConfig runner_config;
+  runner_config.num_blocks = num_blocks;
+  runner_config.block_size = config.block_size;
+  runner_config.kv_dtype = kv_dtype;
+  runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
+  runner_config.limits.max_num_seqs = config.max_num_seqs;
+  runner_config.limits.max_model_len = max_model_len;
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
+                       Qwen3ModelRunner::create(*model.backend, *model.model, runner_config));
+
+  LlmEngineConfig engine_config;
+  engine_config.scheduler = std::move(scheduler);
+  engine_config.model_name = config.served_model_name.empty() ? model.model_dir.filename().string()
+                                                              : config.served_model_name;
+  engine_config.generation_defaults = model.sampling_defaults();
+  std::unique_ptr<KvConnector> connector;
+  if (connector_factory) {
+    PDS_ASSIGN_OR_RETURN(connector, connector_factory(runner->kv_cache()));
+  }
+  return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config),
+                           std::move(connector));
+}
+
+}  // namespace pdserve
