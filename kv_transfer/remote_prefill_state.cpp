@@ -186,26 +186,23 @@ ImportActions RemotePrefillState::call_ended(const Status& why, bool another_nod
 }
 
 ImportActions RemotePrefillState::cancel(const Status& why, Clock::time_point now) {
-  switch (state_) {
-    case ImportState::kReady:
-    case ImportState::kReleased:
-    case ImportState::kCancelling:
-    case ImportState::kFailed:
-      return {};
-    default:
-      return give_up(ImportState::kCancelling, why, now);
-  }
+  return give_up_unless_over(ImportState::kCancelling, why, now);
 }
 
 ImportActions RemotePrefillState::fail(const Status& why, Clock::time_point now) {
+  return give_up_unless_over(ImportState::kFailed, why, now);
+}
+
+ImportActions RemotePrefillState::give_up_unless_over(ImportState next, const Status& why,
+                                                      Clock::time_point now) {
   switch (state_) {
     case ImportState::kReady:
     case ImportState::kReleased:
     case ImportState::kCancelling:
     case ImportState::kFailed:
-      return {};
+      return {};  // landed, or already given up
     default:
-      return give_up(ImportState::kFailed, why, now);
+      return give_up(next, why, now);
   }
 }
 

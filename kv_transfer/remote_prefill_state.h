@@ -101,6 +101,8 @@ class RemotePrefillState {
   void report_failure(ImportActions& actions, const Status& why);
   void maybe_ready(ImportActions& actions);
   ImportActions give_up(ImportState to, const Status& why, Clock::time_point now);
+  // give_up(next), unless the import already landed or was given up (then nothing to do).
+  ImportActions give_up_unless_over(ImportState next, const Status& why, Clock::time_point now);
 
   ImportState state_ = ImportState::kPosting;
   Clock::time_point deadline_;

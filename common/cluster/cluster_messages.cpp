@@ -1,7 +1,6 @@
 #include "common/cluster/cluster_messages.h"
 
-#include <limits>
-
+#include "common/core/json_fields.h"
 #include "common/http/http_client.h"
 
 namespace pdserve {
@@ -13,34 +12,12 @@ Status not_an_object(std::string_view what) {
   return invalid_argument(std::string(what) + ": the body is not a JSON object");
 }
 
-// An integer from 0 to `max`; 0 when absent.
-Result<int64_t> read_count(const Json& object, const char* name, std::string_view where,
-                           int64_t max) {
-  const auto it = object.find(name);
-  if (it == object.end()) return 0;
-  if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(max)) ||
-      it->get<int64_t>() < 0 || it->get<int64_t>() > max) {
-    return invalid_argument(std::string(where) + ": '" + name + "' must be an integer from 0 to " +
-                            std::to_string(max));
-  }
-  return it->get<int64_t>();
-}
-
-Result<int> read_int_count(const Json& object, const char* name, std::string_view where) {
-  PDS_ASSIGN_OR_RETURN(const int64_t value,
-                       read_count(object, name, where, std::numeric_limits<int>::max()));
-  return static_cast<int>(value);
-}
-
-// A string field; `fallback` when absent.
-Result<std::string> read_string(const Json& object, const char* name, std::string_view where,
-                                std::string fallback) {
-  const auto it = object.find(name);
-  if (it == object.end()) return fallback;
-  if (!it->is_string()) {
-    return invalid_argument(std::string(where) + ": '" + name + "' must be a string");
-  }
-  return it->get<std::string>();
+// An optional count: 0 when absent, else an integer of T from 0 up.
+template <typename T>
+T read_count(FieldReader& reader, const char* name) {
+  const T value = reader.get<T>(name, 0, /*required=*/false);
+  if (value < 0) reader.fail(std::string("'") + name + "' must be an integer >= 0");
+  return value < 0 ? 0 : value;
 }
 
 }  // namespace
@@ -71,18 +48,16 @@ Json NodeLoad::to_json() const {
 }
 
 Result<NodeLoad> NodeLoad::parse(const Json& json) {
-  constexpr std::string_view kWhere = "heartbeat load";
   if (!json.is_object()) return invalid_argument("heartbeat: 'load' must be an object");
+  FieldReader reader(json, "heartbeat load");
   NodeLoad load;
-  PDS_ASSIGN_OR_RETURN(load.num_running, read_int_count(json, "num_running", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.num_waiting, read_int_count(json, "num_waiting", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.kv_blocks_total, read_int_count(json, "kv_blocks_total", kWhere));
-  PDS_ASSIGN_OR_RETURN(load.kv_blocks_used, read_int_count(json, "kv_blocks_used", kWhere));
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  PDS_ASSIGN_OR_RETURN(load.prompt_tokens_total,
-                       read_count(json, "prompt_tokens_total", kWhere, kMax));
-  PDS_ASSIGN_OR_RETURN(load.generation_tokens_total,
-                       read_count(json, "generation_tokens_total", kWhere, kMax));
+  load.num_running = read_count<int>(reader, "num_running");
+  load.num_waiting = read_count<int>(reader, "num_waiting");
+  load.kv_blocks_total = read_count<int>(reader, "kv_blocks_total");
+  load.kv_blocks_used = read_count<int>(reader, "kv_blocks_used");
+  load.prompt_tokens_total = read_count<int64_t>(reader, "prompt_tokens_total");
+  load.generation_tokens_total = read_count<int64_t>(reader, "generation_tokens_total");
+  PDS_RETURN_IF_ERROR(reader.status());
   if (load.kv_blocks_used > load.kv_blocks_total) {
     return invalid_argument("heartbeat load: 'kv_blocks_used' (" +
                             std::to_string(load.kv_blocks_used) + ") exceeds 'kv_blocks_total' (" +
@@ -100,24 +75,21 @@ Json NodeRegistration::to_json() const {
 }
 
 Result<NodeRegistration> NodeRegistration::parse(const Json& json) {
-  constexpr std::string_view kWhere = "registration";
-  if (!json.is_object()) return not_an_object(kWhere);
-  NodeRegistration registration;
+  if (!json.is_object()) return not_an_object("registration");
   const auto role = json.find("role");
   if (role == json.end() || (*role != "prefill" && *role != "decode")) {
     return invalid_argument("'role' must be \"prefill\" or \"decode\"");
   }
+  FieldReader reader(json, "registration");
+  NodeRegistration registration;
   registration.role = *role == "prefill" ? NodeRole::kPrefill : NodeRole::kDecode;
-  const auto url = json.find("url");
-  if (url == json.end() || !url->is_string()) {
-    return invalid_argument("registration: 'url' must be a string");
-  }
-  PDS_ASSIGN_OR_RETURN(const http::BaseUrl base, http::parse_base_url(url->get<std::string>()));
+  const std::string url = reader.get<std::string>("url", "");
+  registration.model = reader.get<std::string>("model", "", /*required=*/false);
+  registration.kv_descriptor = reader.get<std::string>("kv_descriptor", "", /*required=*/false);
+  registration.kv_blocks_total = read_count<int>(reader, "kv_blocks_total");
+  PDS_RETURN_IF_ERROR(reader.status());
+  PDS_ASSIGN_OR_RETURN(const http::BaseUrl base, http::parse_base_url(url));
   registration.url = base.to_string();
-  PDS_ASSIGN_OR_RETURN(registration.model, read_string(json, "model", kWhere, ""));
-  PDS_ASSIGN_OR_RETURN(registration.kv_descriptor, read_string(json, "kv_descriptor", kWhere, ""));
-  PDS_ASSIGN_OR_RETURN(registration.kv_blocks_total,
-                       read_int_count(json, "kv_blocks_total", kWhere));
   return registration;
 }
 
@@ -125,9 +97,11 @@ Json RegistrationReply::to_json() const { return {{"id", id}}; }
 
 Result<RegistrationReply> RegistrationReply::parse(const Json& json) {
   if (!json.is_object()) return not_an_object("registration answer");
-  PDS_ASSIGN_OR_RETURN(std::string id, read_string(json, "id", "registration answer", ""));
-  if (id.empty()) return invalid_argument("registration answer: no 'id'");
-  return RegistrationReply{std::move(id)};
+  FieldReader reader(json, "registration answer");
+  RegistrationReply reply{reader.get<std::string>("id", "")};
+  PDS_RETURN_IF_ERROR(reader.status());
+  if (reply.id.empty()) return invalid_argument("registration answer: no 'id'");
+  return reply;
 }
 
 Json Heartbeat::to_json() const { return {{"load", load.to_json()}}; }
@@ -145,11 +119,12 @@ Json HeartbeatReply::to_json() const {
 }
 
 Result<HeartbeatReply> HeartbeatReply::parse(const Json& json) {
-  constexpr std::string_view kWhere = "heartbeat answer";
-  if (!json.is_object()) return not_an_object(kWhere);
+  if (!json.is_object()) return not_an_object("heartbeat answer");
+  FieldReader reader(json, "heartbeat answer");
   HeartbeatReply reply;
-  PDS_ASSIGN_OR_RETURN(reply.id, read_string(json, "id", kWhere, ""));
-  PDS_ASSIGN_OR_RETURN(const std::string state, read_string(json, "state", kWhere, "up"));
+  reply.id = reader.get<std::string>("id", "", /*required=*/false);
+  const std::string state = reader.get<std::string>("state", "up", /*required=*/false);
+  PDS_RETURN_IF_ERROR(reader.status());
   if (state == "up") {
     reply.state = NodeState::kUp;
   } else if (state == "draining") {
