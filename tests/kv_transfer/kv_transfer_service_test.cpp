@@ -37,6 +37,11 @@ struct Reports {
     std::unique_lock lock(mutex);
     return changed.wait_for(lock, limit, [&] { return by_name.contains(name); });
   }
+  // The receiver hears of a transfer on its own thread, possibly after the sender's report.
+  bool wait_received(size_t count, milliseconds limit) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, limit, [&] { return received_tags.size() >= count; });
+  }
 };
 
 class KvTransferServiceLoopback : public ::testing::TestWithParam<std::string> {};
@@ -70,6 +75,7 @@ TEST_P(KvTransferServiceLoopback, AbortingOneStreamSparesTheReceiversOtherStream
 
   ASSERT_TRUE(reports.wait("doomed", milliseconds(15000)));
   ASSERT_TRUE(reports.wait("survivor", milliseconds(15000)));
+  ASSERT_TRUE(reports.wait_received(1, milliseconds(15000)));
   std::lock_guard lock(reports.mutex);
   EXPECT_EQ(reports.by_name.at("doomed").status.code(), StatusCode::kCancelled)
       << reports.by_name.at("doomed").status.to_string();
