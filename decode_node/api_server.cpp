@@ -18,6 +18,7 @@
 #include "common/protocol/openai_response.h"
 #include "common/protocol/reasoning_parser.h"
 #include "common/protocol/pdserve_headers.h"
+#include "common/protocol/stream_resume.h"
 #include "decode_node/request_timeline.h"
 
 namespace pdserve {
@@ -80,6 +81,12 @@ struct ApiServer::Generation {
   ResponseMeta meta;
   StreamOptions stream_options;
   std::vector<std::string> engine_ids;  // complete before any delta is handled
+  // A resumable stream (X-Pdserve-Resumable, one choice): a checkpoint before each event.
+  bool resumable = false;
+  // Continues a stream another node started (X-Pdserve-Resume): no role chunk or echo, and
+  // the catch-up text of these tokens arrives with the first delta.
+  bool resumed = false;
+  std::vector<int32_t> resumed_token_ids;
   // For the timeline: t = 0, whose trace this is, this node's name, and whether the caller
   // asked for it (X-Pdserve-Timeline: 1).
   SteadyTime arrival{};
@@ -98,9 +105,19 @@ struct ApiServer::Generation {
   SteadyTime head_sent{};
   std::vector<SteadyTime> first_choice_token_times;
   std::vector<ChoiceTimeline> finished_choices;
+  // The tokens and sampler state not yet named by a checkpoint (resumable streams).
+  StreamCheckpoint checkpoint;
 
-  // Called with the mutex held.
-  void write_event(const nlohmann::ordered_json& payload) { channel->write(sse_event(payload)); }
+  // Called with the mutex held. A resumable stream's events follow their checkpoint.
+  void write_event(const nlohmann::ordered_json& payload) {
+    if (resumable) write_checkpoint();
+    channel->write(sse_event(payload));
+  }
+
+  void write_checkpoint() {
+    channel->write(checkpoint.to_comment());
+    checkpoint.token_ids.clear();
+  }
 
   void fail(const ApiError& error) {
     over = true;
@@ -122,6 +139,10 @@ struct ApiServer::Generation {
     if (!stream) return;
     channel->start_stream(200, "text/event-stream", {});
     head_sent = std::chrono::steady_clock::now();
+    // The proxy learns the id at once: a stream that fails before its first event can be
+    // resumed too.
+    if (resumable) write_checkpoint();
+    if (resumed) return;  // the client has its role chunk or echo already
     for (size_t i = 0; i < choices.size(); ++i) {
       const int index = static_cast<int>(i);
       if (chat) {
@@ -187,6 +208,12 @@ struct ApiServer::Generation {
       }
       return siblings;
     }
+    if (delta.resumed_text) catch_up(choice, *delta.resumed_text);
+    if (resumable) {
+      checkpoint.token_ids.insert(checkpoint.token_ids.end(), delta.token_ids.begin(),
+                                  delta.token_ids.end());
+      if (delta.sampler_state) checkpoint.sampler_state = delta.sampler_state;
+    }
     const int choice_index = static_cast<int>(index);
     const int64_t text_offset_start = choice.logprob_text_offset;
     std::optional<std::vector<OutputTokenLogprob>> logprobs;
@@ -234,6 +261,16 @@ struct ApiServer::Generation {
     server->record_finished(delta);
     if (--remaining == 0) finish();
     return {};
+  }
+
+  // A resumed stream's text so far, already delivered by the node that started it: the
+  // reasoning parser and the logprob offsets move past it, nothing is written.
+  void catch_up(Choice& choice, const std::string& delivered_text) {
+    if (choice.reasoning) choice.reasoning->push(delivered_text);
+    if (!want_logprobs) return;
+    for (const int32_t token : resumed_token_ids) {
+      choice.logprob_text_offset += code_points(token_string(token));
+    }
   }
 
   // Called with the mutex held, once every choice has finished.
@@ -501,6 +538,15 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());
+  // The proxy's resumption of a stream (common/protocol/stream_resume.h) is no OpenAI field.
+  std::optional<nlohmann::json> resume_field;
+  if (const auto field = body.value().find(kStreamResumeField); field != body.value().end()) {
+    if (!cluster_token_matches(request, options_.access.cluster_token)) {
+      return reject(unauthorized(std::string(kStreamResumeField) + " needs the cluster token"));
+    }
+    resume_field = nlohmann::json::parse(field->dump());
+    body.value().erase(field);
+  }
   const bool strict = options_.strict_request_fields;
   ApiResult<GenerationRequest> parsed =
       chat ? parse_chat_completion_request(body.value(), model.vocab_size, strict)
@@ -553,6 +599,25 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     }
   }
 
+  // Stream resumption (common/protocol/stream_resume.h): between the proxy and its nodes only,
+  // for streams of one choice.
+  const bool one_streamed_choice = req.stream && prompts.size() == 1 && req.n == 1;
+  std::optional<StreamResume> resume;
+  if (resume_field) {
+    if (!one_streamed_choice) {
+      return reject(invalid_request(std::string(kStreamResumeField) +
+                                        " continues a streamed request with one choice",
+                                    kStreamResumeField));
+    }
+    Result<StreamResume> parsed_resume = StreamResume::parse(*resume_field);
+    if (!parsed_resume.ok()) {
+      return reject(invalid_request(parsed_resume.status().message(), kStreamResumeField));
+    }
+    resume = std::move(parsed_resume).value();
+  }
+  const bool resumable = one_streamed_choice && request.header(kResumableHeader) == "1" &&
+                         cluster_token_matches(request, options_.access.cluster_token);
+
   auto generation = std::make_shared<Generation>();
   generation->server = this;
   generation->tokenizer = &tokenizer_;
@@ -570,6 +635,15 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(id_prefix_),
                 static_cast<unsigned long long>(++next_id_));
   generation->meta = {(chat ? "chatcmpl-" : "cmpl-") + std::string(id), unix_seconds(), model.name};
+  if (resume) {
+    generation->meta.id = resume->id;
+    generation->meta.created = resume->created;
+    generation->resumed = true;
+    generation->resumed_token_ids = resume->output_token_ids;
+  }
+  generation->resumable = resumable;
+  generation->checkpoint.id = generation->meta.id;
+  generation->checkpoint.created = generation->meta.created;
 
   std::vector<InferenceRequest> requests;
   for (const PreparedPrompt& prompt : prompts) {
@@ -593,7 +667,11 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       engine_request.stop = req.stop;
       engine_request.include_stop_str_in_output = req.include_stop_str_in_output;
       engine_request.skip_special_tokens = req.skip_special_tokens;
-      if (request_hook_) {
+      engine_request.report_sampler_state = resumable;
+      if (resume && !resume->output_token_ids.empty()) {
+        // Prefilled here over prompt + the delivered tokens: no remote prefill.
+        engine_request.resume = ResumedOutput{resume->output_token_ids, *resume->sampler_state};
+      } else if (request_hook_) {
         const Status hooked = request_hook_(request, engine_request);
         if (!hooked.ok()) return reject(api_error_from_status(hooked));
       }

@@ -68,6 +68,9 @@ struct ProxyServer::Exchange {
   std::string last_refusal;
   bool busy = false;       // a decode node answered 429 (its KV pool, sequences or queue full)
   bool streaming = false;  // forwarding a stream
+  // The client has the stream's head: a later attempt continues that stream (a resumption)
+  // and a failure can only be an error event.
+  bool client_stream_open = false;
   bool first_byte = false;
   std::string content_type;
   std::string buffered;
@@ -247,6 +250,8 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->forward_headers.emplace_back(std::string(kTimelineHeader), "1");
   exchange->forward_headers.emplace_back(std::string(kAuthorizationHeader),
                                          cluster_auth_header_value(options_.access.cluster_token));
+  // Streams of one choice come with checkpoints, so a failed node's stream can be resumed.
+  exchange->forward_headers.emplace_back(std::string(kResumableHeader), "1");
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
     if (auto ex = weak.lock()) {
       std::lock_guard lock(ex->mutex);
@@ -295,6 +300,19 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   expire_nodes(now);
   std::lock_guard lock(exchange->mutex);
   if (exchange->over) return;
+  std::string body = exchange->body;
+  if (exchange->client_stream_open) {
+    Result<std::string> resumed = resumed_body(*exchange);
+    if (!resumed.ok()) {
+      PDS_LOG_WARN("a stream cannot be resumed: " + resumed.status().message());
+      count_response(200);
+      record_failure(*exchange);
+      end_stream_with_error(*exchange, service_unavailable(
+                                           "the decode node serving this request failed", 1));
+      return;
+    }
+    body = std::move(resumed).value();
+  }
   std::optional<NodeRef> decode = exchange->attempts < options_.max_attempts
                                       ? registry_.pick_decode(exchange->tried, now)
                                       : std::nullopt;
@@ -304,6 +322,15 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                     ? "no decode node is available"
                                     : "no decode node could take the request (tried " +
                                           std::to_string(exchange->tried.size()) + ")";
+    if (exchange->client_stream_open) {
+      count_response(200);
+      record_failure(*exchange);
+      end_stream_with_error(*exchange, service_unavailable(
+                                           "the decode node serving this request failed and no "
+                                           "other could continue the stream",
+                                           1));
+      return;
+    }
     if (exchange->busy) {
       // Backpressure: the decode pool is full, not broken; the client should come back.
       count_response(429);
@@ -334,7 +361,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   exchange->refusal.clear();
   exchange->streaming = false;
   exchange->buffered.clear();
-  exchange->relay = SseRelay();
+  // A resumption carries over what the client already has.
+  exchange->relay = SseRelay(exchange->relay.delivered());
   if (!exchange->holds_cluster_token) exchange->relay.redact_errors();
   const std::vector<NodeRef> prefill = registry_.rank_prefill(now);
   exchange->prefill_id = prefill.empty() ? std::string() : prefill.front().id;
@@ -343,7 +371,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   http::ClientRequest upstream;
   upstream.method = "POST";
   upstream.target = exchange->target;
-  upstream.body = exchange->body;
+  upstream.body = std::move(body);
   upstream.headers = exchange->forward_headers;
   upstream.timeout = options_.request_timeout;
   upstream.head_timeout = options_.first_byte_timeout;
@@ -373,8 +401,14 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       return;
     }
     if (ex->over) return;
+    if (ex->client_stream_open) {
+      // A resumption: only a stream continues the client's; anything else ends it (on_done).
+      ex->streaming = status == 200 && ex->content_type.starts_with("text/event-stream");
+      return;
+    }
     if (ex->content_type.starts_with("text/event-stream")) {
       ex->streaming = true;
+      ex->client_stream_open = true;
       ex->channel->start_stream(status, ex->content_type, {});
     }
   };
@@ -393,6 +427,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
           .observe(seconds_since(ex->arrival));
     }
     if (!ex->streaming) {
+      if (ex->client_stream_open) return;  // a refused resumption's body: on_done ends the stream
       ex->buffered.append(bytes);
     } else if (std::string out = ex->relay.feed(bytes);
                !out.empty() && !ex->channel->write(std::move(out)) && ex->call) {
@@ -424,18 +459,37 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
         registry_.mark_down(ex->decode.id, Clock::now());
         metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
             .inc();
+        if (ex->streaming && ex->relay.delivered().resumable()) {
+          // Another decode node continues the stream from the last event the client got.
+          metrics_
+              .counter("pdserve:proxy_stream_resumes_total",
+                       "Streams continued on another decode node after theirs failed.")
+              .inc();
+          again = true;
+        } else {
+          ex->over = true;
+          record_failure(*ex);
+          const ApiError error =
+              service_unavailable("the decode node serving this request failed", 1);
+          if (ex->client_stream_open) {
+            count_response(200);
+            end_stream_with_error(*ex, error);
+          } else {
+            count_response(503);
+            ex->channel->send(http::api_error_response(error));
+          }
+        }
+      } else if (ex->client_stream_open && !ex->streaming) {
+        // A resumption the node refused (its status and body are not the client's stream).
+        PDS_LOG_WARN("decode node " + ex->decode.id + " refused to resume a stream: HTTP " +
+                     std::to_string(ex->status));
         ex->over = true;
         record_failure(*ex);
-        const ApiError error =
-            service_unavailable("the decode node serving this request failed", 1);
-        if (ex->streaming) {
-          ex->channel->write("data: " + error.body() + "\n\n");
-          ex->channel->write("data: [DONE]\n\n");
-          ex->channel->end_stream();
-        } else {
-          count_response(503);
-          ex->channel->send(http::api_error_response(error));
-        }
+        count_response(200);
+        end_stream_with_error(*ex, service_unavailable(
+                                       "the decode node serving this request failed and the "
+                                       "stream could not be resumed",
+                                       1));
       } else {
         ex->over = true;
         count_response(ex->status);
@@ -468,6 +522,21 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                               exchange->prefill_id});
   exchange->call = client_.stream(decode->base, std::move(upstream), std::move(callbacks));
   track_in_flight(decode->id, exchange);
+}
+
+void ProxyServer::end_stream_with_error(Exchange& exchange, const ApiError& error) {
+  exchange.over = true;
+  exchange.channel->write("data: " + error.body() + "\n\n");
+  exchange.channel->write("data: [DONE]\n\n");
+  exchange.channel->end_stream();
+}
+
+Result<std::string> ProxyServer::resumed_body(const Exchange& exchange) {
+  // Parsed only now: the proxy forwards bodies untouched, the nodes read them.
+  PDS_ASSIGN_OR_RETURN(Json body, parse_json_bounded(exchange.body, "the request body"));
+  if (!body.is_object()) return invalid_argument("the request body is not a JSON object");
+  body[kStreamResumeField] = exchange.relay.delivered().resume().to_json();
+  return body.dump();
 }
 
 std::optional<Json> ProxyServer::record_timeline(Exchange& exchange, const Json& node_timeline) {

@@ -88,6 +88,10 @@ class ProxyServer {
                                                 const nlohmann::json& node_timeline);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
+  // Ends a stream the client already has with an error event and [DONE].
+  void end_stream_with_error(Exchange& exchange, const ApiError& error);
+  // The client's body with the stream's resumption (common/protocol/stream_resume.h) added.
+  static Result<std::string> resumed_body(const Exchange& exchange);
   // What the client gets of the aligned timeline: nothing (nullopt) unless it asked, and
   // then redacted unless it holds the cluster token.
   std::optional<nlohmann::json> client_timeline(const Exchange& exchange,

@@ -13,6 +13,9 @@ using Json = nlohmann::json;
 constexpr std::string_view kTimelineKey = "pdserve_timeline";
 constexpr std::string_view kCommentPrefix = ": pdserve_timeline ";
 constexpr std::string_view kErrorEventPrefix = "data: {\"error\"";
+// A choice's finish_reason with a value: JSON escapes every quote inside a string, so this
+// text cannot come from generated content.
+constexpr std::string_view kFinishReasonSet = "\"finish_reason\":\"";
 
 // The length of the event at the start of `text` including its blank line, or npos when the
 // blank line has not arrived. Looks no earlier than `from`.
@@ -71,7 +74,39 @@ std::string SseRelay::feed(std::string_view bytes) {
   return out;
 }
 
+void SseRelay::note_checkpoint(std::string_view event) {
+  Result<StreamCheckpoint> checkpoint = StreamCheckpoint::parse_comment(trim(event));
+  if (!checkpoint.ok()) {
+    problem_ = checkpoint.status();
+    return;
+  }
+  if (delivered_.id.empty()) {
+    delivered_.id = checkpoint->id;
+    delivered_.created = checkpoint->created;
+  }
+  if (checkpoint_) {  // two in a row: the first one's tokens wait with the second's
+    checkpoint->token_ids.insert(checkpoint->token_ids.begin(), checkpoint_->token_ids.begin(),
+                                 checkpoint_->token_ids.end());
+    if (!checkpoint->sampler_state) checkpoint->sampler_state = checkpoint_->sampler_state;
+  }
+  checkpoint_ = std::move(*checkpoint);
+}
+
+void SseRelay::note_forwarded(std::string_view event) {
+  if (event.find(kFinishReasonSet) != std::string_view::npos) delivered_.finished = true;
+  if (!checkpoint_) return;
+  delivered_.token_ids.insert(delivered_.token_ids.end(), checkpoint_->token_ids.begin(),
+                              checkpoint_->token_ids.end());
+  if (checkpoint_->sampler_state) delivered_.sampler_state = checkpoint_->sampler_state;
+  checkpoint_.reset();
+}
+
 void SseRelay::route_event(std::string_view event, std::string& out) {
+  if (event.starts_with(kStreamCheckpointPrefix)) {
+    note_checkpoint(event);
+    return;
+  }
+  note_forwarded(event);
   const bool held = usage_event_.has_value() || comment_held_;
   std::string& destination = held ? held_after_ : out;
   if (redact_errors_ && event.starts_with(kErrorEventPrefix)) {

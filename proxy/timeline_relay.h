@@ -10,8 +10,22 @@
 #include <nlohmann/json.hpp>
 
 #include "common/core/status.h"
+#include "common/protocol/stream_resume.h"
 
 namespace pdserve::proxy {
+
+// What a client has received of a resumable stream: enough to continue it on another node.
+struct DeliveredStream {
+  std::string id;  // empty until the node's first checkpoint
+  int64_t created = 0;
+  std::vector<int32_t> token_ids;                  // every token whose event was relayed
+  std::optional<SamplerRng::State> sampler_state;  // after the last of them
+  bool finished = false;                           // a finish_reason was relayed
+
+  // Whether another node can take the stream over.
+  bool resumable() const { return !id.empty() && !finished; }
+  StreamResume resume() const { return {id, created, token_ids, sampler_state}; }
+};
 
 // Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
 // "\r\n\r\n" ends an event) and forwards them, except:
@@ -19,16 +33,24 @@ namespace pdserve::proxy {
 //    it, until finish() puts the client's timeline (if any) in its place;
 //  * the event whose data has `usage.pdserve_timeline`: likewise;
 //  * with redact_errors(), an error event (`data: {"error"...`) has the addresses in its
-//    message redacted.
+//    message redacted;
+//  * a stream checkpoint (`: pdserve_resume {json}`, common/protocol/stream_resume.h): dropped;
+//    its tokens count as delivered once the next event has been forwarded.
 // Only events that contain the text "pdserve_timeline", or that start as an error event, are
 // parsed.
 class SseRelay {
  public:
+  SseRelay() = default;
+  // Continues a stream resumed on another node: its delivered tokens so far.
+  explicit SseRelay(DeliveredStream delivered) : delivered_(std::move(delivered)) {}
+
   // Error events pass with their addresses redacted (a client without the cluster token).
   void redact_errors() { redact_errors_ = true; }
 
   // Takes the next bytes of the stream; returns the bytes to forward now (maybe none).
   std::string feed(std::string_view bytes);
+
+  const DeliveredStream& delivered() const { return delivered_; }
 
   // The node's timeline, once an event has carried one.
   const std::optional<nlohmann::json>& timeline() const { return timeline_; }
@@ -45,6 +67,9 @@ class SseRelay {
  private:
   // Decides what happens to one complete event; appends what to forward now to `out`.
   void route_event(std::string_view event, std::string& out);
+  // Records a checkpoint, or the delivery of the event after it.
+  void note_checkpoint(std::string_view event);
+  void note_forwarded(std::string_view event);
 
   std::string pending_;   // bytes of the event not yet complete
   size_t scan_from_ = 0;  // where to resume looking for the end of the pending event
@@ -54,6 +79,8 @@ class SseRelay {
   std::string held_after_;                     // events after the carrier
   bool redact_errors_ = false;
   std::optional<Status> problem_;
+  DeliveredStream delivered_;
+  std::optional<StreamCheckpoint> checkpoint_;  // waits for the event it precedes
 };
 
 // A non-streaming response body that carries `usage.pdserve_timeline`, parsed once.

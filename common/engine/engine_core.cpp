@@ -29,7 +29,8 @@ EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_s
       detokenizer(tokenizer, request.skip_special_tokens),
       stop_matcher(request.stop, request.include_stop_str_in_output),
       prompt_tokens(static_cast<int>(request.prompt_tokens.size())),
-      kv_export(request.kv_export) {
+      kv_export(request.kv_export),
+      report_sampler_state(request.report_sampler_state) {
   timings.arrival = request.arrival;
 }
 
@@ -63,6 +64,17 @@ Status EngineCore::validate(const InferenceRequest& request) const {
   }
   if (request.kv_export && request.kv_import) {
     return invalid_argument(where + " both exports and imports its prompt's KV");
+  }
+  if (request.resume && (request.kv_export || request.kv_import)) {
+    return invalid_argument(where + " resumes a stream, which is prefilled here");
+  }
+  if (request.resume && request.resume->output_tokens.empty()) {
+    return invalid_argument(where + " resumes a stream without its output tokens");
+  }
+  if (request.resume &&
+      static_cast<int64_t>(request.resume->output_tokens.size()) >= request.sampling.max_tokens) {
+    return invalid_argument(where + " resumes a stream that already has max_tokens (" +
+                            std::to_string(request.sampling.max_tokens) + ") tokens");
   }
   if (request.kv_import && request.kv_import->prefill_urls.empty()) {
     return invalid_argument(where + " imports its KV but names no prefill node");
@@ -107,10 +119,40 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   }
   const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
   if (request.kv_import) return add_imported(request, rng, sink);
+  if (request.resume) return add_resumed(request, sink);
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_request(request.prompt_tokens, request.sampling));
   requests_.emplace(seq_id,
                     RequestState(request.id, std::move(sink), seq_id, rng, tokenizer_, request));
+  ids_.emplace(std::move(request.id), seq_id);
+  return Status::ok_status();
+}
+
+Status EngineCore::add_resumed(InferenceRequest& request, DeltaSink& sink) {
+  const ResumedOutput& resume = *request.resume;
+  PDS_ASSIGN_OR_RETURN(const SamplerRng rng, SamplerRng::from_state(resume.sampler_state));
+  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
+                       scheduler_.add_resumed_request(request.prompt_tokens, resume.output_tokens,
+                                                      request.sampling));
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  // The detokenizer and the stop-string matcher catch up on what was streamed before, so the
+  // next delta starts where the client's text ends (held-back bytes included).
+  std::string text;
+  for (const int32_t token : resume.output_tokens) {
+    if (!tokenizer_.token_bytes(token).has_value()) continue;
+    Result<std::string> piece = state.detokenizer.push(token);
+    PDS_CHECK(piece.ok(), piece.status().to_string());
+    text += state.stop_matcher.push(*piece);
+  }
+  if (state.stop_matcher.match()) {
+    const Status aborted = scheduler_.abort(seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+    return invalid_argument("request '" + request.id +
+                            "' resumes a stream whose output already contains a stop string");
+  }
+  state.completion_tokens = static_cast<int>(resume.output_tokens.size());
+  state.resumed_text = std::move(text);
+  requests_.emplace(seq_id, std::move(state));
   ids_.emplace(std::move(request.id), seq_id);
   return Status::ok_status();
 }
@@ -435,7 +477,11 @@ void EngineCore::emit(RequestState& state, const SequenceUpdate& update) {
   if (!state.timings.first_token) state.timings.first_token = now();
   SequenceDelta delta = make_delta(state);
   delta.token_ids.push_back(update.token);
-  if (state.kv_export) delta.sampler_state = state.rng.state();
+  if (state.kv_export || state.report_sampler_state) delta.sampler_state = state.rng.state();
+  if (state.resumed_text) {
+    delta.resumed_text = std::move(state.resumed_text);
+    state.resumed_text.reset();
+  }
   if (state.step_logprobs) {
     delta.logprobs.push_back(std::move(*state.step_logprobs));
     state.step_logprobs.reset();

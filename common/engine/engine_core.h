@@ -88,11 +88,16 @@ class EngineCore {
     std::optional<SampledTokenLogprobs> step_logprobs;  // of the token sampled this step
     std::optional<KvExportTarget> kv_export;
     std::optional<RemotePrefillStats> remote_prefill;
+    bool report_sampler_state = false;
+    std::optional<std::string> resumed_text;  // until the first delta carries it
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
              KvConnector* connector);
 
   Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
+  // A stream resumed from another node: queued with its earlier output, the sampler where it
+  // stopped, and the text state caught up (InferenceRequest::resume).
+  Status add_resumed(InferenceRequest& request, DeltaSink& sink);
   void apply_connector_events();
   // Streams the remotely sampled first token; the sequence keeps awaiting its KV.
   void import_first_token(const std::string& request_id, RemotePrefillResult result);

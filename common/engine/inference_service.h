@@ -27,6 +27,15 @@ namespace pdserve {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
 
+// A stream continued on this node after the node that started it failed (the proxy's
+// failover): the tokens that node generated and delivered, and its sampler's state after the
+// last of them. The sequence is prefilled here over prompt + these tokens and goes on from
+// there, so greedy and seeded outputs equal an uninterrupted run's.
+struct ResumedOutput {
+  std::vector<int32_t> output_tokens;  // non-empty, fewer than sampling.max_tokens
+  SamplerRng::State sampler_state{};
+};
+
 struct InferenceRequest {
   std::string id;                      // unique among requests in flight
   std::vector<int32_t> prompt_tokens;  // non-empty
@@ -38,6 +47,9 @@ struct InferenceRequest {
   // Disaggregation (see kv_connector.h); an engine without a connector refuses both.
   std::optional<KvExportTarget> kv_export;  // prefill node: send the prompt's KV there
   std::optional<KvImportSource> kv_import;  // decode node: the prompt is prefilled remotely
+  std::optional<ResumedOutput> resume;       // neither of the two above
+  // Every delta carries sampler_state: a stream the proxy may continue on another node.
+  bool report_sampler_state = false;
 };
 
 struct SampledTokenLogprobs {
@@ -78,9 +90,13 @@ struct SequenceDelta {
   int cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   RequestTimings timings;
   std::optional<RemotePrefillStats> remote_prefill;  // imported requests
-  // Exported requests: the sampler's state after this delta's tokens, so the decode node
-  // continues the same random stream.
+  // Exported requests and report_sampler_state: the sampler's state after this delta's
+  // tokens, so another node can continue the same random stream.
   std::optional<SamplerRng::State> sampler_state;
+  // The first delta of a resumed request: the text of ResumedOutput::output_tokens as it was
+  // streamed before (stop strings applied), for the front end to catch up on; it was already
+  // delivered and is not part of `text`.
+  std::optional<std::string> resumed_text;
 };
 
 using DeltaSink = std::function<void(SequenceDelta)>;

@@ -83,6 +83,30 @@ Result<std::unique_ptr<Sequence>> Scheduler::make_sequence(std::vector<int32_t> 
 Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
                        make_sequence(std::move(prompt_tokens), std::move(params)));
+  return enqueue(std::move(seq));
+}
+
+Result<SeqId> Scheduler::add_resumed_request(std::vector<int32_t> prompt_tokens,
+                                             std::span<const int32_t> output_tokens,
+                                             SamplingParams params) {
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       make_sequence(std::move(prompt_tokens), std::move(params)));
+  for (size_t i = 0; i < output_tokens.size(); ++i) {
+    const int32_t token = output_tokens[i];
+    if (token < 0 || token >= config_.vocab_size) {
+      return invalid_argument("resumed output token " + std::to_string(i) + " is " +
+                              std::to_string(token) + ", outside [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+    }
+    if (seq->append_output_token(token) != FinishReason::kNone) {
+      return invalid_argument("resumed output token " + std::to_string(i) +
+                              " ends the sequence: there is nothing left to generate");
+    }
+  }
+  return enqueue(std::move(seq));
+}
+
+Result<SeqId> Scheduler::enqueue(std::unique_ptr<Sequence> seq) {
   if (static_cast<int>(waiting_.size()) >= config_.max_num_waiting) {
     return resource_exhausted("the waiting queue is full (" +
                               std::to_string(config_.max_num_waiting) + " requests)");

@@ -91,6 +91,12 @@ class Scheduler {
   // ResourceExhausted when the pool or the sequence cap cannot take it now (the caller can
   // route the request elsewhere); otherwise add_request()'s errors.
   Result<SeqId> add_imported_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
+  // Queues a sequence that already has `output_tokens` (a stream resumed from another node):
+  // like a preempted one, it is prefilled over all its tokens and then samples the next.
+  // InvalidArgument when an output token is out of the vocabulary or would have ended the
+  // sequence; otherwise add_request()'s errors.
+  Result<SeqId> add_resumed_request(std::vector<int32_t> prompt_tokens,
+                                    std::span<const int32_t> output_tokens, SamplingParams params);
   // The prefill node sampled `first_token`; its KV may still be on the way. The token is
   // appended and the sequence keeps awaiting KV, even when the token finishes it (max_tokens
   // 1, EOS: the update says so), so that the prompt's KV still enters the prefix cache.
@@ -140,6 +146,8 @@ class Scheduler {
   void preempt_latest(ScheduledBatch& batch);
   void add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget);
   void retire(SeqId seq_id);
+  // Puts a new sequence at the back of the waiting queue, unless the queue is full.
+  Result<SeqId> enqueue(std::unique_ptr<Sequence> seq);
   // The checks and the Sequence common to add_request and add_imported_request.
   Result<std::unique_ptr<Sequence>> make_sequence(std::vector<int32_t> prompt_tokens,
                                                   SamplingParams params);

@@ -518,5 +518,85 @@ TEST_F(EngineCoreTest, PrefillChunksCoverThePromptInOrder) {
   EXPECT_GE(streams_["long"].last().timings.prefill_chunks.size(), 3u);
 }
 
+// A stream resumed on another engine from any point (the proxy's failover) continues with the
+// same tokens and text as the uninterrupted run: seeded sampling, a stop string that is held
+// back across the cut, usage counting the tokens generated before.
+TEST_F(EngineCoreTest, AResumedStreamContinuesExactlyWhereTheFirstEngineStopped) {
+  const std::vector<int32_t> script = encode(kFoxText);
+  executor_.set_script(9500, script);
+  make_core();
+  const auto base = [&](const std::string& id) {
+    InferenceRequest r = request(id, 9500, 14);
+    // The script token or the fallback "B", drawn (about 78% / 22%).
+    r.sampling.temperature = 4.0f;
+    r.sampling.top_k = 2;
+    r.sampling.seed = 7;
+    r.stop = {"fox jumps over the lazy cat"};  // held back for several tokens, then released
+    r.report_sampler_state = true;
+    return r;
+  };
+  add(base("whole"));
+  run_to_completion();
+  const Stream whole = streams_["whole"];
+  const std::vector<int32_t> tokens = whole.tokens();
+  ASSERT_EQ(whole.deltas.size(), 14u);  // one token per delta
+  for (const SequenceDelta& delta : whole.deltas) ASSERT_TRUE(delta.sampler_state.has_value());
+  EXPECT_NE(tokens, std::vector<int32_t>(script.begin(), script.begin() + 14)) << "nothing drawn";
+  int cuts_with_held_back_text = 0;
+
+  for (const size_t cut : {1u, 3u, 5u, 8u, 13u}) {
+    SCOPED_TRACE("resumed after " + std::to_string(cut) + " tokens");
+    const std::string id = "resumed" + std::to_string(cut);
+    InferenceRequest r = base(id);
+    r.resume = ResumedOutput{std::vector<int32_t>(tokens.begin(), tokens.begin() + cut),
+                             *whole.deltas[cut - 1].sampler_state};
+    add(std::move(r));
+    run_to_completion();
+    const Stream& resumed = streams_[id];
+    ASSERT_FALSE(resumed.deltas.empty());
+    std::string delivered;
+    for (size_t i = 0; i < cut; ++i) delivered += whole.deltas[i].text;
+    cuts_with_held_back_text += delivered != decode(std::span(tokens).first(cut));
+    ASSERT_TRUE(resumed.deltas.front().resumed_text.has_value());
+    EXPECT_EQ(*resumed.deltas.front().resumed_text, delivered);
+    for (size_t i = 1; i < resumed.deltas.size(); ++i) {
+      EXPECT_FALSE(resumed.deltas[i].resumed_text.has_value());
+    }
+    EXPECT_EQ(resumed.tokens(), std::vector<int32_t>(tokens.begin() + cut, tokens.end()));
+    EXPECT_EQ(delivered + resumed.text(), whole.text());
+    EXPECT_EQ(resumed.last().finish_reason, whole.last().finish_reason);
+    EXPECT_EQ(resumed.last().completion_tokens, whole.last().completion_tokens);
+    EXPECT_EQ(resumed.last().prompt_tokens, whole.last().prompt_tokens);
+  }
+  EXPECT_GT(cuts_with_held_back_text, 0) << "no cut fell inside a possible stop string";
+  expect_clean_end();
+}
+
+TEST_F(EngineCoreTest, ResumptionsThatCannotContinueAreRefused) {
+  const std::vector<int32_t> script = encode(kFoxText);
+  executor_.set_script(9600, script);
+  make_core();
+  const auto refuse = [&](const std::string& id, std::vector<int32_t> output,
+                          SamplerRng::State state, const std::string& mention) {
+    InferenceRequest r = request(id, 9600, 6);
+    r.stop = {"quick"};
+    r.resume = ResumedOutput{std::move(output), state};
+    const Status status = core_->add(std::move(r), sink(id));
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
+    EXPECT_NE(status.message().find(mention), std::string::npos) << status.to_string();
+  };
+  const SamplerRng::State state = SamplerRng(1).state();
+  refuse("none", {}, state, "without its output tokens");
+  refuse("all", std::vector<int32_t>(script.begin(), script.begin() + 6), state, "max_tokens");
+  refuse("stopped", std::vector<int32_t>(script.begin(), script.begin() + 3), state,
+         "stop string");
+  refuse("eos", {script[0], kImEnd}, state, "ends the sequence");
+  refuse("outside", {script[0], kVocab}, state, "outside");
+  refuse("rng", {script[0]}, SamplerRng::State{}, "");
+  for (const auto& [id, stream] : streams_) EXPECT_TRUE(stream.deltas.empty()) << id;
+  run_to_completion();
+  expect_clean_end();
+}
+
 }  // namespace
 }  // namespace pdserve

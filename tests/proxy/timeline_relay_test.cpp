@@ -2,6 +2,7 @@
 // the client, the usage event is held and rewritten, and a non-streaming body's timeline.
 #include "proxy/timeline_relay.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,6 +187,79 @@ TEST(BodyTimeline, FoundReplacedOrAbsent) {
   EXPECT_FALSE(none->has_value());
   EXPECT_FALSE(parse_timeline_body(R"({"usage": {"pdserve_timeline": [1]}})").ok());
   EXPECT_FALSE(parse_timeline_body("pdserve_timeline but not json").ok());
+}
+
+// A resumable stream as a decode node writes it: a checkpoint before every event.
+std::string checkpointed_stream() {
+  const SamplerRng::State s1 = {1, 1, 1, 1}, s2 = {2, 2, 2, 2};
+  std::string stream = StreamCheckpoint{"cmpl-7", 99, {}, std::nullopt}.to_comment();
+  stream += StreamCheckpoint{"cmpl-7", 99, {10, 11}, s1}.to_comment();
+  stream += "data: {\"id\":\"cmpl-7\",\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}\n\n";
+  stream += StreamCheckpoint{"cmpl-7", 99, {12}, s2}.to_comment();
+  stream += "data: {\"id\":\"cmpl-7\",\"choices\":[{\"text\":\"b\",\"finish_reason\":null}]}\n\n";
+  return stream;
+}
+
+TEST(SseRelayResume, CheckpointsAreStrippedAndTheirTokensCountOnceTheNextEventIsForwarded) {
+  const std::string stream = checkpointed_stream();
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<size_t> cuts;
+    for (int k = 0; k < 4; ++k) cuts.push_back(rng() % (stream.size() + 1));
+    std::sort(cuts.begin(), cuts.end());
+    SseRelay relay;
+    const std::string forwarded = relay_in_pieces(relay, stream, cuts);
+    EXPECT_EQ(forwarded.find("pdserve_resume"), std::string::npos) << forwarded;
+    EXPECT_NE(forwarded.find("\"text\":\"b\""), std::string::npos);
+    const DeliveredStream& delivered = relay.delivered();
+    EXPECT_EQ(delivered.id, "cmpl-7");
+    EXPECT_EQ(delivered.created, 99);
+    EXPECT_EQ(delivered.token_ids, (std::vector<int32_t>{10, 11, 12}));
+    EXPECT_EQ(delivered.sampler_state, (SamplerRng::State{2, 2, 2, 2}));
+    EXPECT_TRUE(delivered.resumable());
+  }
+}
+
+TEST(SseRelayResume, TokensWhoseEventNeverCameAreNotDelivered) {
+  const std::string stream = checkpointed_stream();
+  const size_t last_event = stream.rfind("data:");
+  SseRelay relay;
+  relay.feed(std::string_view(stream).substr(0, last_event + 10));  // cut inside the event
+  EXPECT_EQ(relay.delivered().token_ids, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(relay.delivered().sampler_state, (SamplerRng::State{1, 1, 1, 1}));
+
+  // Another node continues: its checkpoints add to what was delivered.
+  SseRelay next(relay.delivered());
+  next.feed(StreamCheckpoint{"cmpl-7", 99, {}, std::nullopt}.to_comment());
+  next.feed(StreamCheckpoint{"cmpl-7", 99, {12, 13}, SamplerRng::State{3, 3, 3, 3}}.to_comment());
+  EXPECT_EQ(next.feed("data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n"),
+            "data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n");
+  EXPECT_EQ(next.delivered().token_ids, (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(next.delivered().sampler_state, (SamplerRng::State{3, 3, 3, 3}));
+  // A finished choice is not resumed: the client has its whole answer.
+  EXPECT_TRUE(next.delivered().finished);
+  EXPECT_FALSE(next.delivered().resumable());
+  const StreamResume resume = next.delivered().resume();
+  EXPECT_EQ(resume.id, "cmpl-7");
+  EXPECT_EQ(resume.output_token_ids, (std::vector<int32_t>{10, 11, 12, 13}));
+}
+
+TEST(SseRelayResume, AStreamWithoutCheckpointsIsNotResumableAndABadCheckpointIsAProblem) {
+  SseRelay plain;
+  plain.feed("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+  EXPECT_FALSE(plain.delivered().resumable());
+  EXPECT_FALSE(plain.problem().has_value());
+
+  SseRelay bad;
+  EXPECT_EQ(bad.feed(": pdserve_resume {not json}\n\n"), "");
+  EXPECT_TRUE(bad.problem().has_value());
+  EXPECT_FALSE(bad.delivered().resumable());
+  // Content that spells a finish_reason is escaped in JSON and does not count as one.
+  SseRelay content;
+  content.feed(StreamCheckpoint{"cmpl-1", 1, {}, std::nullopt}.to_comment());
+  content.feed("data: " + Json{{"choices", {{{"text", "\"finish_reason\":\"stop\""}}}}}.dump() +
+               "\n\n");
+  EXPECT_TRUE(content.delivered().resumable());
 }
 
 }  // namespace
