@@ -74,7 +74,10 @@ struct ApiServer::Generation {
 
   ApiServer* server = nullptr;
   const Tokenizer* tokenizer = nullptr;
-  std::shared_ptr<http::ResponseChannel> channel;
+  std::shared_ptr<http::ResponseChannel> channel;  // reset once answered
+  // The connection's strand, where deltas are handled (formatting, reasoning parsing,
+  // metrics): the engine thread only hands them over.
+  std::shared_ptr<http::ResponseChannel> strand;
   bool chat = false;
   bool stream = false;
   bool want_logprobs = false;
@@ -622,6 +625,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->server = this;
   generation->tokenizer = &tokenizer_;
   generation->channel = channel;
+  generation->strand = channel;
   generation->chat = chat;
   generation->stream = req.stream;
   generation->want_logprobs = req.sampling.want_logprobs;
@@ -694,8 +698,12 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       std::string engine_id = requests[i].id;
       Status status =
           service_.submit(std::move(requests[i]), [this, generation, i](SequenceDelta delta) {
+            // On the engine thread: a timestamp and a hand-over, nothing that can wait.
             const SteadyTime arrived = std::chrono::steady_clock::now();
-            abort_requests(generation->on_delta(i, std::move(delta), arrived));
+            generation->strand->post(
+                [this, generation, i, delta = std::move(delta), arrived]() mutable {
+                  abort_requests(generation->on_delta(i, std::move(delta), arrived));
+                });
           });
       if (!status.ok()) {
         generation->over = true;

@@ -43,13 +43,13 @@ class ChannelImpl final : public ResponseChannel {
   ~ChannelImpl() override {
     if (finished_.exchange(true)) return;
     if (stream_started_) {
-      post([](Connection& c, const std::shared_ptr<Exchange>& ex) {
+      post_to_connection([](Connection& c, const std::shared_ptr<Exchange>& ex) {
         c.abort_exchange(ex, "the handler dropped its stream before ending it");
       });
     } else {
       HttpResponse response =
           api_error_response(internal_server_error("the request handler produced no response"));
-      post([response = std::move(response)](Connection& c, const std::shared_ptr<Exchange>& ex) {
+      post_to_connection([response = std::move(response)](Connection& c, const std::shared_ptr<Exchange>& ex) {
         c.answer(ex, response);
       });
     }
@@ -57,14 +57,14 @@ class ChannelImpl final : public ResponseChannel {
 
   void send(HttpResponse response) override {
     if (stream_started_ || finished_.exchange(true)) return;
-    post([response = std::move(response)](Connection& c, const std::shared_ptr<Exchange>& ex) {
+    post_to_connection([response = std::move(response)](Connection& c, const std::shared_ptr<Exchange>& ex) {
       c.answer(ex, response);
     });
   }
 
   void start_stream(int status, std::string content_type, HeaderList headers) override {
     if (finished_ || stream_started_.exchange(true)) return;
-    post([status, content_type = std::move(content_type), headers = std::move(headers)](
+    post_to_connection([status, content_type = std::move(content_type), headers = std::move(headers)](
              Connection& c, const std::shared_ptr<Exchange>& ex) {
       c.start_stream(ex, status, content_type, headers);
     });
@@ -76,19 +76,19 @@ class ChannelImpl final : public ResponseChannel {
     const size_t queued = exchange_->queued_bytes.fetch_add(data.size()) + data.size();
     if (queued > state_->options.max_stream_queue_bytes) {
       finished_ = true;
-      post([](Connection& c, const std::shared_ptr<Exchange>& ex) {
+      post_to_connection([](Connection& c, const std::shared_ptr<Exchange>& ex) {
         c.abort_exchange(ex, "the client reads too slowly: its stream queue is full");
       });
       return false;
     }
-    return post([data = std::move(data)](Connection& c, const std::shared_ptr<Exchange>& ex) {
+    return post_to_connection([data = std::move(data)](Connection& c, const std::shared_ptr<Exchange>& ex) {
       c.write_chunk(ex, data);
     });
   }
 
   void end_stream() override {
     if (!stream_started_ || finished_.exchange(true)) return;
-    post([](Connection& c, const std::shared_ptr<Exchange>& ex) { c.end_stream(ex); });
+    post_to_connection([](Connection& c, const std::shared_ptr<Exchange>& ex) { c.end_stream(ex); });
   }
 
   void on_cancel(std::function<void()> fn) override {
@@ -107,11 +107,18 @@ class ChannelImpl final : public ResponseChannel {
     return exchange_->cancelled;
   }
 
+  void post(std::function<void()> fn) override {
+    auto task = std::make_shared<std::function<void()>>(std::move(fn));
+    if (!post_to_connection([task](Connection&, const std::shared_ptr<Exchange>&) { (*task)(); })) {
+      (*task)();
+    }
+  }
+
  private:
   // Runs fn(connection, exchange) on the strand; false when the server or the connection is
   // gone.
   template <typename Fn>
-  bool post(Fn fn) {
+  bool post_to_connection(Fn fn) {
     std::shared_ptr<Connection> connection;  // released outside the lock (its destructor locks)
     std::lock_guard lock(state_->mutex);
     if (!state_->accepting_posts) return false;

@@ -1,6 +1,5 @@
 // How a handler answers one request: a whole response, or a chunked stream (SSE). Every method
-// is thread-safe and non-blocking, so the engine's thread may call them: they post the work to
-// the connection's strand.
+// is thread-safe and non-blocking: they post the work to the connection's strand.
 #pragma once
 
 #include <functional>
@@ -33,6 +32,12 @@ class ResponseChannel {
   // the caller's thread) when that already happened. It must not block.
   virtual void on_cancel(std::function<void()> fn) = 0;
   virtual bool cancelled() const = 0;
+
+  // Runs `fn` on the connection's strand, after the calls made before it: a producer thread
+  // (the engine's) hands its results over instead of formatting them on its own time. When the
+  // connection or the server is gone (shutdown), `fn` runs at once on the caller's thread, so
+  // a result that ends a request is always handled.
+  virtual void post(std::function<void()> fn) = 0;
 };
 
 }  // namespace pdserve::http

@@ -2,6 +2,7 @@
 // sockets; and sibling aborts over the real LlmEngine on a scripted model.
 #include "decode_node/api_server.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -95,6 +96,8 @@ class FakeService : public InferenceService {
     std::lock_guard lock(mutex_);
     return aborted_;
   }
+  // The longest call of a request's sink with a token delta: the engine thread's time.
+  std::chrono::steady_clock::duration longest_sink_call() const { return longest_sink_call_; }
 
  private:
   struct Job {
@@ -164,7 +167,10 @@ class FakeService : public InferenceService {
           *delta.timings.first_token + kTimePerOutputToken * (delta.completion_tokens - 1);
     }
     const bool finished = delta.finished;
+    const auto called = std::chrono::steady_clock::now();
     job.sink(std::move(delta));
+    const auto took = std::chrono::steady_clock::now() - called;
+    if (took > longest_sink_call_.load()) longest_sink_call_ = took;
     if (!finished) {
       std::lock_guard lock(mutex_);
       jobs_.push_back(std::move(job));
@@ -201,6 +207,7 @@ class FakeService : public InferenceService {
   std::set<std::string> aborted_;
   bool queue_full_ = false;
   bool stopping_ = false;
+  std::atomic<std::chrono::steady_clock::duration> longest_sink_call_{};
   std::thread thread_;
 };
 
@@ -866,6 +873,45 @@ TEST_F(ApiServerTest, FailedChoiceOfAStreamEndsItWithAnErrorEventAndAbortsItsSib
 // The same over the real engine: the failing choice's sink aborts its siblings from the engine
 // thread (LlmEngine::abort only takes the intake mutex, which is free while sinks run), and
 // they stop at the next step instead of running to max_tokens.
+// The engine thread only hands deltas over (issue #16 item 4): formatting and the metrics
+// registry, whose lock a /metrics scrape holds while it renders, are the connection's work.
+// With a registry that takes a while to render, requests finish (their last delta touches the
+// registry) during nearly back-to-back renders, and no sink call waits for one.
+TEST_F(ApiServerTest, AScrapeNeverDelaysTheEngineThread) {
+  start(kHelloWorldScript);
+  metrics::Registry& registry = api_->metrics();
+  std::chrono::steady_clock::duration render{};
+  for (int batch = 0; batch < 40 && render < 100ms; ++batch) {
+    for (int i = 0; i < 20000; ++i) {
+      registry.counter("pdserve_test_padding_total", "Series that make a render slow.",
+                       {{"series", std::to_string(batch * 20000 + i)}});
+    }
+    const auto began = std::chrono::steady_clock::now();
+    EXPECT_FALSE(registry.render().empty());
+    render = std::chrono::steady_clock::now() - began;
+  }
+  ASSERT_GE(render, 100ms) << "the registry renders too fast to hold its lock for long";
+  std::atomic<bool> scraping{true};
+  std::thread scraper([&] {  // back to back, with a breath between renders as a poller has
+    while (scraping) {
+      EXPECT_FALSE(registry.render().empty());
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  for (int i = 0; i < 12; ++i) {
+    const auto response = post("/v1/completions", R"({"prompt": "Hi", "max_tokens": 2})");
+    EXPECT_EQ(response.result_int(), 200) << response.body();
+  }
+  scraping = false;
+  scraper.join();
+  EXPECT_LT(service_->longest_sink_call(), render / 3)
+      << "a sink call took "
+      << std::chrono::duration<double, std::milli>(service_->longest_sink_call()).count()
+      << " ms; one render takes " << std::chrono::duration<double, std::milli>(render).count()
+      << " ms";
+  EXPECT_TRUE(metric_value(scrape_metrics(), "pdserve:http_requests_total{status=\"200\"}"));
+}
+
 TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
   constexpr int kVocab = 151936;
   auto executor = std::make_unique<testing::ScriptedExecutor>(kVocab);
