@@ -22,6 +22,7 @@ struct Options {
   bool kv_transfer = false;
   int local_prefill_max_tokens = 0;
   int prefill_timeout_ms = 120'000;
+  std::string kv_checksum = "on";
   ApiOptions api;
 };
 
@@ -30,6 +31,7 @@ Status run(const Options& options) {
   const bool disaggregated = options.kv_transfer || !options.node.proxy_url.empty();
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
                        start_serving_node(options.node, disaggregated));
+  if (node->connector != nullptr) node->connector->set_kv_checksum(options.kv_checksum == "on");
   PDS_ASSIGN_OR_RETURN(
       ChatTemplate chat_template,
       ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
@@ -73,6 +75,11 @@ int main(int argc, char** argv) {
                  "Deadline for a prefill node's first token")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--kv-checksum", options.kv_checksum,
+                 "Verify an XXH3 checksum of every imported KV block before its sequence decodes "
+                 "(a mismatch prefills the request here); host KV pools only")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", options.api.access.api_keys,
                  "Client API key(s) for the OpenAI API (Authorization: Bearer KEY; repeat for "
                  "several); also read from $PDSERVE_API_KEY. Default: the API is open")

@@ -12,6 +12,8 @@ const char* import_state_name(ImportState state) {
       return "prefilling";
     case ImportState::kFirstToken:
       return "first_token";
+    case ImportState::kVerifying:
+      return "verifying";
     case ImportState::kReady:
       return "ready";
     case ImportState::kCancelling:
@@ -24,8 +26,9 @@ const char* import_state_name(ImportState state) {
   return "?";
 }
 
-RemotePrefillState::RemotePrefillState(Clock::time_point deadline, Clock::duration hold)
-    : deadline_(deadline), hold_(hold) {}
+RemotePrefillState::RemotePrefillState(Clock::time_point deadline, Clock::duration hold,
+                                       bool verify_checksums)
+    : deadline_(deadline), hold_(hold), verify_checksums_(verify_checksums) {}
 
 bool RemotePrefillState::releasable(Clock::time_point now) const {
   return state_ == ImportState::kReady || state_ == ImportState::kReleased ||
@@ -40,9 +43,36 @@ void RemotePrefillState::report_failure(ImportActions& actions, const Status& wh
 
 void RemotePrefillState::maybe_ready(ImportActions& actions) {
   if (state_ != ImportState::kFirstToken || !landed_ || !(kv_sent_ || stream_ended_)) return;
+  if (verify_checksums_) {
+    if (!kv_sent_) {
+      // Fail closed: without kv_sent there are no checksums to trust the blocks with. Nothing
+      // can land after the completion message.
+      report_failure(actions, unavailable("the prefill node's stream ended without kv_sent: "
+                                          "the KV cannot be verified"));
+      state_ = ImportState::kReleased;
+      return;
+    }
+    state_ = ImportState::kVerifying;
+    actions.verify = true;
+    return;
+  }
   state_ = ImportState::kReady;
   reported_ = true;
   actions.report_ready = true;
+}
+
+ImportActions RemotePrefillState::verified(const Status& outcome) {
+  ImportActions actions;
+  if (state_ != ImportState::kVerifying) return actions;  // given up meanwhile
+  if (outcome.ok()) {
+    state_ = ImportState::kReady;
+    reported_ = true;
+    actions.report_ready = true;
+  } else {
+    report_failure(actions, outcome);
+    state_ = ImportState::kReleased;
+  }
+  return actions;
 }
 
 // Failed or cancelled before the KV landed: report it, then wait for the prefill node to
@@ -181,6 +211,8 @@ ImportActions RemotePrefillState::call_ended(const Status& why, bool another_nod
       // The completion message may still be on its way: the deadline covers it.
       maybe_ready(actions);
       return actions;
+    case ImportState::kVerifying:
+      return actions;  // everything needed is here
   }
   return actions;
 }

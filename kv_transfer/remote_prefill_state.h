@@ -12,6 +12,11 @@
 //      │ kReleased            │ may be writing:       v                          v
 //      │                      └──────────────> kFailed (held)                 kReady (released)
 //      │
+//   With checksums (verify_checksums): landed + kv_sent ──> kVerifying: the connector compares
+//      the blocks as they landed with the checksums of kv_sent; verified(ok) ──> kReady,
+//      verified(mismatch) ──> kReleased with the failure reported (nothing can land after the
+//      completion message). A stream that ends without kv_sent has no checksums: it fails
+//      closed the same way. The engine then prefills the request itself.
 //   any state before kReady ──client cancel──> kCancelling: the prefill node is told (cancel
 //      call; the event stream stays open), or, when nothing was sent yet, the call is closed.
 //   kCancelling / kFailed ──confirmation──> kReleased. A confirmation is one of: kv_failed or an
@@ -34,6 +39,7 @@ enum class ImportState {
   kPosted,      // the request went out: the prefill node may be working on it
   kPrefilling,  // the prefill node accepted the work (200)
   kFirstToken,  // the first token is here; the KV is on its way
+  kVerifying,   // the KV landed with its checksums; the connector is comparing them
   kReady,       // the KV landed and was reported: the blocks are the sequence's
   kCancelling,  // the client left; waiting for the prefill node's confirmation or the deadline
   kFailed,      // failed while a put may still land; held until confirmation or the deadline
@@ -50,6 +56,7 @@ struct ImportActions {
   bool retry_next_node = false;          // post the work to the next prefill node
   bool send_cancel = false;              // ask the prefill node to abort this work
   bool cancel_call = false;              // close the HTTP call
+  bool verify = false;                   // compare the landed blocks with kv_sent's checksums
 };
 
 class RemotePrefillState {
@@ -57,8 +64,10 @@ class RemotePrefillState {
   using Clock = std::chrono::steady_clock;
 
   // `deadline`: for the first token (then, from it, for the KV); `hold`: how long blocks are
-  // held after a failure without confirmation (the transfer timeout plus a grace period).
-  RemotePrefillState(Clock::time_point deadline, Clock::duration hold);
+  // held after a failure without confirmation (the transfer timeout plus a grace period);
+  // `verify_checksums`: the KV is ready only once its checksums are verified (kVerifying).
+  RemotePrefillState(Clock::time_point deadline, Clock::duration hold,
+                     bool verify_checksums = false);
 
   ImportState state() const { return state_; }
   // Ready or failed was reported (the engine has its outcome).
@@ -83,6 +92,9 @@ class RemotePrefillState {
   ImportActions prefill_ended_without_kv(const Status& why);
   // The transfer's completion message arrived (every put of it has landed).
   ImportActions landed_now();
+  // The connector compared the landed blocks with their checksums (after `verify`): OK, or
+  // why not (DataLoss for a mismatch). Ignored outside kVerifying.
+  ImportActions verified(const Status& outcome);
   // The HTTP call ended. `why`: what to report if that is a failure here (a refusal, the
   // transport's error, or a stream without a first token). `another_node`: a further prefill
   // node could take the work.
@@ -115,6 +127,7 @@ class RemotePrefillState {
   bool stream_ended_ = false;
   bool landed_ = false;
   bool reported_ = false;
+  bool verify_checksums_ = false;
 };
 
 }  // namespace pdserve::kv_transfer

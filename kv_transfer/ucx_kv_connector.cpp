@@ -9,6 +9,7 @@
 #include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
 #include "common/protocol/pdserve_headers.h"
+#include "kv_transfer/kv_checksum.h"
 #include "kv_transfer/remote_prefill_state.h"
 
 namespace pdserve::kv_transfer {
@@ -38,13 +39,16 @@ struct Import {
   Clock::time_point started;
   RemotePrefillState state;
 
-  Import(Clock::time_point deadline, Clock::duration hold) : state(deadline, hold) {}
+  Import(Clock::time_point deadline, Clock::duration hold, bool verify)
+      : state(deadline, hold, verify) {}
 };
 
 // How far an export got, shared with its report callback (which runs on the transfer thread).
 struct ExportProgress {
   std::atomic<int> layers_sent{0};
   std::atomic<int> layers_overlapped{0};  // sent before the forward returned
+  std::mutex mutex;
+  std::vector<uint64_t> block_checksums;  // set before the completion message
 };
 
 // One export started and not yet finished or aborted (engine thread only).
@@ -54,27 +58,20 @@ struct Export {
   int next_layer = 0;
   bool layerwise = true;
   std::shared_ptr<ExportProgress> progress;
+  // For the checksums (empty when the receiver asked for none): the sent blocks here.
+  std::vector<int32_t> checksum_blocks;
+  int first_block = 0;
+  int num_prompt_tokens = 0;
 };
 
 }  // namespace
 
-std::size_t PoolLayout::layer_block_bytes() const {
-  return static_cast<std::size_t>(block.block_size) * static_cast<std::size_t>(block.num_kv_heads) *
-         static_cast<std::size_t>(block.head_dim) * element_bytes;
-}
-
-std::uint64_t PoolLayout::offset(int layer, int block_id, bool value_half) const {
-  const std::uint64_t per_half = static_cast<std::uint64_t>(block.num_layers) *
-                                 static_cast<std::uint64_t>(num_blocks) * layer_block_bytes();
-  return (value_half ? per_half : 0) +
-         (static_cast<std::uint64_t>(layer) * static_cast<std::uint64_t>(num_blocks) +
-          static_cast<std::uint64_t>(block_id)) *
-             layer_block_bytes();
-}
-
 struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl> {
   UcxKvConnectorOptions options;
   PoolLayout layout;
+  std::byte* pool = nullptr;
+  std::atomic<bool> kv_checksum{true};  // set by the node's main thread
+  uint64_t test_blocks_landed = 0;      // engine thread: for options.test_corrupt_every
 
   std::mutex mutex;
   std::function<void()> wakeup;
@@ -115,7 +112,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
 
   const std::string& url_of(const Import& import) const { return import.urls[import.url_index]; }
 
-  // Carries out what the state machine decided.
+  // Carries out what the state machine decided. `verify` is left to the engine thread's next
+  // poll() (verify_landed), which the caller wakes.
   void apply(Import& import, const ImportActions& actions) {
     if (actions.report_first_token) report_first_token(import);
     if (actions.report_failure) {
@@ -334,6 +332,59 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
                                           Clock::now()));
   }
 
+  static bool needs_poll(const Import& import) {
+    return import.state.state() == ImportState::kVerifying ||
+           import.state.releasable(Clock::now());
+  }
+
+  // Engine thread (poll): compares the landed blocks of every import in kVerifying with the
+  // checksums of its kv_sent. The pool is read without the mutex: only the engine thread frees
+  // blocks, after a poll reports them released, so they cannot change meanwhile.
+  void verify_landed() {
+    struct Job {
+      std::string request_id;
+      std::vector<int32_t> blocks;
+      int first_block = 0;
+      int num_prompt_tokens = 0;
+      std::vector<uint64_t> sent;
+    };
+    std::vector<Job> jobs;
+    {
+      std::lock_guard lock(mutex);
+      for (const auto& [id, import] : imports) {
+        if (import.state.state() != ImportState::kVerifying) continue;
+        jobs.push_back({id, import.work.block_ids, import.work.first_block,
+                        static_cast<int>(import.work.prompt_token_ids.size()),
+                        import.kv_sent ? import.kv_sent->block_checksums
+                                       : std::vector<uint64_t>()});
+      }
+    }
+    for (const Job& job : jobs) {
+      if (options.test_corrupt_every > 0) corrupt_for_test(job.blocks);
+      const std::vector<uint64_t> landed =
+          prompt_block_checksums(pool, layout, job.blocks, job.first_block, job.num_prompt_tokens);
+      Status outcome = compare_block_checksums(job.sent, landed);
+      std::lock_guard lock(mutex);
+      auto it = imports.find(job.request_id);
+      if (it == imports.end()) continue;
+      if (!outcome.ok()) {
+        outcome = outcome.with_context("request '" + job.request_id + "', KV from prefill node " +
+                                       url_of(it->second));
+        PDS_LOG_WARN(outcome.message() + "; prefilling it here instead");
+      }
+      apply(it->second, it->second.state.verified(outcome));
+    }
+  }
+
+  // Flips the most significant byte of the first K element of every Nth landed block (its
+  // sign and exponent bits: undetected, it would change the output).
+  void corrupt_for_test(const std::vector<int32_t>& blocks) {
+    for (int32_t block : blocks) {
+      if (++test_blocks_landed % static_cast<uint64_t>(options.test_corrupt_every) != 0) continue;
+      pool[layout.offset(0, block, false) + layout.element_bytes - 1] ^= std::byte{0xff};
+    }
+  }
+
   template <typename Fn>
   void with_import(const std::string& id, Fn&& fn) {
     bool signal = false;
@@ -343,8 +394,9 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       if (it == imports.end()) return;
       const size_t before = events.size();
       fn(it->second);
-      // New events, or the blocks may now be freed (a confirmation reports nothing new).
-      signal = events.size() != before || it->second.state.releasable(Clock::now());
+      // New events, blocks to verify, or blocks that may now be freed (a confirmation reports
+      // nothing new).
+      signal = events.size() != before || needs_poll(it->second);
     }
     if (signal) wake();
   }
@@ -363,7 +415,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
       const size_t before = events.size();
       // The completion message follows every put: after a cancel, nothing more can land.
       apply(import, import.state.landed_now());
-      signal = events.size() != before || import.state.releasable(Clock::now());
+      signal = events.size() != before || needs_poll(import);
     }
     if (signal) wake();
   }
@@ -381,9 +433,20 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
                             " bytes, its layout says " +
                             std::to_string(layout.offset(0, 0, true) * 2));
   }
+  if (options.test_corrupt_every < 0) {
+    return invalid_argument("KV connector: test_corrupt_every must be >= 0");
+  }
   auto impl = std::make_shared<Impl>();
   impl->options = options;
   impl->layout = layout;
+  impl->pool = static_cast<std::byte*>(pool_base);
+  // The checksums read the pool on the host (issue #14 for device pools).
+  impl->kv_checksum = options.pool_memory == PoolMemory::kHost;
+  if (options.test_corrupt_every > 0) {
+    PDS_LOG_WARN("KV connector: TEST ONLY: one byte of every " +
+                 std::to_string(options.test_corrupt_every) +
+                 "th imported block is flipped after it lands");
+  }
   PDS_ASSIGN_OR_RETURN(impl->http, http::HttpClient::create(options.http_threads));
   Impl* raw = impl.get();
   KvTransferOptions transfer_options;
@@ -450,6 +513,12 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
   Export export_state;
   export_state.layerwise = impl_->layerwise;
   export_state.progress = std::make_shared<ExportProgress>();
+  if (target.checksum && impl_->options.pool_memory == PoolMemory::kHost) {
+    export_state.checksum_blocks.assign(block_table.begin() + target.first_block,
+                                        block_table.begin() + prompt_blocks);
+    export_state.first_block = target.first_block;
+    export_state.num_prompt_tokens = num_prompt_tokens;
+  }
   const std::uint64_t run_unit = local.layer_block_bytes();
   for (int layer = 0; layer < local.block.num_layers; ++layer) {
     std::vector<BlockCopy>& copies = export_state.layers.emplace_back();
@@ -483,6 +552,10 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
         report.blocks = num_blocks;
         report.layers = progress->layers_sent.load();
         report.layers_overlapped = progress->layers_overlapped.load();
+        if (report.status.ok()) {
+          std::lock_guard lock(progress->mutex);
+          report.block_checksums = progress->block_checksums;
+        }
         if (on_finished) on_finished(report);
         if (auto self = weak.lock()) {
           {
@@ -513,6 +586,15 @@ void UcxKvConnector::finish_export(const std::string& request_id) {
   Export& export_state = it->second;
   impl_->send_layers(export_state, static_cast<int>(export_state.layers.size()),
                      /*overlapped=*/false);
+  if (!export_state.checksum_blocks.empty()) {
+    // Every layer is written (the forward is over) and the blocks stay pinned until the
+    // export's report: the bytes checksummed are the bytes the puts read.
+    std::vector<uint64_t> sums =
+        prompt_block_checksums(impl_->pool, impl_->layout, export_state.checksum_blocks,
+                               export_state.first_block, export_state.num_prompt_tokens);
+    std::lock_guard lock(export_state.progress->mutex);
+    export_state.progress->block_checksums = std::move(sums);
+  }
   impl_->service->close(export_state.stream);
   impl_->exports.erase(it);
 }
@@ -526,6 +608,10 @@ void UcxKvConnector::abort_export(const std::string& request_id) {
 
 void UcxKvConnector::set_layerwise(bool layerwise) {
   impl_->layerwise = layerwise;
+}
+
+void UcxKvConnector::set_kv_checksum(bool on) {
+  impl_->kv_checksum = on && impl_->options.pool_memory == PoolMemory::kHost;
 }
 
 Status UcxKvConnector::start_import(const InferenceRequest& request,
@@ -547,8 +633,9 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
     return invalid_argument("KV import of '" + request.id + "' is already in flight");
   }
   const Clock::time_point started = Clock::now();
+  const bool verify = impl_->kv_checksum;
   Import import(started + request.kv_import->prefill_timeout,
-                impl_->options.transfer_timeout + impl_->options.release_grace);
+                impl_->options.transfer_timeout + impl_->options.release_grace, verify);
   import.request_id = request.id;
   import.tag = impl_->next_tag++;
   import.urls = request.kv_import->prefill_urls;
@@ -565,6 +652,7 @@ Status UcxKvConnector::start_import(const InferenceRequest& request,
   work.first_block = first_block;
   work.block_ids.assign(block_table.begin() + first_block, block_table.begin() + prompt_blocks);
   work.timeout_ms = impl_->options.transfer_timeout.count();
+  work.kv_checksum = verify;
   auto [it, inserted] = impl_->imports.emplace(request.id, std::move(import));
   impl_->tag_owners.emplace(it->second.tag, request.id);
   impl_->send_work(it->second);
@@ -581,12 +669,13 @@ void UcxKvConnector::cancel_import(const std::string& request_id) {
     const size_t before = impl_->events.size();
     impl_->apply(import, import.state.cancel(
                              cancelled("request '" + request_id + "' was cancelled"), Clock::now()));
-    signal = impl_->events.size() != before || import.state.releasable(Clock::now());
+    signal = impl_->events.size() != before || Impl::needs_poll(import);
   }
   if (signal) impl_->wake();
 }
 
 std::vector<KvEvent> UcxKvConnector::poll() {
+  impl_->verify_landed();
   std::lock_guard lock(impl_->mutex);
   const Clock::time_point now = Clock::now();
   for (auto it = impl_->imports.begin(); it != impl_->imports.end();) {

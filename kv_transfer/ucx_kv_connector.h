@@ -7,7 +7,11 @@
 //    the request's on_finished and, with kExportReleased, to the engine;
 //  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
 //    cluster token), reads its events (first token, then kv_sent / kv_failed), reports
-//    kFirstToken at once and kImportReady when the transfer's completion message is here too.
+//    kFirstToken at once and kImportReady when the transfer's completion message is here too
+//    and, with checksums on (the default), the landed blocks match the checksums that kv_sent
+//    carries (kv_checksum.h); a mismatch is kImportFailed with DataLoss, and the engine then
+//    prefills the request itself. Checksums need a host pool: for a CUDA pool the decode node
+//    asks for none and the prefill node computes none (issue #14).
 // An import's lifecycle is a RemotePrefillState (remote_prefill_state.h): a cancelled import
 // asks the prefill node to abort (POST /internal/v1/prefill/cancel) and keeps listening; its
 // blocks are released at once only on a confirmation that no put can still come (kv_failed or
@@ -24,20 +28,9 @@
 #include "common/http/http_client.h"
 #include "common/protocol/prefill_protocol.h"
 #include "kv_transfer/kv_transfer_service.h"
+#include "kv_transfer/pool_layout.h"
 
 namespace pdserve::kv_transfer {
-
-// A node's pool as the transfer layer sees it (kernels/model/kv_cache.h: K then V, each
-// [layers][blocks][block_size][kv_heads][head_dim]).
-struct PoolLayout {
-  KvBlockLayout block;
-  int num_blocks = 0;
-  std::size_t element_bytes = 0;
-
-  std::size_t layer_block_bytes() const;
-  // Byte offset of (layer, block) in the K (value_half false) or V half.
-  std::uint64_t offset(int layer, int block, bool value_half) const;
-};
 
 struct UcxKvConnectorOptions {
   std::string transports;  // UCX_TLS ("tcp", "sm,self"; empty: UCX decides)
@@ -47,6 +40,9 @@ struct UcxKvConnectorOptions {
   // After a failed import whose sender may still be writing: deadline + this, then release.
   std::chrono::milliseconds release_grace{2'000};
   int http_threads = 1;
+  // Test only (PDSERVE_TEST_KV_CORRUPT_EVERY on a decode node): flip one byte of every Nth
+  // imported block after it landed and before its checksum is verified; 0: never.
+  int test_corrupt_every = 0;
 };
 
 class UcxKvConnector : public KvConnector {
@@ -69,6 +65,9 @@ class UcxKvConnector : public KvConnector {
   // Layer-by-layer sending (on by default); off: every put after the forward. Takes effect
   // for exports started afterwards.
   void set_layerwise(bool layerwise);
+  // Whether imports ask for block checksums and verify them (on by default; always off for a
+  // CUDA pool). Takes effect for imports started afterwards.
+  void set_kv_checksum(bool on);
   Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
                       int num_cached_tokens) override;
   void cancel_import(const std::string& request_id) override;

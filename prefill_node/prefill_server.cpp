@@ -90,6 +90,7 @@ struct PrefillServer::Exchange {
       event.transfer_ms = transfer.seconds * 1000.0;
       event.layers = transfer.layers;
       event.layers_overlapped = transfer.layers_overlapped;
+      event.block_checksums = transfer.block_checksums;
       const double acknowledged_ms = milliseconds_between(receipt, at);
       TimelineSpan transfer_span{"kv.transfer",
                                  std::max(0.0, acknowledged_ms - event.transfer_ms),
@@ -188,6 +189,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   target.first_block = work->first_block;
   target.transfer_tag = work->transfer_tag;
   target.timeout = std::chrono::milliseconds(work->timeout_ms);
+  target.checksum = work->kv_checksum;
   metrics::Histogram& transfer_time = metrics_.histogram(
       "pdserve:kv_transfer_time_seconds",
       "KV transfer of a prefilled prompt, first put to the receiver's acknowledgement.",

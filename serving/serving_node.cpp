@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -103,6 +106,21 @@ Status check_advertised_host(const ServingNodeOptions& options) {
   return Status::ok_status();
 }
 
+// PDSERVE_TEST_KV_CORRUPT_EVERY=N (tests only, docs/RELIABILITY.md): the connector flips a
+// byte of every Nth imported block before verifying its checksum.
+Result<int> test_corrupt_every() {
+  const char* value = std::getenv("PDSERVE_TEST_KV_CORRUPT_EVERY");
+  if (value == nullptr) return 0;
+  int every = 0;
+  const char* end = value + std::strlen(value);
+  const auto [stop, error] = std::from_chars(value, end, every);
+  if (error != std::errc() || stop != end || every < 0) {
+    return invalid_argument(
+        std::string("PDSERVE_TEST_KV_CORRUPT_EVERY must be an integer >= 0, got '") + value + "'");
+  }
+  return every;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
@@ -127,6 +145,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
     connector_options.transports = options.ucx_tls;
     connector_options.cluster_token = options.cluster_token;
     connector_options.transfer_timeout = std::chrono::milliseconds(options.kv_transfer_timeout_ms);
+    PDS_ASSIGN_OR_RETURN(connector_options.test_corrupt_every, test_corrupt_every());
     factory = [&node,
                connector_options](const KvCache& pool) -> Result<std::unique_ptr<KvConnector>> {
       PDS_ASSIGN_OR_RETURN(std::unique_ptr<kv_transfer::UcxKvConnector> connector,

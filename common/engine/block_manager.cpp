@@ -228,6 +228,18 @@ void BlockManager::free(SeqId seq_id) {
   tables_.erase(it);
 }
 
+Status BlockManager::hand_over(SeqId from, SeqId to) {
+  auto it = tables_.find(from);
+  if (it == tables_.end()) return not_found(seq_name(from) + " has no blocks to hand over");
+  if (tables_.contains(to)) {
+    return failed_precondition(seq_name(to) + " already holds blocks");
+  }
+  auto node = tables_.extract(it);
+  node.key() = to;
+  tables_.insert(std::move(node));
+  return Status::ok_status();
+}
+
 Status BlockManager::pin(SeqId seq_id) {
   auto it = tables_.find(seq_id);
   if (it == tables_.end()) return not_found(seq_name(seq_id) + " has no blocks to pin");

@@ -77,6 +77,10 @@ class BlockManager {
 
   // Releases seq's table (no-op when it has none); deferred until the last unpin when pinned.
   void free(SeqId seq_id);
+  // Moves the table of `from` (blocks, pins, pending free) to the id `to`, e.g. so that a
+  // transfer keeps holding a sequence's old blocks while the sequence gets new ones. NotFound
+  // when `from` has no table; FailedPrecondition when `to` has one.
+  Status hand_over(SeqId from, SeqId to);
   // NotFound when seq has no table.
   Status pin(SeqId seq_id);
   // NotFound when seq has no table; FailedPrecondition when it is not pinned.

@@ -289,9 +289,14 @@ void EngineCore::import_failed(const std::string& request_id, const Status& stat
     return;
   }
   const SeqId seq_id = id->second;
-  const Status aborted = scheduler_.abort(seq_id);
-  PDS_CHECK(aborted.ok(), aborted.to_string());
-  end_with_error(seq_id, status);
+  if (status.code() == StatusCode::kDataLoss) ++kv_checksum_mismatches_total_;
+  // The held blocks stay with the import (its kImportReleased unpins the holder); the sequence
+  // queues for a local prefill with new blocks.
+  Result<SeqId> holder = scheduler_.requeue_failed_import(seq_id);
+  PDS_CHECK(holder.ok(), holder.status().to_string());
+  if (auto it = imports_.find(request_id); it != imports_.end()) it->second = *holder;
+  ++remote_prefill_fallbacks_total_;
+  PDS_LOG_WARN("request '" + request_id + "': " + status.message() + "; prefilling it here");
 }
 
 std::vector<std::pair<std::string, SeqId>> EngineCore::start_exports(
@@ -574,6 +579,8 @@ ServiceStats EngineCore::stats() const {
   stats.prompt_tokens_total = prompt_tokens_total_;
   stats.generation_tokens_total = generation_tokens_total_;
   stats.preemptions_total = preemptions_total_;
+  stats.kv_checksum_mismatches_total = kv_checksum_mismatches_total_;
+  stats.remote_prefill_fallbacks_total = remote_prefill_fallbacks_total_;
   return stats;
 }
 

@@ -103,6 +103,7 @@ class EngineCore {
   void import_first_token(const std::string& request_id, RemotePrefillResult result);
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, RemotePrefillStats stats);
+  // The remote prefill failed: a request still wanted is prefilled here instead.
   void import_failed(const std::string& request_id, const Status& status);
   // The sequence of a request that its first token finished while its KV is still coming.
   std::optional<SeqId> awaiting_after_finish(const std::string& request_id) const;
@@ -144,6 +145,8 @@ class EngineCore {
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   int64_t preemptions_total_ = 0;
+  int64_t kv_checksum_mismatches_total_ = 0;
+  int64_t remote_prefill_fallbacks_total_ = 0;
 };
 
 }  // namespace pdserve

@@ -113,6 +113,10 @@ struct ServiceStats {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t preemptions_total = 0;
+  // Decode side of disaggregation: imports whose KV failed its checksum, and remote prefills
+  // that failed (for that or any reason) and were prefilled here instead.
+  int64_t kv_checksum_mismatches_total = 0;
+  int64_t remote_prefill_fallbacks_total = 0;
 };
 
 struct ModelInfo {

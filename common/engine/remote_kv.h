@@ -21,6 +21,8 @@ struct KvTransferReport {
   double seconds = 0;         // from the start of the puts to the receiver's acknowledgement
   int layers = 0;             // layers sent
   int layers_overlapped = 0;  // of them, sent while the prefill's forward was still running
+  // When the target asked for them and the transfer succeeded: one checksum per sent block.
+  std::vector<uint64_t> block_checksums{};
 };
 
 // Where a prefilled request's KV goes (set by the prefill node's front end).
@@ -31,6 +33,7 @@ struct KvExportTarget {
   int first_block = 0;               // prompt blocks before it are already on the receiver
   uint64_t transfer_tag = 0;         // the receiver's name for this transfer
   std::chrono::milliseconds timeout{30'000};
+  bool checksum = false;  // the receiver verifies the blocks: report a checksum of each
   // Called once, from the connector's thread, when the transfer is done or failed.
   std::function<void(const KvTransferReport&)> on_finished;
   // Called once, on the engine's thread, when the export has started: on_finished follows, and

@@ -178,6 +178,24 @@ Status Scheduler::complete_import(SeqId seq_id) {
   return Status::ok_status();
 }
 
+Result<SeqId> Scheduler::requeue_failed_import(SeqId seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv) {
+    return failed_precondition(seq_name(seq_id) + " is not awaiting KV");
+  }
+  Sequence& seq = *it->second;
+  // Holder ids come from the sequence ids, so they never name a sequence.
+  const SeqId holder = next_seq_id_++;
+  const Status handed = block_manager_.hand_over(seq_id, holder);
+  PDS_CHECK(handed.ok(), handed.to_string());
+  block_manager_.free(holder);
+  --num_awaiting_kv_;
+  seq.set_num_computed_tokens(0);
+  seq.set_status(SequenceStatus::kWaiting);
+  waiting_.push_front(&seq);
+  return holder;
+}
+
 ScheduledBatch Scheduler::schedule() {
   PDS_CHECK(!step_in_flight_, "schedule() called before postprocess() of the previous step");
   ScheduledBatch batch;

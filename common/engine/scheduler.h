@@ -108,6 +108,15 @@ class Scheduler {
   // while pinned). FailedPrecondition unless it awaits KV and has its first token.
   Status complete_import(SeqId seq_id);
 
+  // The remote prefill failed (every prefill node failed, or the KV failed its checksum) and
+  // the request is still wanted: it is prefilled here instead. Its table, which the transfer
+  // may still write into, moves to the returned holder id with its free already requested
+  // (its blocks go back once the caller's last unpin of that id says no put can land); the
+  // sequence, with a remotely sampled first token kept as output, goes to the front of the
+  // waiting queue (it has waited already) to be computed with fresh blocks, like a preempted
+  // sequence. FailedPrecondition unless it awaits KV.
+  Result<SeqId> requeue_failed_import(SeqId seq_id);
+
   // Plans the next step. Must be followed by postprocess() before the next schedule().
   ScheduledBatch schedule();
 

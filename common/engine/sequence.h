@@ -18,7 +18,7 @@ namespace pdserve {
 using SeqId = int64_t;
 
 enum class SequenceStatus {
-  kWaiting,     // queued, never scheduled
+  kWaiting,     // queued, never scheduled here (or its remote prefill failed: local now)
   kRunning,     // holds blocks; prefilling or decoding
   kPreempted,   // lost its blocks to a decode that needed them; queued for recomputation
   kAwaitingKv,  // holds blocks; its prompt's KV is being computed elsewhere and sent here

@@ -136,7 +136,8 @@ Json prefill_work_to_json(const PrefillWork& work) {
                   {"head_dim", work.kv_layout.head_dim},
                   {"dtype", work.kv_layout.dtype}}},
                 {"first_block", work.first_block},
-                {"block_ids", work.block_ids}}},
+                {"block_ids", work.block_ids},
+                {"checksum", work.kv_checksum}}},
               {"timeout_ms", work.timeout_ms}};
 }
 
@@ -176,6 +177,7 @@ Result<PrefillWork> parse_prefill_work(std::string_view body) {
     work.kv_num_blocks = kv_reader.get<int>("num_blocks", 0);
     work.first_block = kv_reader.get<int>("first_block", 0);
     work.block_ids = kv_reader.get_ids("block_ids");
+    work.kv_checksum = kv_reader.get<bool>("checksum", false, /*required=*/false);
     if (const Json* layout = kv_reader.object("layout")) {
       FieldReader layout_reader(*layout, "prefill work: kv.layout");
       work.kv_layout.num_layers = layout_reader.get<int>("num_layers", 0);
@@ -246,6 +248,7 @@ std::string prefill_event_line(const PrefillEvent& event) {
       json["transfer_ms"] = event.transfer_ms;
       json["layers"] = event.layers;
       json["layers_overlapped"] = event.layers_overlapped;
+      if (!event.block_checksums.empty()) json["block_checksums"] = event.block_checksums;
       json["spans"] = spans_to_json(event.spans);
       break;
     case PrefillEvent::Kind::kKvFailed:
@@ -312,6 +315,15 @@ Result<PrefillEvent> parse_prefill_event(std::string_view line) {
     PDS_RETURN_IF_ERROR(reader.status());
     if (event.layers < 0 || event.layers_overlapped < 0 || event.layers_overlapped > event.layers) {
       return invalid_argument("prefill event: needs 0 <= 'layers_overlapped' <= 'layers'");
+    }
+    if (const auto sums = json.find("block_checksums"); sums != json.end()) {
+      if (!sums->is_array()) return invalid_argument("prefill event: 'block_checksums' is no array");
+      for (const Json& sum : *sums) {
+        if (!sum.is_number_unsigned()) {
+          return invalid_argument("prefill event: 'block_checksums' must hold unsigned integers");
+        }
+        event.block_checksums.push_back(sum.get<uint64_t>());
+      }
     }
     PDS_ASSIGN_OR_RETURN(event.spans, spans_from_json(json));
   } else if (name == "kv_failed" || name == "error") {

@@ -52,6 +52,7 @@ struct PrefillWork {
   int first_block = 0;             // prompt blocks before it are already on the decode node
   std::vector<int32_t> block_ids;  // decode-node blocks for prompt blocks first_block..
   int64_t timeout_ms = 30'000;     // for the transfer
+  bool kv_checksum = false;        // send a checksum of each block with kv_sent
 };
 
 nlohmann::json prefill_work_to_json(const PrefillWork& work);
@@ -92,6 +93,8 @@ struct PrefillEvent {
   double transfer_ms = 0;
   int layers = 0;
   int layers_overlapped = 0;
+  // When the work asked for them: XXH3-64 of each sent block (kv_transfer/kv_checksum.h).
+  std::vector<uint64_t> block_checksums;
   // kFirstToken, kKvSent: ms after the receipt of the work, each with end_ms >= start_ms >= 0
   std::vector<TimelineSpan> spans;
   // kKvFailed, kError

@@ -5,7 +5,8 @@
 // Prefill side: an export starts before the forward of the step that completes the prompt,
 // hears every layer during that forward, and finishes after the first token is sampled (or
 // is aborted when the forward or the sampling fails).
-// Either way the blocks stay pinned until the connector releases them.
+// Either way the blocks stay pinned until the connector releases them. A remote prefill that
+// fails is prefilled here instead.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -315,18 +316,12 @@ TEST_F(EngineCoreKvTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
   expect_all_released();
 }
 
-TEST_F(EngineCoreKvTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestWithAnError) {
-  add_imported("lost-kv", 8);
+TEST_F(EngineCoreKvTest, ProtocolViolationsEndTheRequestWithAnError) {
   add_imported("bad-token", 8);
   add_imported("ready-too-early", 8);
-  connector_.first_token("lost-kv", script_[0]);
   connector_.first_token("bad-token", kVocab);
   connector_.ready("ready-too-early");
   drain();
-  connector_.failed("lost-kv");
-  drain();
-  EXPECT_EQ(streams_["lost-kv"].deltas.size(), 2u);
-  EXPECT_EQ(streams_["lost-kv"].deltas.back().error.code(), StatusCode::kUnavailable);
   EXPECT_EQ(streams_["bad-token"].deltas.size(), 1u);
   EXPECT_EQ(streams_["bad-token"].deltas.back().error.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(streams_["ready-too-early"].deltas.size(), 1u);
@@ -334,10 +329,56 @@ TEST_F(EngineCoreKvTest, FailuresAfterOrInsteadOfTheFirstTokenEndTheRequestWithA
             StatusCode::kFailedPrecondition);
   // The engine told the connector about the failures it found itself.
   EXPECT_EQ(connector_.cancelled, (std::vector<std::string>{"bad-token", "ready-too-early"}));
-  for (const char* id : {"lost-kv", "bad-token", "ready-too-early"}) {
+  for (const char* id : {"bad-token", "ready-too-early"}) {
     EXPECT_EQ(streams_[id].finals, 1) << id;
     connector_.released(id);
   }
+  drain();
+  expect_all_released();
+  EXPECT_EQ(core_->stats().remote_prefill_fallbacks_total, 0);
+}
+
+// Issue #15 item 9: every prefill node failed (no first token), the KV was lost after the first
+// token, or it failed its checksum: the request is prefilled here and gets the same tokens as
+// a remote prefill would have given, the first token streamed once. The blocks held for the
+// transfer stay used until the connector's release, and none stays used afterwards.
+TEST_F(EngineCoreKvTest, AFailedRemotePrefillIsPrefilledHereWithTheSameTokens) {
+  add_imported("no-prefill-node", 5);
+  add_imported("lost-kv", 5);
+  add_imported("corrupt-kv", 5);
+  connector_.first_token("lost-kv", script_[0]);
+  connector_.first_token("corrupt-kv", script_[0]);
+  drain();
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 9);
+  connector_.failed("no-prefill-node");
+  connector_.failed("lost-kv");
+  connector_.pending.push_back({KvEventKind::kImportFailed, "corrupt-kv",
+                                data_loss("KV checksum mismatch"), std::nullopt, std::nullopt});
+  drain();
+  const std::vector<int32_t> expected(script_.begin(), script_.begin() + 5);
+  for (const char* id : {"no-prefill-node", "lost-kv", "corrupt-kv"}) {
+    SCOPED_TRACE(id);
+    const Stream& stream = streams_[id];
+    ASSERT_EQ(stream.finals, 1);
+    EXPECT_TRUE(stream.last().error.ok()) << stream.last().error.to_string();
+    EXPECT_EQ(stream.last().finish_reason, FinishReason::kLength);
+    EXPECT_EQ(stream.tokens(), expected);
+    EXPECT_EQ(stream.last().completion_tokens, 5);
+    EXPECT_EQ(stream.last().prompt_tokens, kPromptLen);
+  }
+  // Prefilled here: chunks were recorded for the prompt computed here.
+  EXPECT_FALSE(streams_["no-prefill-node"].last().timings.prefill_chunks.empty());
+  const ServiceStats stats = core_->stats();
+  EXPECT_EQ(stats.remote_prefill_fallbacks_total, 3);
+  EXPECT_EQ(stats.kv_checksum_mismatches_total, 1);
+  EXPECT_EQ(stats.prompt_tokens_total, 3 * kPromptLen);
+  EXPECT_EQ(stats.generation_tokens_total, 15);
+  EXPECT_TRUE(connector_.cancelled.empty()) << "the imports had ended already";
+  // The three transfers' blocks (3 each) are still held; the local prefills' blocks went to
+  // the prefix cache.
+  EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 9);
+  EXPECT_TRUE(core_->has_pending_work());
+  for (const char* id : {"no-prefill-node", "lost-kv", "corrupt-kv"}) connector_.released(id);
   drain();
   expect_all_released();
 }

@@ -1,9 +1,12 @@
 // The scheduler's import path (decode side of disaggregation): a remotely prefilled sequence
 // holds its blocks while awaiting KV, takes its first token before the KV lands, joins the
 // decode batch once it has, and decodes to exactly what the same prompt gives when prefilled
-// locally (the fake model's oracle reads every position back through the block table).
+// locally (the fake model's oracle reads every position back through the block table). When
+// the remote prefill fails, the sequence is prefilled here with fresh blocks while the old ones
+// stay held for the transfer, and still decodes to the oracle's output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "common/engine/scheduler.h"
@@ -248,6 +251,112 @@ TEST(SchedulerImportTest, AbortInEveryStateOfAnImport) {
     EXPECT_EQ(scheduler.abort(id).code(), StatusCode::kNotFound);
   }
   expect_nothing_held(scheduler);
+}
+
+// Runs steps until `seq_id` is gone; returns the tokens it got and checks that its first
+// scheduled entry computes something (a prompt is never taken whole from the cache).
+std::vector<int32_t> run_to_end(Scheduler& scheduler, FakeModelRunner& runner, SeqId seq_id) {
+  std::vector<int32_t> output;
+  bool first_entry = true;
+  for (int steps = 0; scheduler.find(seq_id) != nullptr && steps < 100; ++steps) {
+    const auto trace = run_step(scheduler, runner);
+    for (const auto& entry : trace.entries) {
+      if (entry.seq_id != seq_id) continue;
+      if (first_entry) {
+        EXPECT_GE(entry.num_new_tokens, 1);
+      }
+      first_entry = false;
+    }
+    for (const SequenceUpdate& update : trace.updates) {
+      if (update.seq_id == seq_id) output.push_back(update.token);
+    }
+  }
+  return output;
+}
+
+// Every prefill node failed (before the first token) or the KV failed its checksum (after it):
+// the blocks held for the transfer stay used and pinned under the holder id, garbage in them is
+// never read, and the sequence, requeued, gets fresh blocks and the oracle's output.
+TEST(SchedulerImportTest, AFailedImportIsPrefilledHereWhileTheTransfersBlocksStayHeld) {
+  for (const bool with_first_token : {false, true}) {
+    SCOPED_TRACE(with_first_token ? "after the first token" : "before the first token");
+    Scheduler scheduler = make_scheduler();
+    FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
+    const std::vector<int32_t> prompt = iota_tokens(10, 3);
+    constexpr int kMaxTokens = 6;
+    const std::vector<int32_t> oracle = expected_output(prompt, greedy_params(kMaxTokens),
+                                                        std::vector<int32_t>{kTestEos}, kTestVocab);
+    const SeqId imported = add_imported(scheduler, prompt, kMaxTokens);
+    ASSERT_TRUE(scheduler.block_manager().pin(imported).ok());  // as the engine does
+    const std::vector<int32_t> held = table_of(scheduler, imported);
+    // What a corrupted or half-done transfer left there.
+    runner.write_remote_kv(iota_tokens(10, 500), held, 0);
+    std::vector<int32_t> output;
+    if (with_first_token) {
+      ASSERT_TRUE(scheduler.accept_remote_first_token(imported, oracle[0]).ok());
+      output.push_back(oracle[0]);
+    }
+
+    Result<SeqId> holder = scheduler.requeue_failed_import(imported);
+    ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+    EXPECT_NE(*holder, imported);
+    EXPECT_EQ(scheduler.find(*holder), nullptr) << "a holder is no sequence";
+    EXPECT_EQ(table_of(scheduler, *holder), held);
+    EXPECT_FALSE(scheduler.block_manager().has_table(imported));
+    EXPECT_EQ(scheduler.num_awaiting_kv(), 0);
+    EXPECT_EQ(scheduler.num_waiting(), 1);
+    const Sequence& seq = *scheduler.find(imported);
+    EXPECT_EQ(seq.status(), SequenceStatus::kWaiting);
+    EXPECT_EQ(seq.num_output_tokens(), with_first_token ? 1 : 0);
+    EXPECT_EQ(scheduler.requeue_failed_import(imported).status().code(),
+              StatusCode::kFailedPrecondition);
+
+    const auto first_step = run_step(scheduler, runner);
+    ASSERT_EQ(first_step.entries.size(), 1u);
+    EXPECT_EQ(first_step.entries[0].num_cached_before, 0) << "nothing of it is cached here";
+    for (const SequenceUpdate& update : first_step.updates) output.push_back(update.token);
+    const std::vector<int32_t> fresh = table_of(scheduler, imported);
+    ASSERT_FALSE(fresh.empty());
+    for (int32_t block : fresh) {
+      const auto in_held = std::count(held.begin(), held.end(), block);
+      EXPECT_EQ(in_held, 0) << "block " << block << " is still held for the transfer";
+    }
+    const std::vector<int32_t> rest = run_to_end(scheduler, runner, imported);
+    output.insert(output.end(), rest.begin(), rest.end());
+    EXPECT_EQ(output, oracle);
+
+    // Until the transfer lets go, its blocks stay used and nothing enters the cache from them.
+    EXPECT_EQ(scheduler.block_manager().num_used_blocks(), static_cast<int>(held.size()));
+    ASSERT_TRUE(scheduler.block_manager().unpin(*holder).ok());
+    expect_nothing_held(scheduler);
+  }
+}
+
+// A prompt whose blocks are all in the prefix cache still computes its last token (or, after a
+// remote first token, that token) before sampling.
+TEST(SchedulerImportTest, AFullyCachedPromptFallingBackStillComputesSomething) {
+  for (const bool with_first_token : {false, true}) {
+    SCOPED_TRACE(with_first_token ? "after the first token" : "before the first token");
+    Scheduler scheduler = make_scheduler();
+    FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
+    const std::vector<int32_t> prompt = iota_tokens(8, 3);  // two full blocks
+    const std::vector<int32_t> oracle = expected_output(prompt, greedy_params(4),
+                                                        std::vector<int32_t>{kTestEos}, kTestVocab);
+    const SeqId warm = scheduler.add_request(prompt, greedy_params(4)).value();
+    EXPECT_EQ(run_to_end(scheduler, runner, warm), oracle);
+    const SeqId imported = add_imported(scheduler, prompt, 4);
+    std::vector<int32_t> output;
+    if (with_first_token) {
+      ASSERT_TRUE(scheduler.accept_remote_first_token(imported, oracle[0]).ok());
+      output.push_back(oracle[0]);
+    }
+    Result<SeqId> holder = scheduler.requeue_failed_import(imported);
+    ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+    const std::vector<int32_t> rest = run_to_end(scheduler, runner, imported);
+    output.insert(output.end(), rest.begin(), rest.end());
+    EXPECT_EQ(output, oracle);
+    expect_nothing_held(scheduler);
+  }
 }
 
 TEST(SchedulerImportTest, ImportsAreRefusedWhenThePoolOrTheSequenceCapIsFull) {

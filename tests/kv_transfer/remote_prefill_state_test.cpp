@@ -18,7 +18,7 @@ RemotePrefillState fresh() { return RemotePrefillState(t0 + seconds(60), kHold);
 
 bool nothing(const ImportActions& a) {
   return !a.report_first_token && !a.report_ready && !a.report_failure && !a.retry_next_node &&
-         !a.send_cancel && !a.cancel_call;
+         !a.send_cancel && !a.cancel_call && !a.verify;
 }
 
 // Posted, accepted, first token reported.
@@ -61,6 +61,92 @@ TEST(RemotePrefillState, TheCompletionMessageMayComeBeforeTheFirstTokenOrAfterTh
   EXPECT_TRUE(nothing(late.call_ended(Status::ok_status(), false, t0)));
   EXPECT_EQ(late.state(), ImportState::kFirstToken);
   EXPECT_TRUE(late.landed_now().report_ready);
+}
+
+// Checksums on: the KV is not ready until the connector compared the landed blocks with
+// kv_sent's checksums, whatever order the completion message, kv_sent and the first token
+// come in.
+TEST(RemotePrefillState, WithChecksumsTheKvIsVerifiedBeforeItIsReady) {
+  for (int order = 0; order < 3; ++order) {
+    SCOPED_TRACE(order);
+    RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
+    s.work_sent();
+    s.head(200);
+    ImportActions last;
+    if (order == 0) {
+      EXPECT_TRUE(s.first_token(t0, t0 + seconds(32)).report_first_token);
+      EXPECT_TRUE(nothing(s.kv_sent()));
+      last = s.landed_now();
+    } else if (order == 1) {
+      EXPECT_TRUE(s.first_token(t0, t0 + seconds(32)).report_first_token);
+      EXPECT_TRUE(nothing(s.landed_now()));
+      last = s.kv_sent();
+    } else {
+      EXPECT_TRUE(nothing(s.landed_now()));
+      EXPECT_TRUE(nothing(s.kv_sent()));
+      last = s.first_token(t0, t0 + seconds(32));
+      EXPECT_TRUE(last.report_first_token);
+    }
+    EXPECT_TRUE(last.verify);
+    EXPECT_FALSE(last.report_ready);
+    EXPECT_EQ(s.state(), ImportState::kVerifying);
+    EXPECT_FALSE(s.releasable(t0)) << "the connector is reading the blocks";
+    EXPECT_FALSE(s.overdue(t0 + seconds(3600))) << "everything needed is here";
+    EXPECT_TRUE(nothing(s.call_ended(Status::ok_status(), false, t0)));
+    const ImportActions verified = s.verified(Status::ok_status());
+    EXPECT_TRUE(verified.report_ready);
+    EXPECT_EQ(s.state(), ImportState::kReady);
+    EXPECT_TRUE(s.releasable(t0));
+  }
+}
+
+TEST(RemotePrefillState, AChecksumMismatchFailsTheImportAndReleasesTheBlocksAtOnce) {
+  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
+  s.work_sent();
+  s.head(200);
+  s.first_token(t0, t0 + seconds(32));
+  s.kv_sent();
+  ASSERT_TRUE(s.landed_now().verify);
+  const ImportActions a = s.verified(data_loss("block 0 differs"));
+  ASSERT_TRUE(a.report_failure.has_value());
+  EXPECT_EQ(a.report_failure->code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(a.report_ready);
+  // The completion message followed every put: nothing can land any more.
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+  EXPECT_TRUE(s.releasable(t0));
+  EXPECT_TRUE(nothing(s.verified(Status::ok_status())));
+  EXPECT_TRUE(nothing(s.cancel(cancelled("late"), t0)));
+}
+
+TEST(RemotePrefillState, WithChecksumsAStreamEndingWithoutKvSentFailsClosed) {
+  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
+  s.work_sent();
+  s.head(200);
+  s.first_token(t0, t0 + seconds(32));
+  EXPECT_TRUE(nothing(s.landed_now()));
+  const ImportActions a = s.call_ended(Status::ok_status(), false, t0);
+  ASSERT_TRUE(a.report_failure.has_value());
+  EXPECT_FALSE(a.report_ready);
+  EXPECT_FALSE(a.verify);
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+  // Without checksums the same exchange is ready (the completion message is proof enough).
+  RemotePrefillState plain = streaming();
+  plain.landed_now();
+  EXPECT_TRUE(plain.call_ended(Status::ok_status(), false, t0).report_ready);
+}
+
+TEST(RemotePrefillState, ACancelWhileVerifyingReleasesAndTheVerdictIsIgnored) {
+  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
+  s.work_sent();
+  s.head(200);
+  s.first_token(t0, t0 + seconds(32));
+  s.kv_sent();
+  ASSERT_TRUE(s.landed_now().verify);
+  const ImportActions a = s.cancel(cancelled("the client left"), t0);
+  ASSERT_TRUE(a.report_failure.has_value());
+  EXPECT_FALSE(a.send_cancel) << "the KV has landed: nothing to stop";
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+  EXPECT_TRUE(nothing(s.verified(Status::ok_status())));
 }
 
 // Item 6: a client that leaves before its KV lands. The prefill node is told and the call is

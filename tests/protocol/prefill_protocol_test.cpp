@@ -73,6 +73,42 @@ TEST(PrefillEventTest, KvSentKeepsLayersAndSpans) {
   EXPECT_EQ(parsed->spans[1].name, "prefill.request");
 }
 
+TEST(PrefillEventTest, KvSentKeepsItsBlockChecksumsBitExact) {
+  PrefillEvent sent;
+  sent.kind = PrefillEvent::Kind::kKvSent;
+  sent.blocks = 3;
+  // Above 2^53 and 2^63: a JSON double would round them.
+  sent.block_checksums = {0, 0x0123456789abcdefULL, 0xfedcba9876543211ULL};
+  Result<PrefillEvent> parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->block_checksums, sent.block_checksums);
+  // Without checksums the field is left out and comes back empty.
+  sent.block_checksums.clear();
+  EXPECT_EQ(line_of(sent).find("block_checksums"), std::string::npos);
+  parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_TRUE(parsed->block_checksums.empty());
+}
+
+TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
+  PrefillWork work;
+  work.request_id = "r";
+  work.prompt_token_ids = {1, 2, 3};
+  work.kv_descriptor = "AAAA";
+  work.kv_num_blocks = 8;
+  work.kv_layout = {2, 16, 8, 128, "float32"};
+  work.block_ids = {5};
+  work.kv_checksum = true;
+  nlohmann::json json = prefill_work_to_json(work);
+  Result<PrefillWork> parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_TRUE(parsed->kv_checksum);
+  json["kv"].erase("checksum");
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_FALSE(parsed->kv_checksum);
+}
+
 // Replaces `from` (which must occur) in the event's line by `to`.
 std::string edited(const PrefillEvent& event, const std::string& from, const std::string& to) {
   std::string line = line_of(event);
@@ -118,6 +154,9 @@ TEST(PrefillEventTest, KvSentWithMoreOverlappedLayersThanLayersIsRefused) {
   EXPECT_TRUE(parse_prefill_event(line_of(sent)).ok());
   expect_refused(edited(sent, "\"layers\":2,", ""), "'layers' is missing");
   expect_refused(edited(sent, ",\"spans\":[]", ""), "'spans' must be an array");
+  sent.block_checksums = {7};
+  expect_refused(edited(sent, "[7]", "[-7]"), "'block_checksums' must hold unsigned integers");
+  expect_refused(edited(sent, "[7]", "7"), "'block_checksums' is no array");
 }
 
 TEST(PrefillProtocolTest, DeeplyNestedWorkAndEventsAreRefusedBeforeParsing) {
