@@ -42,18 +42,21 @@ PID = os.getpid()
 DELAY_MS, JITTER_MS, LOSS, RATE_BPS = 20, 5, 0.01, 1e9
 PARTITION_S = 5
 DECODE_DETECT_S = 5  # the proxy's heartbeat timeout (3 s), its 250 ms expiry tick, and margin
-REQUEST_DEADLINE_S = 40  # each client request, measured by the client
+REQUEST_DEADLINE_S = 70  # each client request, measured by the client
 NODE_ARGS = ["--threads", "1", "--kv-cache-memory-gib", "0.25", "--max-model-len", "4096"]
 # A heartbeat call may take its whole 2 s timeout (a SYN lost twice at 1% loss), after which the
 # node waits one interval: 2 intervals + 2 s must stay under the proxy's heartbeat timeout, or one
 # unlucky call drops a healthy node (with 500 ms and 2 s, a third of the runs did).
-CLUSTER_NODE_ARGS = ["--ucx-tls", "tcp", "--kv-transfer-timeout-ms", "10000", "--heartbeat-interval-ms", "250"]
+# A KV transfer's deadline runs from the start of its prompt's forward, and one transfer past it
+# fails every transfer to that decode node (its endpoint is closed): 20 s is room for a loaded
+# 2-core machine (10 s was not, at a load average of 8).
+CLUSTER_NODE_ARGS = ["--ucx-tls", "tcp", "--kv-transfer-timeout-ms", "20000", "--heartbeat-interval-ms", "250"]
 # The proxy's stream idle timeout must exceed the decode node's wait for KV after the first token
 # (--kv-transfer-timeout-ms + 2 s grace): else a prefill node's fault ends the stream as a decode
 # node's failure, and the proxy marks that healthy decode node down.
-PROXY_ARGS = ["--heartbeat-timeout-ms", "3000", "--first-byte-timeout-s", "20", "--stream-idle-timeout-s", "15",
-              "--request-timeout-s", "35"]
-DECODE_ARGS = ["--prefill-timeout-ms", "15000"]
+PROXY_ARGS = ["--heartbeat-timeout-ms", "3000", "--first-byte-timeout-s", "30", "--stream-idle-timeout-s", "25",
+              "--request-timeout-s", "60"]
+DECODE_ARGS = ["--prefill-timeout-ms", "20000"]
 ROLES = ["proxy", "prefill-0", "prefill-1", "decode-0", "decode-1"]
 
 
@@ -523,6 +526,12 @@ def main():
     try:
         lab.shape(on=True)
         run_workload(urls["proxy"], baseline, f"{DELAY_MS} ms ± {JITTER_MS} ms, {LOSS:.0%} loss, 1 Gbit/s links")
+        decodes = [urls[r] for r in ROLES if r.startswith("decode")]
+        transfers = sum(metric(u, "pdserve:kv_transfer_time_seconds_count") for u in decodes)
+        t.expect(transfers >= len(REQUESTS), f"only {transfers:.0f} KV transfers for {len(REQUESTS)} requests")
+        print(f"     KV transfers on the shaped links: {transfers:.0f}, mean "
+              f"{sum(metric(u, 'pdserve:kv_transfer_time_seconds_sum') for u in decodes) / transfers:.2f} s, "
+              f"{sum(metric(u, 'pdserve:kv_transfer_bytes_total') for u in decodes) / 1e6:.0f} MB", flush=True)
         wait_no_blocks_in_use(urls, time.monotonic(), "after the shaped workload")
         for kind in ("decode", "prefill"):
             victim, healed_at = partition(lab, urls, baseline, kind)
