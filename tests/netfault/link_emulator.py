@@ -8,7 +8,7 @@ held DELAY ± JITTER ms (uniform, like netem without a distribution table: frame
 
 Usage: link_emulator.py --delay-ms D --jitter-ms J --loss P --rate-bps R --seed S \
            PORT[:shaped] ...
-SIGUSR1 turns shaping on, SIGUSR2 off (it starts off). Ports that are down drop what they get.
+It forwards unshaped until SIGUSR1 turns shaping on. Ports that are down drop what they get.
 It exits when its parent does (a test killed by SIGKILL leaves no emulator behind).
 """
 import argparse
@@ -55,7 +55,6 @@ def main():
     by_fd = {p["sock"].fileno(): p for p in ports}
     shaping = {"on": False}
     signal.signal(signal.SIGUSR1, lambda *_: shaping.update(on=True))
-    signal.signal(signal.SIGUSR2, lambda *_: shaping.update(on=False))
     where = {}  # MAC -> port
     queue = []  # (due, sequence, port, bytes)
     sequence = 0

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -163,34 +164,30 @@ class Lab:
     def exec(self, role, argv):
         return ["ip", "netns", "exec", self.namespaces[role], *argv]
 
-    def shape(self, on):
-        """Delay, jitter, loss and rate on every node's link (its namespace's egress)."""
+    def shape(self):
+        """Delay, jitter, loss and rate on every node's link (its namespace's egress), from now on."""
         if self.use_netem:
             for namespace in self.namespaces.values():
-                if on:
-                    sh("tc", "-n", namespace, "qdisc", "add", "dev", "eth0", "root", "netem", "delay", f"{DELAY_MS}ms",
-                       f"{JITTER_MS}ms", "loss", f"{LOSS * 100:g}%", "rate", f"{RATE_BPS / 1e9:g}gbit")
-                else:
-                    sh("tc", "-n", namespace, "qdisc", "del", "dev", "eth0", "root")
+                sh("tc", "-n", namespace, "qdisc", "add", "dev", "eth0", "root", "netem", "delay", f"{DELAY_MS}ms",
+                   f"{JITTER_MS}ms", "loss", f"{LOSS * 100:g}%", "rate", f"{RATE_BPS / 1e9:g}gbit")
         else:
-            self.emulator.send_signal(10 if on else 12)  # SIGUSR1 / SIGUSR2
+            self.emulator.send_signal(signal.SIGUSR1)
 
     def set_link(self, role, up):
         sh("ip", "link", "set", self.host_ends[role], "up" if up else "down")
 
-    def kv_in_flight(self, prefill_role, decode_ports):
-        """Decode roles that a prefill node has unacknowledged bytes queued to over UCX (any
-        connection to a decode node's address but its HTTP port)."""
+    def kv_in_flight(self, prefill_role, prefill_port, decode_ports):
+        """Decode roles that a prefill node has unacknowledged bytes queued to over UCX: any
+        connection between them but HTTP (the prefill node's port, or the decode node's)."""
         out = sh("ss", "-N", self.namespaces[prefill_role], "-tnH", "state", "established").stdout
         busy = set()
         for line in out.splitlines():
             fields = line.split()
-            if len(fields) < 4:
+            if len(fields) < 4 or int(fields[1]) == 0:
                 continue
-            send_q, peer = int(fields[1]), fields[3]
-            peer_ip, _, peer_port = peer.rpartition(":")
+            local_port, (peer_ip, _, peer_port) = int(fields[2].rpartition(":")[2]), fields[3].rpartition(":")
             for role, port in decode_ports.items():
-                if peer_ip == self.ips[role] and int(peer_port) != port and send_q > 0:
+                if peer_ip == self.ips[role] and port != int(peer_port) and local_port != prefill_port:
                     busy.add(role)
         return busy
 
@@ -421,7 +418,7 @@ def partition(lab, urls, baseline, victim_kind):
     end = time.monotonic() + 60
     while victim is None and time.monotonic() < end:
         for prefill in ("prefill-0", "prefill-1"):
-            busy = lab.kv_in_flight(prefill, decode_ports)
+            busy = lab.kv_in_flight(prefill, split_url(urls[prefill])[1], decode_ports)
             if busy:
                 victim = prefill if victim_kind == "prefill" else sorted(busy)[0]
                 break
@@ -524,7 +521,7 @@ def main():
     processes, urls = start_cluster(lab, model)
     failed = 1
     try:
-        lab.shape(on=True)
+        lab.shape()
         run_workload(urls["proxy"], baseline, f"{DELAY_MS} ms ± {JITTER_MS} ms, {LOSS:.0%} loss, 1 Gbit/s links")
         decodes = [urls[r] for r in ROLES if r.startswith("decode")]
         transfers = sum(metric(u, "pdserve:kv_transfer_time_seconds_count") for u in decodes)
