@@ -43,6 +43,7 @@ BINARIES = {
 CLUSTER_TOKEN = "test-cluster-token"
 
 _children = []
+_cleanups = []
 _work_dir = tempfile.mkdtemp(prefix="pdserve-test-")
 _keep_work_dir = False
 
@@ -51,11 +52,22 @@ def work_dir():
     return _work_dir
 
 
+def add_cleanup(function):
+    """Runs `function` when the test exits (normally, on failure, signal or deadline), after
+    every child process is killed; the last added runs first."""
+    _cleanups.append(function)
+
+
 def _cleanup():
     for child in _children:
         if child.poll() is None:
             child.kill()
             child.wait()
+    while _cleanups:
+        try:
+            _cleanups.pop()()
+        except Exception:  # noqa: BLE001 - the other cleanups still run
+            traceback.print_exc()
     if not _keep_work_dir:
         shutil.rmtree(_work_dir, ignore_errors=True)
 
