@@ -1,5 +1,6 @@
 #include "common/cluster/node_agent.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/cluster/cluster_auth.h"
@@ -13,6 +14,14 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr auto kCallTimeout = std::chrono::seconds(2);
+
+// A heartbeat that gets no answer must not delay the next one past the proxy's expiry (3 s
+// by default): each call is bounded by the interval (within [100 ms, 2 s]) and calls start on a
+// fixed cadence, so one lost heartbeat leaves a gap of about two intervals.
+std::chrono::milliseconds heartbeat_call_timeout(std::chrono::milliseconds interval) {
+  return std::clamp<std::chrono::milliseconds>(interval, std::chrono::milliseconds(100),
+                                               kCallTimeout);
+}
 
 }  // namespace
 
@@ -78,6 +87,7 @@ bool NodeAgent::retired() const {
 
 void NodeAgent::run() {
   for (;;) {
+    const auto tick = std::chrono::steady_clock::now();
     if (node_id().empty()) {
       register_node();
     } else {
@@ -88,7 +98,7 @@ void NodeAgent::run() {
       return;
     }
     std::unique_lock lock(mutex_);
-    wake_.wait_for(lock, options_.heartbeat_interval, [this] { return stopping_; });
+    wake_.wait_until(lock, tick + options_.heartbeat_interval, [this] { return stopping_; });
     if (stopping_) return;
   }
 }
@@ -130,7 +140,7 @@ void NodeAgent::send_heartbeat() {
   request.method = "POST";
   request.target = "/cluster/nodes/" + node_id() + "/heartbeat";
   request.headers.emplace_back(std::string(kAuthorizationHeader), cluster_auth_header_value(options_.cluster_token));
-  request.timeout = kCallTimeout;
+  request.timeout = heartbeat_call_timeout(options_.heartbeat_interval);
   request.body = Heartbeat{load_ ? load_() : NodeLoad{}}.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
   if (!response.ok()) return;

@@ -1,6 +1,8 @@
 // A node's membership in a proxy's cluster: registers the node (POST /cluster/nodes with its
 // role, HTTP address, model, KV descriptor and capacity), then sends its load as a heartbeat
-// every interval (POST /cluster/nodes/ID/heartbeat). When the proxy forgets it (404: the proxy
+// every interval, on a fixed cadence, each call bounded by the interval (POST
+// /cluster/nodes/ID/heartbeat): a heartbeat lost on the network does not hold up the next one.
+// When the proxy forgets it (404: the proxy
 // restarted, or dropped the node after missed heartbeats) it registers again; when the proxy
 // is unreachable it keeps retrying. When the proxy drains the node its heartbeat answers say
 // "draining"; once the node's requests are done the proxy retires the id (410 Gone): the
