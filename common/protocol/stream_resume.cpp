@@ -8,8 +8,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-Json state_json(const SamplerRng::State& state) { return Json(state); }
-
 // `name` as a sampler state (four unsigned 64-bit integers), nullopt when absent.
 std::optional<SamplerRng::State> read_state(const Json& object, const char* name,
                                             FieldReader& reader) {
@@ -36,11 +34,37 @@ Result<Json> parse_object(std::string_view text, const std::string& where) {
   return json;
 }
 
+// Both messages carry the same four fields; only the name of the token list differs.
+struct StreamFields {
+  std::string id;
+  int64_t created = 0;
+  std::vector<int32_t> tokens;
+  std::optional<SamplerRng::State> sampler_state;
+};
+
+Json fields_json(const StreamFields& fields, const char* tokens_key) {
+  Json json = {{"id", fields.id}, {"created", fields.created}, {tokens_key, fields.tokens}};
+  if (fields.sampler_state) json["sampler_state"] = Json(*fields.sampler_state);
+  return json;
+}
+
+Result<StreamFields> read_fields(const Json& json, const std::string& where,
+                                 const char* tokens_key) {
+  FieldReader reader(json, where);
+  StreamFields fields;
+  fields.id = reader.get<std::string>("id", "");
+  fields.created = reader.get<int64_t>("created", 0);
+  fields.tokens = reader.get_ids(tokens_key);
+  fields.sampler_state = read_state(json, "sampler_state", reader);
+  PDS_RETURN_IF_ERROR(reader.status());
+  if (fields.id.empty()) return invalid_argument(where + ": 'id' is empty");
+  return fields;
+}
+
 }  // namespace
 
 std::string StreamCheckpoint::to_comment() const {
-  Json json = {{"id", id}, {"created", created}, {"token_ids", token_ids}};
-  if (sampler_state) json["sampler_state"] = state_json(*sampler_state);
+  const Json json = fields_json({id, created, token_ids, sampler_state}, "token_ids");
   return std::string(kStreamCheckpointPrefix) + json.dump() + "\n\n";
 }
 
@@ -52,38 +76,24 @@ Result<StreamCheckpoint> StreamCheckpoint::parse_comment(std::string_view event)
   }
   PDS_ASSIGN_OR_RETURN(const Json json,
                        parse_object(event.substr(kStreamCheckpointPrefix.size()), where));
-  FieldReader reader(json, where);
-  StreamCheckpoint checkpoint;
-  checkpoint.id = reader.get<std::string>("id", "");
-  checkpoint.created = reader.get<int64_t>("created", 0);
-  checkpoint.token_ids = reader.get_ids("token_ids");
-  checkpoint.sampler_state = read_state(json, "sampler_state", reader);
-  PDS_RETURN_IF_ERROR(reader.status());
-  if (checkpoint.id.empty()) return invalid_argument(where + ": 'id' is empty");
-  return checkpoint;
+  PDS_ASSIGN_OR_RETURN(StreamFields fields, read_fields(json, where, "token_ids"));
+  return StreamCheckpoint{std::move(fields.id), fields.created, std::move(fields.tokens),
+                          fields.sampler_state};
 }
 
 Json StreamResume::to_json() const {
-  Json json = {{"id", id}, {"created", created}, {"output_token_ids", output_token_ids}};
-  if (sampler_state) json["sampler_state"] = state_json(*sampler_state);
-  return json;
+  return fields_json({id, created, output_token_ids, sampler_state}, "output_token_ids");
 }
 
 Result<StreamResume> StreamResume::parse(const Json& json) {
   const std::string where = std::string("'") + kStreamResumeField + "'";
   if (!json.is_object()) return invalid_argument(where + " is not a JSON object");
-  FieldReader reader(json, where);
-  StreamResume resume;
-  resume.id = reader.get<std::string>("id", "");
-  resume.created = reader.get<int64_t>("created", 0);
-  resume.output_token_ids = reader.get_ids("output_token_ids");
-  resume.sampler_state = read_state(json, "sampler_state", reader);
-  PDS_RETURN_IF_ERROR(reader.status());
-  if (resume.id.empty()) return invalid_argument(where + ": 'id' is empty");
-  if (!resume.output_token_ids.empty() && !resume.sampler_state) {
+  PDS_ASSIGN_OR_RETURN(StreamFields fields, read_fields(json, where, "output_token_ids"));
+  if (!fields.tokens.empty() && !fields.sampler_state) {
     return invalid_argument(where + ": 'sampler_state' is missing (needed after a token)");
   }
-  return resume;
+  return StreamResume{std::move(fields.id), fields.created, std::move(fields.tokens),
+                      fields.sampler_state};
 }
 
 }  // namespace pdserve
