@@ -43,7 +43,15 @@ struct Peer {
   std::unique_ptr<RemoteKey> rkey;
   ucs_status_t failure = UCS_OK;  // set by UCX's error callback or a deadline
   bool closed = false;
+  // UCX reports this peer's failure itself; otherwise (shared memory in UCX 1.13) a transfer's
+  // deadline is the only failure detector and fails the whole peer.
+  bool detects_failure = true;
 };
+
+// How long a transfer stopped at its deadline may take to flush the puts it issued before its
+// peer is failed instead. Well inside the receiver's hold of its blocks after a failure (the
+// transfer timeout plus a grace period, ucx_kv_connector.h).
+constexpr auto kExpiredFlushGrace = std::chrono::seconds(1);
 
 // An acknowledgement owed to a sender, sent from progress() rather than inside the callback.
 struct PendingAck {
@@ -246,6 +254,45 @@ struct KvTransferEngine::Impl {
     }
   }
 
+  // Stops one transfer: no more puts, no completion message; it fails with `reason` once the
+  // puts it issued are remotely complete (an endpoint flush), and the endpoint stays open.
+  void begin_cancel(TransferId id, Transfer& transfer, Peer& peer, Status reason) {
+    transfer.stage = Stage::kCancelling;
+    transfer.error = std::move(reason);
+    if (transfer.requests.empty() && transfer.message.blocks == 0) {
+      transfer.stage = Stage::kFailed;  // no put was issued
+      return;
+    }
+    // The flush completes when every put issued on the endpoint so far is remotely complete
+    // (this transfer's and, harmlessly, any other's).
+    ucp_request_param_t params{};
+    const Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params),
+                                       transfer.requests, "ucp_ep_flush_nbx");
+    if (!issued.ok()) {
+      fail_peer(transfer.peer, peer,
+                issued.with_context("cancelling transfer " + std::to_string(id)));
+    }
+  }
+
+  // A transfer still putting when its deadline passes fails alone where UCX watches the peer:
+  // its puts are stopped and flushed for a short grace, and only a flush that does not finish
+  // fails the peer (its other transfers with it). The peer fails at once where the deadline is
+  // the only failure detector, for a transfer already cancelling, and for one whose completion
+  // message is out (UCX may still read its buffer: only closing the endpoint ends that).
+  void expire(TransferId id, Transfer& transfer, Peer& peer,
+              std::chrono::steady_clock::time_point now) {
+    Status reason = deadline_exceeded("KV transfer " + std::to_string(id) + " to peer " +
+                                      std::to_string(transfer.peer) + " ran past its deadline");
+    const bool putting = transfer.stage == Stage::kOpen || transfer.stage == Stage::kPutting;
+    if (!peer.detects_failure || !putting) {
+      if (transfer.stage != Stage::kCancelling) transfer.error = std::move(reason);
+      peer.failure = UCS_ERR_TIMED_OUT;
+      return;
+    }
+    transfer.deadline = now + kExpiredFlushGrace;
+    begin_cancel(id, transfer, peer, std::move(reason));
+  }
+
   bool progress() {
     bool active = false;
     for (int i = 0; i < 64 && ucp_worker_progress(worker->get()) != 0; ++i) active = true;
@@ -256,10 +303,7 @@ struct KvTransferEngine::Impl {
       Peer& peer = *peers.at(transfer.peer);
       if (peer.failure != UCS_OK) continue;
       if (now > transfer.deadline) {
-        transfer.error =
-            deadline_exceeded("KV transfer " + std::to_string(id) + " to peer " +
-                              std::to_string(transfer.peer) + " ran past its deadline");
-        peer.failure = UCS_ERR_TIMED_OUT;
+        expire(id, transfer, peer, now);
         continue;
       }
       advance(id, transfer, peer);
@@ -332,6 +376,7 @@ Result<PeerId> KvTransferEngine::connect(const PeerDescriptor& descriptor) {
     PDS_LOG_INFO("KV peer: transports without peer-failure detection; relying on deadlines");
     endpoint = UcpEndpoint::create(*impl_->worker, descriptor.worker_address,
                                    /*detect_peer_failure=*/false, &on_peer_error, peer.get());
+    peer->detects_failure = false;
   }
   if (!endpoint.ok()) return endpoint.status();
   peer->endpoint = std::move(endpoint).value();
@@ -457,20 +502,14 @@ Status KvTransferEngine::cancel_transfer(TransferId id) {
     return failed_precondition("cancel_transfer: KV transfer " + std::to_string(id) +
                                " has sent its completion message or has finished");
   }
-  transfer.stage = Stage::kCancelling;
-  transfer.error = cancelled("KV transfer " + std::to_string(id) + " was cancelled");
-  Peer& peer = *impl_->peers.at(transfer.peer);
-  if (transfer.requests.empty() && transfer.message.blocks == 0) {
-    transfer.stage = Stage::kFailed;  // no put was issued
-    return {};
-  }
-  // The flush completes when every put issued on the endpoint so far is remotely complete
-  // (this transfer's and, harmlessly, any other's); the endpoint stays open.
-  ucp_request_param_t params{};
-  Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params), transfer.requests,
-                               "ucp_ep_flush_nbx");
-  if (!issued.ok()) impl_->fail_peer(transfer.peer, peer, issued.with_context("cancelling"));
+  impl_->begin_cancel(id, transfer, *impl_->peers.at(transfer.peer),
+                      cancelled("KV transfer " + std::to_string(id) + " was cancelled"));
   return {};
+}
+
+bool KvTransferEngine::detects_peer_failure(PeerId id) const {
+  auto it = impl_->peers.find(id);
+  return it != impl_->peers.end() && it->second->detects_failure;
 }
 
 bool KvTransferEngine::peer_usable(PeerId id) const {

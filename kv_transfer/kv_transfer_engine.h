@@ -91,11 +91,15 @@ class KvTransferEngine {
   // completion message is sent, and the transfer fails (Cancelled) once the puts already
   // issued are remotely complete (an endpoint flush), so that when poll() reports it, none of
   // its puts can still land. A transfer whose completion message is already out finishes as
-  // usual (FailedPrecondition); NotFound for an unknown id. Past the deadline the peer fails as
-  // for any other transfer.
+  // usual (FailedPrecondition); NotFound for an unknown id. A cancelled transfer still
+  // flushing at its deadline fails its peer.
   Status cancel_transfer(TransferId id);
   // Whether the peer is connected and has not failed (a failed peer must be connected again).
   bool peer_usable(PeerId peer) const;
+  // Whether UCX reports this peer's failure itself. Then a transfer past its deadline fails
+  // alone (DeadlineExceeded, after a short flush of its issued puts); otherwise the deadline is
+  // the only failure detector and fails the peer with all its transfers.
+  bool detects_peer_failure(PeerId peer) const;
   // The transfer's state. A finished transfer (done or failed) is reported once, then
   // forgotten; NOT_FOUND for an unknown id.
   Result<TransferStatus> poll(TransferId id);
