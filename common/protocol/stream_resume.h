@@ -30,7 +30,7 @@ inline constexpr const char* kStreamResumeField = "pdserve_resume";
 struct StreamCheckpoint {
   std::string id;  // the response's id ("cmpl-...", "chatcmpl-...")
   int64_t created = 0;
-  std::vector<int32_t> token_ids;  // new since the previous checkpoint
+  std::vector<int32_t> token_ids;                  // new since the previous checkpoint
   std::optional<SamplerRng::State> sampler_state;  // after them; none before the first token
 
   // The whole SSE comment event, blank line included.
@@ -42,7 +42,7 @@ struct StreamCheckpoint {
 struct StreamResume {
   std::string id;
   int64_t created = 0;
-  std::vector<int32_t> output_token_ids;  // every token delivered so far
+  std::vector<int32_t> output_token_ids;           // every token delivered so far
   std::optional<SamplerRng::State> sampler_state;  // required when output_token_ids is not empty
 
   nlohmann::json to_json() const;

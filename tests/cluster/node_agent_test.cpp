@@ -24,7 +24,8 @@ class FakeProxy {
     http::Router router;
     router.add("POST", "/cluster/nodes",
                [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> channel) {
-                 channel->send({200, "application/json", {}, RegistrationReply{"decode-1"}.to_json().dump()});
+                 channel->send(
+                     {200, "application/json", {}, RegistrationReply{"decode-1"}.to_json().dump()});
                });
     router.add_prefix("POST", "/cluster/nodes/",
                       [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
@@ -34,7 +35,9 @@ class FakeProxy {
                           stalled_ = ch;  // the first heartbeat is never answered
                           return;
                         }
-                        ch->send({200, "application/json", {},
+                        ch->send({200,
+                                  "application/json",
+                                  {},
                                   HeartbeatReply{"decode-1", NodeState::kUp}.to_json().dump()});
                       });
     router.add_prefix("DELETE", "/cluster/nodes/",

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace pdserve::kv_transfer {
 namespace {
@@ -44,6 +46,59 @@ TransferStatus wait_for(KvTransferEngine& sender, KvTransferEngine* receiver, Tr
 }
 
 class KvTransferLoopback : public ::testing::TestWithParam<std::string> {};
+
+// A sender connected to a receiver, for the tests of one transfer failing beside another: the
+// sender's pool counts up from `first_byte`, the receiver's is zero.
+struct ConnectedPair {
+  static constexpr BlockCopy kDoomedCopy{0, 0, 4 * kBlockBytes};
+  static constexpr BlockCopy kSurvivorCopy{8 * kBlockBytes, 8 * kBlockBytes, 4 * kBlockBytes};
+
+  std::unique_ptr<KvTransferEngine> sender;
+  std::unique_ptr<KvTransferEngine> receiver;
+  std::vector<std::uint8_t> source = std::vector<std::uint8_t>(kPoolBytes);
+  std::vector<std::uint8_t> destination = std::vector<std::uint8_t>(kPoolBytes, 0);
+  PeerId peer = 0;
+
+  // Two open transfers to the peer with their puts issued: the doomed one (tag 1, with
+  // `doomed_timeout`) and the survivor (tag 2).
+  std::pair<TransferId, TransferId> open_doomed_and_survivor(milliseconds doomed_timeout) {
+    auto doomed = sender->open_transfer(peer, 1, doomed_timeout);
+    auto survivor = sender->open_transfer(peer, 2, milliseconds(10000));
+    EXPECT_TRUE(doomed.ok() && survivor.ok());
+    EXPECT_TRUE(sender->add_puts(*doomed, std::span(&kDoomedCopy, 1)).ok());
+    EXPECT_TRUE(sender->add_puts(*survivor, std::span(&kSurvivorCopy, 1)).ok());
+    return {*doomed, *survivor};
+  }
+
+  // The survivor, closed now, lands whole and is the only transfer the receiver heard of.
+  void expect_survivor_lands(TransferId survivor) {
+    ASSERT_TRUE(sender->close_transfer(survivor).ok());
+    const TransferStatus status = wait_for(*sender, receiver.get(), survivor, milliseconds(15000));
+    ASSERT_EQ(status.state, TransferState::kDone) << status.error.to_string();
+    EXPECT_TRUE(std::equal(source.begin() + 8 * kBlockBytes, source.begin() + 12 * kBlockBytes,
+                           destination.begin() + 8 * kBlockBytes));
+    const std::vector<ReceivedTransfer> received = receiver->take_received();
+    ASSERT_EQ(received.size(), 1u);  // no completion message for the doomed one
+    EXPECT_EQ(received[0].request_tag, 2u);
+  }
+};
+
+std::unique_ptr<ConnectedPair> connect_pair(const std::string& transports,
+                                            std::uint8_t first_byte) {
+  auto pair = std::make_unique<ConnectedPair>();
+  pair->sender = make_engine(transports);
+  pair->receiver = make_engine(transports);
+  if (!pair->sender || !pair->receiver) return nullptr;
+  std::iota(pair->source.begin(), pair->source.end(), first_byte);
+  EXPECT_TRUE(pair->sender->register_pool(pair->source.data(), pair->source.size()).ok());
+  EXPECT_TRUE(
+      pair->receiver->register_pool(pair->destination.data(), pair->destination.size()).ok());
+  Result<PeerId> peer = pair->sender->connect(*pair->receiver->local_descriptor());
+  EXPECT_TRUE(peer.ok()) << peer.status().to_string();
+  if (!peer.ok()) return nullptr;
+  pair->peer = *peer;
+  return pair;
+}
 
 TEST_P(KvTransferLoopback, ScatteredBlocksLandExactlyAndTheReceiverIsNotified) {
   auto sender = make_engine(GetParam());
@@ -220,57 +275,35 @@ TEST_P(KvTransferLoopback, TransferToADestroyedPeerFailsWithinItsDeadline) {
 // (Cancelled) after its issued puts are flushed, sends no completion message; a transfer open
 // beside it lands and is acknowledged, and the peer needs no new connection.
 TEST_P(KvTransferLoopback, CancellingOneTransferSparesThePeersOthers) {
-  auto sender = make_engine(GetParam());
-  auto receiver = make_engine(GetParam());
-  ASSERT_TRUE(sender && receiver);
-  std::vector<std::uint8_t> source(kPoolBytes);
-  std::iota(source.begin(), source.end(), std::uint8_t{1});
-  std::vector<std::uint8_t> destination(kPoolBytes, 0);
-  ASSERT_TRUE(sender->register_pool(source.data(), source.size()).ok());
-  ASSERT_TRUE(receiver->register_pool(destination.data(), destination.size()).ok());
-  auto peer = sender->connect(*receiver->local_descriptor());
-  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
+  const auto pair = connect_pair(GetParam(), 1);
+  ASSERT_TRUE(pair);
+  KvTransferEngine& sender = *pair->sender;
+  const auto [doomed, survivor] = pair->open_doomed_and_survivor(milliseconds(10000));
 
-  auto doomed = sender->open_transfer(*peer, 1, milliseconds(10000));
-  auto survivor = sender->open_transfer(*peer, 2, milliseconds(10000));
-  ASSERT_TRUE(doomed.ok() && survivor.ok());
-  const BlockCopy doomed_copy{0, 0, 4 * kBlockBytes};
-  const BlockCopy survivor_copy{8 * kBlockBytes, 8 * kBlockBytes, 4 * kBlockBytes};
-  ASSERT_TRUE(sender->add_puts(*doomed, std::span(&doomed_copy, 1)).ok());
-  ASSERT_TRUE(sender->add_puts(*survivor, std::span(&survivor_copy, 1)).ok());
-
-  ASSERT_TRUE(sender->cancel_transfer(*doomed).ok());
-  EXPECT_EQ(sender->add_puts(*doomed, std::span(&doomed_copy, 1)).code(),
+  ASSERT_TRUE(sender.cancel_transfer(doomed).ok());
+  EXPECT_EQ(sender.add_puts(doomed, std::span(&ConnectedPair::kDoomedCopy, 1)).code(),
             StatusCode::kFailedPrecondition);
-  EXPECT_EQ(sender->close_transfer(*doomed).code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(sender->close_transfer(*survivor).ok());
-
+  EXPECT_EQ(sender.close_transfer(doomed).code(), StatusCode::kFailedPrecondition);
   const TransferStatus cancelled_status =
-      wait_for(*sender, receiver.get(), *doomed, milliseconds(15000));
+      wait_for(sender, pair->receiver.get(), doomed, milliseconds(15000));
   EXPECT_EQ(cancelled_status.state, TransferState::kFailed);
   EXPECT_EQ(cancelled_status.error.code(), StatusCode::kCancelled)
       << cancelled_status.error.to_string();
-  const TransferStatus survivor_status =
-      wait_for(*sender, receiver.get(), *survivor, milliseconds(15000));
-  ASSERT_EQ(survivor_status.state, TransferState::kDone) << survivor_status.error.to_string();
-  EXPECT_TRUE(std::equal(source.begin() + 8 * kBlockBytes, source.begin() + 12 * kBlockBytes,
-                         destination.begin() + 8 * kBlockBytes));
-  const std::vector<ReceivedTransfer> received = receiver->take_received();
-  ASSERT_EQ(received.size(), 1u);
-  EXPECT_EQ(received[0].request_tag, 2u);
+  pair->expect_survivor_lands(survivor);
 
   // The peer is still connected: a later transfer goes through on the same endpoint.
-  EXPECT_TRUE(sender->peer_usable(*peer));
-  auto later = sender->submit_puts(*peer, std::span(&doomed_copy, 1), 3, milliseconds(10000));
+  EXPECT_TRUE(sender.peer_usable(pair->peer));
+  auto later = sender.submit_puts(pair->peer, std::span(&ConnectedPair::kDoomedCopy, 1), 3,
+                                  milliseconds(10000));
   ASSERT_TRUE(later.ok()) << later.status().to_string();
-  EXPECT_EQ(wait_for(*sender, receiver.get(), *later, milliseconds(15000)).state,
+  EXPECT_EQ(wait_for(sender, pair->receiver.get(), *later, milliseconds(15000)).state,
             TransferState::kDone);
   // A transfer with no put yet fails at once; a finished one cannot be cancelled.
-  auto empty = sender->open_transfer(*peer, 4, milliseconds(10000));
+  auto empty = sender.open_transfer(pair->peer, 4, milliseconds(10000));
   ASSERT_TRUE(empty.ok());
-  ASSERT_TRUE(sender->cancel_transfer(*empty).ok());
-  EXPECT_EQ(sender->poll(*empty)->state, TransferState::kFailed);
-  EXPECT_EQ(sender->cancel_transfer(*later).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(sender.cancel_transfer(*empty).ok());
+  EXPECT_EQ(sender.poll(*empty)->state, TransferState::kFailed);
+  EXPECT_EQ(sender.cancel_transfer(*later).code(), StatusCode::kNotFound);
 }
 
 // A transfer that runs past its deadline fails alone (DeadlineExceeded) where UCX reports peer
@@ -278,44 +311,22 @@ TEST_P(KvTransferLoopback, CancellingOneTransferSparesThePeersOthers) {
 // one slow transfer failed every transfer to that decode node). Where the deadline is the only
 // failure detector, it fails the peer.
 TEST_P(KvTransferLoopback, ATransferPastItsDeadlineFailsAloneWhereUcxWatchesThePeer) {
-  auto sender = make_engine(GetParam());
-  auto receiver = make_engine(GetParam());
-  ASSERT_TRUE(sender && receiver);
-  std::vector<std::uint8_t> source(kPoolBytes);
-  std::iota(source.begin(), source.end(), std::uint8_t{3});
-  std::vector<std::uint8_t> destination(kPoolBytes, 0);
-  ASSERT_TRUE(sender->register_pool(source.data(), source.size()).ok());
-  ASSERT_TRUE(receiver->register_pool(destination.data(), destination.size()).ok());
-  auto peer = sender->connect(*receiver->local_descriptor());
-  ASSERT_TRUE(peer.ok()) << peer.status().to_string();
-
-  // Left open (its last layer never comes) until its 300 ms deadline passes.
-  auto late = sender->open_transfer(*peer, 1, milliseconds(300));
-  auto survivor = sender->open_transfer(*peer, 2, milliseconds(10000));
-  ASSERT_TRUE(late.ok() && survivor.ok());
-  const BlockCopy late_copy{0, 0, 4 * kBlockBytes};
-  const BlockCopy survivor_copy{8 * kBlockBytes, 8 * kBlockBytes, 4 * kBlockBytes};
-  ASSERT_TRUE(sender->add_puts(*late, std::span(&late_copy, 1)).ok());
-  ASSERT_TRUE(sender->add_puts(*survivor, std::span(&survivor_copy, 1)).ok());
-  const TransferStatus late_status = wait_for(*sender, receiver.get(), *late, milliseconds(5000));
+  const auto pair = connect_pair(GetParam(), 3);
+  ASSERT_TRUE(pair);
+  KvTransferEngine& sender = *pair->sender;
+  // The doomed one is left open (its last layer never comes) until its 300 ms deadline.
+  const auto [late, survivor] = pair->open_doomed_and_survivor(milliseconds(300));
+  const TransferStatus late_status =
+      wait_for(sender, pair->receiver.get(), late, milliseconds(5000));
   EXPECT_EQ(late_status.state, TransferState::kFailed);
   EXPECT_EQ(late_status.error.code(), StatusCode::kDeadlineExceeded)
       << late_status.error.to_string();
-
-  if (!sender->detects_peer_failure(*peer)) {
-    EXPECT_FALSE(sender->peer_usable(*peer));
+  if (!sender.detects_peer_failure(pair->peer)) {
+    EXPECT_FALSE(sender.peer_usable(pair->peer));
     return;
   }
-  EXPECT_TRUE(sender->peer_usable(*peer));
-  ASSERT_TRUE(sender->close_transfer(*survivor).ok());
-  const TransferStatus survivor_status =
-      wait_for(*sender, receiver.get(), *survivor, milliseconds(15000));
-  ASSERT_EQ(survivor_status.state, TransferState::kDone) << survivor_status.error.to_string();
-  EXPECT_TRUE(std::equal(source.begin() + 8 * kBlockBytes, source.begin() + 12 * kBlockBytes,
-                         destination.begin() + 8 * kBlockBytes));
-  const std::vector<ReceivedTransfer> received = receiver->take_received();
-  ASSERT_EQ(received.size(), 1u);  // no completion message for the late one
-  EXPECT_EQ(received[0].request_tag, 2u);
+  EXPECT_TRUE(sender.peer_usable(pair->peer));
+  pair->expect_survivor_lands(survivor);
 }
 
 // `ucx_info -d` (UCX's own tool, another process) names the memory domains this UCX build

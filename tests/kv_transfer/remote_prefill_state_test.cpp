@@ -21,9 +21,10 @@ bool nothing(const ImportActions& a) {
          !a.send_cancel && !a.cancel_call && !a.verify;
 }
 
-// Posted, accepted, first token reported.
-RemotePrefillState streaming() {
-  RemotePrefillState s = fresh();
+// Posted, accepted, first token reported; optionally with block checksums to verify once the
+// KV has landed.
+RemotePrefillState streaming(bool verify_checksums = false) {
+  RemotePrefillState s(t0 + seconds(60), kHold, verify_checksums);
   EXPECT_TRUE(nothing(s.work_sent()));
   EXPECT_TRUE(nothing(s.head(200)));
   EXPECT_EQ(s.state(), ImportState::kPrefilling);
@@ -101,10 +102,7 @@ TEST(RemotePrefillState, WithChecksumsTheKvIsVerifiedBeforeItIsReady) {
 }
 
 TEST(RemotePrefillState, AChecksumMismatchFailsTheImportAndReleasesTheBlocksAtOnce) {
-  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
-  s.work_sent();
-  s.head(200);
-  s.first_token(t0, t0 + seconds(32));
+  RemotePrefillState s = streaming(/*verify_checksums=*/true);
   s.kv_sent();
   ASSERT_TRUE(s.landed_now().verify);
   const ImportActions a = s.verified(data_loss("block 0 differs"));
@@ -119,10 +117,7 @@ TEST(RemotePrefillState, AChecksumMismatchFailsTheImportAndReleasesTheBlocksAtOn
 }
 
 TEST(RemotePrefillState, WithChecksumsAStreamEndingWithoutKvSentFailsClosed) {
-  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
-  s.work_sent();
-  s.head(200);
-  s.first_token(t0, t0 + seconds(32));
+  RemotePrefillState s = streaming(/*verify_checksums=*/true);
   EXPECT_TRUE(nothing(s.landed_now()));
   const ImportActions a = s.call_ended(Status::ok_status(), false, t0);
   ASSERT_TRUE(a.report_failure.has_value());
@@ -136,10 +131,7 @@ TEST(RemotePrefillState, WithChecksumsAStreamEndingWithoutKvSentFailsClosed) {
 }
 
 TEST(RemotePrefillState, ACancelWhileVerifyingReleasesAndTheVerdictIsIgnored) {
-  RemotePrefillState s(t0 + seconds(60), kHold, /*verify_checksums=*/true);
-  s.work_sent();
-  s.head(200);
-  s.first_token(t0, t0 + seconds(32));
+  RemotePrefillState s = streaming(/*verify_checksums=*/true);
   s.kv_sent();
   ASSERT_TRUE(s.landed_now().verify);
   const ImportActions a = s.cancel(cancelled("the client left"), t0);

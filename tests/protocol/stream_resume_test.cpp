@@ -46,9 +46,10 @@ TEST(StreamCheckpoint, MalformedCommentsAreRefused) {
   refused(": pdserve_resume {\"id\":\"\",\"created\":1,\"token_ids\":[]}", "'id' is empty");
   refused(": pdserve_resume {\"id\":\"x\",\"created\":1,\"token_ids\":[],\"sampler_state\":[1,2]}",
           "sampler_state");
-  refused(": pdserve_resume {\"id\":\"x\",\"created\":1,\"token_ids\":[],"
-          "\"sampler_state\":[1,2,3,-4]}",
-          "sampler_state");
+  refused(
+      ": pdserve_resume {\"id\":\"x\",\"created\":1,\"token_ids\":[],"
+      "\"sampler_state\":[1,2,3,-4]}",
+      "sampler_state");
   refused(": pdserve_resume " + std::string(100000, '['), "");
 }
 
