@@ -227,8 +227,8 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
       "pdserve:request_prefill_time_seconds",
       "First scheduled to the first token (the prompt's forward steps).", kLatencyBuckets);
   const int prompt_tokens = static_cast<int>(engine_request.prompt_tokens.size());
-  auto sink = [exchange, &tokens_counter, &queue_time, &prefill_time,
-               prompt_tokens](SequenceDelta delta) {
+  auto handle_delta = [exchange, &tokens_counter, &queue_time, &prefill_time,
+                       prompt_tokens](SequenceDelta delta) {
     std::lock_guard lock(exchange->mutex);
     if (exchange->ended) return;
     if (!delta.error.ok()) {
@@ -268,6 +268,13 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     exchange->write(event);
     exchange->token_written = true;
     if (exchange->report) exchange->write_report(*exchange->report, exchange->report_at);
+  };
+
+  // The engine thread only hands the delta over; the event is built on the connection's strand.
+  auto sink = [strand = channel, handle_delta](SequenceDelta delta) {
+    strand->post([handle_delta, delta = std::move(delta)]() mutable {
+      handle_delta(std::move(delta));
+    });
   };
 
   const std::string engine_id = engine_request.id;
