@@ -36,6 +36,7 @@ struct Options {
   int request_timeout_s = 600;
   int first_byte_timeout_s = 300;
   int stream_idle_timeout_s = 120;
+  std::string stream_resume = "on";
   size_t max_body_bytes = size_t{16} << 20;
   AdvisorOptions advice;
   int advice_window_s = 60;
@@ -66,6 +67,7 @@ Status run(const Options& options) {
   proxy_options.request_timeout = std::chrono::seconds(options.request_timeout_s);
   proxy_options.first_byte_timeout = std::chrono::seconds(options.first_byte_timeout_s);
   proxy_options.stream_idle_timeout = std::chrono::seconds(options.stream_idle_timeout_s);
+  proxy_options.stream_resume = options.stream_resume == "on";
   proxy_options.advice = options.advice;
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
   proxy_options.trace_capacity = options.trace_capacity;
@@ -163,9 +165,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86'400));
   app.add_option("--stream-idle-timeout-s", options.stream_idle_timeout_s,
-                 "Longest silence of a decode node mid-response; then the request fails")
+                 "Longest silence of a decode node mid-response; then the request fails (or, "
+                 "with --stream-resume on, a stream goes on on another decode node)")
       ->capture_default_str()
       ->check(CLI::Range(1, 86'400));
+  app.add_option("--stream-resume", options.stream_resume,
+                 "Continue a one-choice stream on another decode node when its node fails "
+                 "mid-stream (the nodes then send a checkpoint before each event)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--max-body-bytes", options.max_body_bytes,
                  "Largest request body; larger gets 413")
       ->capture_default_str();

@@ -251,7 +251,9 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->forward_headers.emplace_back(std::string(kAuthorizationHeader),
                                          cluster_auth_header_value(options_.access.cluster_token));
   // Streams of one choice come with checkpoints, so a failed node's stream can be resumed.
-  exchange->forward_headers.emplace_back(std::string(kResumableHeader), "1");
+  if (options_.stream_resume) {
+    exchange->forward_headers.emplace_back(std::string(kResumableHeader), "1");
+  }
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
     if (auto ex = weak.lock()) {
       std::lock_guard lock(ex->mutex);

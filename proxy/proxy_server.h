@@ -53,6 +53,8 @@ struct ProxyOptions {
   // On expiry the request goes to another decode node (no head yet) or fails.
   std::chrono::milliseconds first_byte_timeout{300'000};
   std::chrono::milliseconds stream_idle_timeout{120'000};
+  // Ask decode nodes for stream checkpoints, and resume a failed node's streams elsewhere.
+  bool stream_resume = true;
   int max_attempts = 3;                                // decode nodes tried per request
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace

@@ -1,7 +1,8 @@
 // Through a real ProxyServer: decode nodes that freeze (SIGSTOP-like: no heartbeat, no byte)
 // or that heartbeat but never answer. A request without a response head goes to another
-// decode node at once; a stream cut mid-way ends with an SSE error event and [DONE]; neither
-// waits for the request deadline (issue #15 item 2: 75 s with no byte before).
+// decode node at once; a stream cut mid-way goes on on another node when the node sent
+// checkpoints, and otherwise ends with an SSE error event and [DONE]; neither waits for the
+// request deadline (issue #15 item 2: 75 s with no byte before).
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -12,6 +13,8 @@
 
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
+#include "common/protocol/pdserve_headers.h"
+#include "common/protocol/stream_resume.h"
 #include "proxy/proxy_server.h"
 
 namespace pdserve::proxy {
@@ -21,7 +24,9 @@ using namespace std::chrono_literals;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-enum class Behaviour { kAnswer, kNeverAnswer, kFreezeMidStream };
+// kCheckpointThenFreeze: a resumable stream's first event (after its checkpoint when the proxy
+// asked for checkpoints), then nothing.
+enum class Behaviour { kAnswer, kNeverAnswer, kFreezeMidStream, kCheckpointThenFreeze };
 
 // A decode node that answers, parks the request forever, or sends one chunk and parks it.
 class FakeDecodeNode {
@@ -31,7 +36,12 @@ class FakeDecodeNode {
     router.add("POST", "/v1/completions",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  ++requests_;
-                 const bool stream = request.body.find("\"stream\": true") != std::string::npos;
+                 {
+                   std::lock_guard lock(mutex_);
+                   last_body_ = request.body;
+                   asked_for_checkpoints_ = request.header(kResumableHeader) == "1";
+                 }
+                 const bool stream = Json::parse(request.body).value("stream", false);
                  if (behaviour_ == Behaviour::kAnswer) {
                    if (!stream) {
                      ch->send({200, "application/json", {}, R"({"choices":[{"text":"ok"}]})"});
@@ -46,6 +56,14 @@ class FakeDecodeNode {
                    ch->start_stream(200, "text/event-stream", {});
                    ch->write("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
                  }
+                 if (behaviour_ == Behaviour::kCheckpointThenFreeze) {
+                   ch->start_stream(200, "text/event-stream", {});
+                   if (asked_for_checkpoints()) {
+                     ch->write(StreamCheckpoint{"cmpl-7", 5, {7, 8}, SamplerRng::State{1, 2, 3, 4}}
+                                   .to_comment());
+                   }
+                   ch->write("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+                 }
                  std::lock_guard lock(mutex_);
                  parked_.push_back(ch);
                });
@@ -58,14 +76,29 @@ class FakeDecodeNode {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
   int requests() const { return requests_; }
+  std::string last_body() {
+    std::lock_guard lock(mutex_);
+    return last_body_;
+  }
+  bool asked_for_checkpoints() {
+    std::lock_guard lock(mutex_);
+    return asked_for_checkpoints_;
+  }
 
  private:
   const Behaviour behaviour_;
   std::atomic<int> requests_{0};
   std::mutex mutex_;
   std::vector<std::shared_ptr<http::ResponseChannel>> parked_;
+  std::string last_body_;
+  bool asked_for_checkpoints_ = false;
   std::unique_ptr<http::HttpServer> server_;
 };
+
+ProxyOptions insecure_options() {
+  ProxyOptions options;  // request_timeout stays 600 s: nothing here may wait for it
+  return options;
+}
 
 class ProxyFailover : public ::testing::Test {
  protected:
@@ -125,6 +158,43 @@ class ProxyFailover : public ::testing::Test {
     return {response.ok() ? std::move(*response) : http::ClientResponse{}, Clock::now() - start};
   }
 
+  // A stream whose node freezes right after its first (checkpointed) event.
+  void frozen_mid_stream(bool resume) {
+    FakeDecodeNode frozen(Behaviour::kCheckpointThenFreeze), healthy(Behaviour::kAnswer);
+    ProxyOptions options = insecure_options();
+    options.stream_resume = resume;
+    start_proxy(options);
+    const std::string frozen_id = add(frozen, 0);
+    add(healthy, 50);
+    std::thread stopper([&] {
+      while (frozen.requests() == 0) std::this_thread::sleep_for(5ms);
+      freeze(frozen_id);
+    });
+    const auto [response, took] = complete(/*stream=*/true);
+    stopper.join();
+    EXPECT_EQ(response.status, 200);
+    EXPECT_EQ(frozen.asked_for_checkpoints(), resume);
+    EXPECT_EQ(response.body.find("pdserve_resume"), std::string::npos) << response.body;
+    EXPECT_LT(took, 5s);
+    if (resume) {
+      EXPECT_EQ(response.body,
+                "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+                "data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n");
+      const Json sent = Json::parse(healthy.last_body());
+      ASSERT_TRUE(sent.contains("pdserve_resume")) << sent.dump();
+      EXPECT_EQ(sent["prompt"], "hi");
+      const Result<StreamResume> resumed = StreamResume::parse(sent["pdserve_resume"]);
+      ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+      EXPECT_EQ(resumed->id, "cmpl-7");
+      EXPECT_EQ(resumed->created, 5);
+      EXPECT_EQ(resumed->output_token_ids, (std::vector<int32_t>{7, 8}));
+      EXPECT_EQ(resumed->sampler_state, (SamplerRng::State{1, 2, 3, 4}));
+    } else {
+      EXPECT_NE(response.body.find("\"error\""), std::string::npos) << response.body;
+      EXPECT_EQ(healthy.requests(), 0);
+    }
+  }
+
   NodeRegistry registry_{RegistryOptions{.heartbeat_timeout = 300ms,
                                          .static_down_cooldown = 2'000ms}};
   std::unique_ptr<http::HttpClient> client_;
@@ -136,11 +206,6 @@ class ProxyFailover : public ::testing::Test {
   std::atomic<bool> stop_{false};
   std::thread pulse_;
 };
-
-ProxyOptions insecure_options() {
-  ProxyOptions options;  // request_timeout stays 600 s: nothing here may wait for it
-  return options;
-}
 
 TEST_F(ProxyFailover, FrozenNodeBeforeItsHeadSendsTheRequestElsewhereAtOnce) {
   FakeDecodeNode frozen(Behaviour::kNeverAnswer), healthy(Behaviour::kAnswer);
@@ -201,6 +266,16 @@ TEST_F(ProxyFailover, StreamSilentWhileBeatingMissesTheIdleDeadline) {
   EXPECT_NE(response.body.find("\"error\""), std::string::npos) << response.body;
   EXPECT_TRUE(response.body.ends_with("data: [DONE]\n\n")) << response.body;
   EXPECT_LT(took, 5s);
+}
+
+// Issue #15 item 10 at the proxy: a stream whose node freezes after a checkpointed event goes
+// on on another node, which gets the delivered tokens, the sampler state and the response id
+// in `pdserve_resume`; the client sees neither the checkpoint nor an error. With
+// --stream-resume off the proxy asks for no checkpoints and the stream ends with an error.
+TEST_F(ProxyFailover, AFrozenNodesStreamGoesOnOnAnotherNode) { frozen_mid_stream(true); }
+
+TEST_F(ProxyFailover, WithoutStreamResumeAFrozenNodesStreamEndsWithAnError) {
+  frozen_mid_stream(false);
 }
 
 }  // namespace
