@@ -93,6 +93,7 @@ void SseRelay::note_checkpoint(std::string_view event) {
 }
 
 void SseRelay::note_forwarded(std::string_view event) {
+  if (delivered_.id.empty()) return;  // no checkpoint yet: nothing to resume, nothing to scan
   if (event.find(kFinishReasonSet) != std::string_view::npos) delivered_.finished = true;
   if (!checkpoint_) return;
   delivered_.token_ids.insert(delivered_.token_ids.end(), checkpoint_->token_ids.begin(),

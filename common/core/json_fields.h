@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -67,6 +68,30 @@ class FieldReader {
       ids.push_back(value.get<int32_t>());
     }
     return ids;
+  }
+
+  // Fills `out` from an array of exactly out.size() unsigned integers. False when the field is
+  // absent or null (a problem only when `required`) or malformed (always a problem).
+  bool get_u64s(const char* name, std::span<uint64_t> out, bool required = true) {
+    const auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) {
+      if (required) fail(std::string("'") + name + "' is missing");
+      return false;
+    }
+    const std::string must = std::string("'") + name + "' must hold " +
+                             std::to_string(out.size()) + " unsigned integers";
+    if (!it->is_array() || it->size() != out.size()) {
+      fail(must);
+      return false;
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!(*it)[i].is_number_unsigned()) {
+        fail(must);
+        return false;
+      }
+      out[i] = (*it)[i].template get<uint64_t>();
+    }
+    return true;
   }
 
   const Json* object(const char* name) {

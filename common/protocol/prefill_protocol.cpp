@@ -279,21 +279,12 @@ Result<PrefillEvent> parse_prefill_event(std::string_view line) {
     event.queue_ms = reader.get<double>("queue_ms", 0);
     event.compute_ms = reader.get<double>("compute_ms", 0);
     event.head_sent_ms = reader.get<double>("head_sent_ms", 0);
+    reader.get_u64s("rng_state", event.rng_state);
     PDS_RETURN_IF_ERROR(reader.status());
     if (!std::isfinite(event.head_sent_ms) || event.head_sent_ms < 0) {
       return invalid_argument("prefill event: 'head_sent_ms' must be a finite number >= 0");
     }
     PDS_ASSIGN_OR_RETURN(event.spans, spans_from_json(json));
-    const auto state = json.find("rng_state");
-    if (state == json.end() || !state->is_array() || state->size() != 4) {
-      return invalid_argument("prefill event: 'rng_state' must hold 4 integers");
-    }
-    for (size_t i = 0; i < 4; ++i) {
-      if (!(*state)[i].is_number_unsigned()) {
-        return invalid_argument("prefill event: 'rng_state' must hold 4 unsigned integers");
-      }
-      event.rng_state[i] = (*state)[i].get<uint64_t>();
-    }
     const auto top = json.find("top_logprobs");
     if (top != json.end()) {
       if (!top->is_array()) return invalid_argument("prefill event: 'top_logprobs' is no array");

@@ -8,26 +8,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// `name` as a sampler state (four unsigned 64-bit integers), nullopt when absent.
-std::optional<SamplerRng::State> read_state(const Json& object, const char* name,
-                                            FieldReader& reader) {
-  const auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return std::nullopt;
-  SamplerRng::State state{};
-  if (!it->is_array() || it->size() != state.size()) {
-    reader.fail(std::string("'") + name + "' must hold 4 unsigned integers");
-    return std::nullopt;
-  }
-  for (size_t i = 0; i < state.size(); ++i) {
-    if (!(*it)[i].is_number_unsigned()) {
-      reader.fail(std::string("'") + name + "' must hold 4 unsigned integers");
-      return std::nullopt;
-    }
-    state[i] = (*it)[i].get<uint64_t>();
-  }
-  return state;
-}
-
 Result<Json> parse_object(std::string_view text, const std::string& where) {
   PDS_ASSIGN_OR_RETURN(Json json, parse_json_bounded(text, where));
   if (!json.is_object()) return invalid_argument(where + " is not a JSON object");
@@ -55,7 +35,9 @@ Result<StreamFields> read_fields(const Json& json, const std::string& where,
   fields.id = reader.get<std::string>("id", "");
   fields.created = reader.get<int64_t>("created", 0);
   fields.tokens = reader.get_ids(tokens_key);
-  fields.sampler_state = read_state(json, "sampler_state", reader);
+  if (SamplerRng::State state{}; reader.get_u64s("sampler_state", state, /*required=*/false)) {
+    fields.sampler_state = state;
+  }
   PDS_RETURN_IF_ERROR(reader.status());
   if (fields.id.empty()) return invalid_argument(where + ": 'id' is empty");
   return fields;

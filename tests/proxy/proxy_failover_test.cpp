@@ -144,6 +144,13 @@ class ProxyFailover : public ::testing::Test {
     std::lock_guard lock(mutex_);
     std::erase_if(beating_, [&](const auto& entry) { return entry.first == id; });
   }
+  // SIGSTOP-like, once `node` has a request: its heartbeats stop too. Join the thread.
+  std::thread freeze_on_first_request(const FakeDecodeNode& node, const std::string& id) {
+    return std::thread([this, &node, id] {
+      while (node.requests() == 0) std::this_thread::sleep_for(5ms);
+      freeze(id);
+    });
+  }
 
   // POSTs a completion; the response and how long it took.
   std::pair<http::ClientResponse, Clock::duration> complete(bool stream) {
@@ -166,10 +173,7 @@ class ProxyFailover : public ::testing::Test {
     start_proxy(options);
     const std::string frozen_id = add(frozen, 0);
     add(healthy, 50);
-    std::thread stopper([&] {
-      while (frozen.requests() == 0) std::this_thread::sleep_for(5ms);
-      freeze(frozen_id);
-    });
+    std::thread stopper = freeze_on_first_request(frozen, frozen_id);
     const auto [response, took] = complete(/*stream=*/true);
     stopper.join();
     EXPECT_EQ(response.status, 200);
@@ -212,10 +216,7 @@ TEST_F(ProxyFailover, FrozenNodeBeforeItsHeadSendsTheRequestElsewhereAtOnce) {
   start_proxy(insecure_options());
   const std::string frozen_id = add(frozen, 0);
   add(healthy, 50);
-  std::thread stopper([&] {
-    while (frozen.requests() == 0) std::this_thread::sleep_for(5ms);
-    freeze(frozen_id);  // SIGSTOP: the heartbeats stop too
-  });
+  std::thread stopper = freeze_on_first_request(frozen, frozen_id);
   const auto [response, took] = complete(/*stream=*/false);
   stopper.join();
   EXPECT_EQ(response.status, 200) << response.body;
@@ -228,10 +229,7 @@ TEST_F(ProxyFailover, FrozenNodeMidStreamEndsTheStreamWithAnErrorAtOnce) {
   FakeDecodeNode frozen(Behaviour::kFreezeMidStream);
   start_proxy(insecure_options());
   const std::string frozen_id = add(frozen, 0);
-  std::thread stopper([&] {
-    while (frozen.requests() == 0) std::this_thread::sleep_for(5ms);
-    freeze(frozen_id);
-  });
+  std::thread stopper = freeze_on_first_request(frozen, frozen_id);
   const auto [response, took] = complete(/*stream=*/true);
   stopper.join();
   EXPECT_EQ(response.status, 200);
