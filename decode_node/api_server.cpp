@@ -16,9 +16,10 @@
 #include "common/protocol/openai_error.h"
 #include "common/protocol/openai_request.h"
 #include "common/protocol/openai_response.h"
-#include "common/protocol/reasoning_parser.h"
 #include "common/protocol/pdserve_headers.h"
+#include "common/protocol/reasoning_parser.h"
 #include "common/protocol/stream_resume.h"
+#include "common/protocol/tool_call_parser.h"
 #include "decode_node/request_timeline.h"
 
 namespace pdserve {
@@ -70,6 +71,9 @@ struct ApiServer::Generation {
     bool counts_prompt = false;  // the first choice of its prompt carries the prompt usage
     std::optional<ReasoningParser> reasoning;
     bool starts_in_reasoning = false;
+    // Chat requests with tools (and tool_choice not "none"): parses the content after the
+    // reasoning, in streams; a whole answer is split at the end.
+    std::optional<ToolCallParser> tools;
   };
 
   ApiServer* server = nullptr;
@@ -231,12 +235,23 @@ struct ApiServer::Generation {
           piece.reasoning += tail.reasoning;
           piece.content += tail.content;
         }
-        if (!piece.reasoning.empty() || !piece.content.empty() || logprobs) {
+        std::vector<ChatToolCall> calls;
+        if (choice.tools) {
+          const int first_call = choice.tools->num_calls();
+          ToolCallDelta parsed = choice.tools->push(piece.content);
+          if (delta.finished) parsed.content += choice.tools->finish().content;
+          piece.content = std::move(parsed.content);
+          calls = numbered_calls(choice_index, first_call, std::move(parsed.calls));
+        }
+        // One event per delta, so that a resumable stream's checkpoint covers all of it.
+        if (!piece.reasoning.empty() || !piece.content.empty() || !calls.empty() || logprobs) {
           write_event(chat_delta_chunk(meta, stream_options, choice_index, piece.reasoning,
-                                       piece.content, logprobs ? &*logprobs : nullptr));
+                                       piece.content, logprobs ? &*logprobs : nullptr, calls));
         }
         if (delta.finished) {
-          write_event(chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason));
+          const bool called_tools = choice.tools && choice.tools->num_calls() > 0;
+          write_event(chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason,
+                                        called_tools));
         }
       } else if (!delta.text.empty() || delta.finished || logprobs) {
         CompletionChoice chunk;
@@ -267,9 +282,12 @@ struct ApiServer::Generation {
   }
 
   // A resumed stream's text so far, already delivered by the node that started it: the
-  // reasoning parser and the logprob offsets move past it, nothing is written.
+  // reasoning and tool-call parsers and the logprob offsets move past it, nothing is written.
   void catch_up(Choice& choice, const std::string& delivered_text) {
-    if (choice.reasoning) choice.reasoning->push(delivered_text);
+    if (choice.reasoning) {
+      const ReasoningDelta replayed = choice.reasoning->push(delivered_text);
+      if (choice.tools) choice.tools->push(replayed.content);
+    }
     if (!want_logprobs) return;
     for (const int32_t token : resumed_token_ids) {
       choice.logprob_text_offset += code_points(token_string(token));
@@ -315,8 +333,14 @@ struct ApiServer::Generation {
       for (size_t i = 0; i < choices.size(); ++i) {
         Choice& choice = choices[i];
         ReasoningSplit split = split_reasoning(choice.text, choice.starts_in_reasoning);
+        std::vector<ChatToolCall> calls;
+        if (choice.tools) {
+          ToolCallDelta parsed = split_tool_calls(split.content);
+          split.content = std::move(parsed.content);
+          calls = numbered_calls(static_cast<int>(i), 0, std::move(parsed.calls));
+        }
         out.push_back({static_cast<int>(i), std::move(split.content), std::move(split.reasoning),
-                       requested_logprobs(choice), choice.finish_reason});
+                       requested_logprobs(choice), choice.finish_reason, std::move(calls)});
       }
       nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
       if (wants_timeline) body["usage"]["pdserve_timeline"] = timeline();
@@ -335,6 +359,22 @@ struct ApiServer::Generation {
     channel.reset();
   }
 
+  // The calls of choice `choice_index` with their index among its calls, from first_index on,
+  // and ids made of the response id, the choice and the index: unique, and the same when
+  // another node resumes the stream.
+  std::vector<ChatToolCall> numbered_calls(int choice_index, int first_index,
+                                           std::vector<ParsedToolCall> parsed) const {
+    const std::string id_stem =
+        "call_" + meta.id.substr(meta.id.find('-') + 1) + "_" + std::to_string(choice_index) + "_";
+    std::vector<ChatToolCall> calls;
+    for (ParsedToolCall& call : parsed) {
+      const int index = first_index + static_cast<int>(calls.size());
+      calls.push_back({index, id_stem + std::to_string(index), std::move(call.name),
+                       std::move(call.arguments)});
+    }
+    return calls;
+  }
+
   std::optional<std::vector<OutputTokenLogprob>> requested_logprobs(Choice& choice) const {
     if (!want_logprobs) return std::nullopt;
     return std::move(choice.logprobs);
@@ -347,9 +387,9 @@ ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       options_(options),
-      inter_token_latency_(metrics_.histogram("pdserve:inter_token_latency_seconds",
-                                              "Gap between consecutive token deltas of one request.",
-                                              kLatencyBuckets)),
+      inter_token_latency_(metrics_.histogram(
+          "pdserve:inter_token_latency_seconds",
+          "Gap between consecutive token deltas of one request.", kLatencyBuckets)),
       id_prefix_(random_id_prefix()) {}
 
 void ApiServer::register_routes(http::Router& router) {
@@ -564,7 +604,8 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   GenerationRequest& req = parsed.value();
   if (!req.ignored_fields.empty()) {
     std::string names;
-    for (const std::string& field : req.ignored_fields) names += (names.empty() ? "" : ", ") + field;
+    for (const std::string& field : req.ignored_fields)
+      names += (names.empty() ? "" : ", ") + field;
     PDS_LOG_INFO("ignored request fields (--strict-request-fields refuses them): " + names);
   }
   if (!req.model.empty() && req.model != model.name) return reject(model_not_found(req.model));
@@ -614,9 +655,9 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   std::optional<StreamResume> resume;
   if (resume_field) {
     if (!one_streamed_choice) {
-      return reject(invalid_request(std::string(kStreamResumeField) +
-                                        " continues a streamed request with one choice",
-                                    kStreamResumeField));
+      return reject(invalid_request(
+          std::string(kStreamResumeField) + " continues a streamed request with one choice",
+          kStreamResumeField));
     }
     Result<StreamResume> parsed_resume = StreamResume::parse(*resume_field);
     if (!parsed_resume.ok()) {
@@ -669,6 +710,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       choice.text = prompt.echo;
       choice.starts_in_reasoning = prompt.starts_in_reasoning;
       if (chat) choice.reasoning.emplace(prompt.starts_in_reasoning);
+      if (chat && req.parses_tool_calls()) choice.tools.emplace();
       generation->choices.push_back(std::move(choice));
       InferenceRequest engine_request;
       engine_request.id = generation->meta.id + "-" + std::to_string(requests.size());

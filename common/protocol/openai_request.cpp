@@ -356,8 +356,18 @@ std::string message_content(const Json& content, const std::string& param) {
   return text;
 }
 
+// Arguments as the chat template should see them: vLLM hands templates the object a JSON
+// string holds (Qwen3's writes it back with tojson, in the spacing it was trained on); other
+// text stays a string, which the template writes as it is.
+Json template_arguments(const std::string& arguments) {
+  if (!check_json_depth(arguments, "arguments").ok()) return arguments;
+  Json parsed = Json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_object() ? parsed : Json(arguments);
+}
+
 Json read_tool_calls(const Json& calls, const std::string& param) {
   if (!calls.is_array()) fail_type(param, "an array", calls);
+  Json normalized = calls;
   for (size_t i = 0; i < calls.size(); ++i) {
     std::string call_param = param + "[" + std::to_string(i) + "]";
     if (!calls[i].is_object()) fail_type(call_param, "an object", calls[i]);
@@ -378,8 +388,10 @@ Json read_tool_calls(const Json& calls, const std::string& param) {
       fail_type(call_param + ".function.arguments", "a string", arguments);
     function_reader.reject_unread();
     reader.reject_unread();
+    normalized[i]["function"]["arguments"] =
+        template_arguments(arguments.get_ref<const std::string&>());
   }
-  return calls;
+  return normalized;
 }
 
 Json read_message(const Json& message, const std::string& param) {
@@ -597,6 +609,10 @@ ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::order
     finish_top_level(reader, request, strict_fields);
     return request;
   });
+}
+
+bool GenerationRequest::parses_tool_calls() const {
+  return tools.is_array() && !tools.empty() && tool_choice != "none";
 }
 
 ApiResult<SamplingParams> GenerationRequest::resolved_sampling(

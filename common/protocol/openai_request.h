@@ -60,10 +60,15 @@ struct GenerationRequest {
   std::vector<Prompt> prompts;
 
   // /v1/chat/completions, normalized for the chat template: content is always a string (text
-  // parts joined with "\n"); tools is null or the client's list in the client's key order.
+  // parts joined with "\n"), and the arguments of assistant tool_calls are the object their
+  // JSON string holds (as vLLM gives templates); tools is null or the client's list in the
+  // client's key order.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;
   std::string tool_choice = "auto";
+  // Whether the answer's content is parsed for tool calls (common/protocol/tool_call_parser.h):
+  // the request has tools and tool_choice is not "none".
+  bool parses_tool_calls() const;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool enable_thinking = true;  // chat_template_kwargs.enable_thinking (Qwen3's default: on)
 

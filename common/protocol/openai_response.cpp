@@ -44,6 +44,23 @@ Json finish_reason_json(FinishReason reason) {
   return std::string(finish_reason_name(reason));
 }
 
+Json chat_finish_reason_json(FinishReason reason, bool called_tools) {
+  return called_tools ? Json("tool_calls") : finish_reason_json(reason);
+}
+
+Json tool_calls_json(const std::vector<ChatToolCall>& calls, bool with_index) {
+  Json json = Json::array();
+  for (const ChatToolCall& call : calls) {
+    Json item;
+    if (with_index) item["index"] = call.index;
+    item["id"] = call.id;
+    item["type"] = "function";
+    item["function"] = Json{{"name", call.name}, {"arguments", call.arguments}};
+    json.push_back(std::move(item));
+  }
+  return json;
+}
+
 Json usage_json(const Usage& usage) {
   Json json;
   json["prompt_tokens"] = usage.prompt_tokens;
@@ -77,7 +94,8 @@ Json optional_logprobs(const std::optional<std::vector<OutputTokenLogprob>>& log
 
 }  // namespace
 
-Json completion_logprobs_json(const std::vector<OutputTokenLogprob>& tokens, int64_t text_offset_start) {
+Json completion_logprobs_json(const std::vector<OutputTokenLogprob>& tokens,
+                              int64_t text_offset_start) {
   Json tokens_json = Json::array();
   Json token_logprobs = Json::array();
   Json top_logprobs = Json::array();
@@ -153,14 +171,17 @@ Json chat_completion_response(const ResponseMeta& meta, const std::vector<ChatCh
   Json choices_json = Json::array();
   for (const ChatChoice& choice : choices) {
     Json message;
+    const bool called_tools = !choice.tool_calls.empty();
     message["role"] = "assistant";
-    message["content"] = choice.content;
+    message["content"] =
+        called_tools && choice.content.empty() ? Json(nullptr) : Json(choice.content);
     if (choice.reasoning_content) message["reasoning_content"] = *choice.reasoning_content;
+    if (called_tools) message["tool_calls"] = tool_calls_json(choice.tool_calls, false);
     Json item;
     item["index"] = choice.index;
     item["message"] = std::move(message);
     item["logprobs"] = choice.logprobs ? chat_logprobs_json(*choice.logprobs) : Json(nullptr);
-    item["finish_reason"] = finish_reason_json(choice.finish_reason);
+    item["finish_reason"] = chat_finish_reason_json(choice.finish_reason, called_tools);
     choices_json.push_back(std::move(item));
   }
   json["choices"] = std::move(choices_json);
@@ -189,10 +210,12 @@ Json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options, int
 
 Json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options, int index,
                       std::string_view reasoning, std::string_view content,
-                      const std::vector<OutputTokenLogprob>* logprobs) {
+                      const std::vector<OutputTokenLogprob>* logprobs,
+                      const std::vector<ChatToolCall>& tool_calls) {
   Json delta = Json::object();
   if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
   if (!content.empty()) delta["content"] = content;
+  if (!tool_calls.empty()) delta["tool_calls"] = tool_calls_json(tool_calls, true);
   Json item;
   item["index"] = index;
   item["delta"] = std::move(delta);
@@ -202,12 +225,12 @@ Json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options, in
 }
 
 Json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options, int index,
-                       FinishReason reason) {
+                       FinishReason reason, bool called_tools) {
   Json item;
   item["index"] = index;
   item["delta"] = Json::object();
   item["logprobs"] = nullptr;
-  item["finish_reason"] = finish_reason_json(reason);
+  item["finish_reason"] = chat_finish_reason_json(reason, called_tools);
   return chunk_envelope(meta, "chat.completion.chunk", std::move(item), options);
 }
 

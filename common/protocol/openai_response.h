@@ -62,12 +62,24 @@ struct CompletionChoice {
   FinishReason finish_reason = FinishReason::kNone;
 };
 
+// A function call the model made: {"index", "id", "type": "function", "function": {"name",
+// "arguments"}}; index is its position among the choice's calls.
+struct ChatToolCall {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
+// With tool calls, finish_reason is "tool_calls" whatever ended the generation (as vLLM), and
+// an empty content is null (as OpenAI).
 struct ChatChoice {
   int index = 0;
   std::string content;
   std::optional<std::string> reasoning_content;
   std::optional<std::vector<OutputTokenLogprob>> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
+  std::vector<ChatToolCall> tool_calls;
 };
 
 // {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,
@@ -76,7 +88,8 @@ nlohmann::ordered_json completion_response(const ResponseMeta& meta,
                                            const std::vector<CompletionChoice>& choices,
                                            const Usage& usage);
 // {"id", "object": "chat.completion", "created", "model", "choices": [{index, message: {role,
-// content, reasoning_content (only when present)}, logprobs, finish_reason}], "usage"}.
+// content, reasoning_content (only when present), tool_calls (only when present)}, logprobs,
+// finish_reason}], "usage"}.
 nlohmann::ordered_json chat_completion_response(const ResponseMeta& meta,
                                                 const std::vector<ChatChoice>& choices,
                                                 const Usage& usage);
@@ -94,15 +107,18 @@ nlohmann::ordered_json completion_chunk(const ResponseMeta& meta, const StreamOp
 // every choice.
 nlohmann::ordered_json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                        int index);
-// chat.completion.chunk with delta {reasoning_content?, content?} (fields only when not empty)
-// and optional logprobs; finish_reason null.
+// chat.completion.chunk with delta {reasoning_content?, content?, tool_calls?} (fields only
+// when not empty) and optional logprobs; finish_reason null. A call goes out whole, in one
+// entry with its id, type, name and arguments.
 nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                         int index, std::string_view reasoning,
                                         std::string_view content,
-                                        const std::vector<OutputTokenLogprob>* logprobs);
-// The last chunk of a choice: empty delta and its finish_reason.
+                                        const std::vector<OutputTokenLogprob>* logprobs,
+                                        const std::vector<ChatToolCall>& tool_calls = {});
+// The last chunk of a choice: empty delta and its finish_reason ("tool_calls" when the choice
+// called a tool).
 nlohmann::ordered_json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options,
-                                         int index, FinishReason reason);
+                                         int index, FinishReason reason, bool called_tools = false);
 // The usage chunk: "choices": [] and "usage": {...}; `chat` picks the object name.
 nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, bool chat, const Usage& usage);
 

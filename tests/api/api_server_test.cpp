@@ -78,6 +78,8 @@ class FakeService : public InferenceService {
     queue_full_ = full;
   }
   void set_step_delay(std::chrono::milliseconds delay) { step_delay_ = delay; }
+  // Before the first request (e.g. for prompts with tools).
+  void set_max_model_len(int max_model_len) { info_.max_model_len = max_model_len; }
   void set_logprobs(std::vector<SampledTokenLogprobs> logprobs) { logprobs_ = std::move(logprobs); }
   void set_stats(const ServiceStats& stats) {
     std::lock_guard lock(mutex_);
@@ -414,6 +416,112 @@ TEST_F(ApiServerTest, NonStreamingChatReturnsReasoningContent) {
   EXPECT_EQ(message["content"], "because");
 }
 
+// Qwen3 thinks, says a word, then calls two tools (the template's format), cut into tokens
+// that split tags and JSON.
+const std::vector<std::string> kToolCallScript = {"<think>",
+                                                  "\nweather?",
+                                                  "\n</think>\n\n",
+                                                  "Checking.\n\n",
+                                                  "<tool_",
+                                                  "call>\n{\"name\": ",
+                                                  "\"get_weather\", \"arguments\": {\"city\": \"Os",
+                                                  "lo\"}}\n</tool_call>",
+                                                  "\n<tool_call>",
+                                                  "\n{\"name\": \"now\", \"arguments\": {}}\n",
+                                                  "</tool_call>"};
+constexpr const char* kWithTools = R"({"messages": [{"role": "user", "content": "q"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather"}},
+              {"type": "function", "function": {"name": "now"}}])";
+
+// The choice's message as the openai client accumulates a stream: text fields concatenated,
+// each tool call's id, type and name from its first entry, its arguments concatenated.
+Json accumulate_stream(const std::vector<Json>& events, std::string& finish_reason) {
+  Json message = {{"content", ""}, {"reasoning_content", ""}, {"tool_calls", Json::array()}};
+  for (const Json& event : events) {
+    if (event["choices"].empty()) continue;
+    const Json& choice = event["choices"][0];
+    const Json& delta = choice["delta"];
+    for (const char* field : {"content", "reasoning_content"}) {
+      if (delta.contains(field))
+        message[field] = message[field].get<std::string>() + delta[field].get<std::string>();
+    }
+    for (const Json& call : delta.value("tool_calls", Json::array())) {
+      const size_t index = call["index"];
+      Json& calls = message["tool_calls"];
+      if (index == calls.size()) {
+        EXPECT_TRUE(call.contains("id") && call["type"] == "function" &&
+                    call["function"].contains("name"))
+            << "the first entry of a call names it: " << call;
+        calls.push_back({{"id", call["id"]},
+                         {"type", "function"},
+                         {"function", {{"name", call["function"]["name"]}, {"arguments", ""}}}});
+      }
+      EXPECT_LT(index, calls.size()) << "calls come in index order";
+      if (call["function"].contains("arguments")) {
+        Json& arguments = calls[index]["function"]["arguments"];
+        arguments = arguments.get<std::string>() + call["function"]["arguments"].get<std::string>();
+      }
+    }
+    if (!choice["finish_reason"].is_null()) finish_reason = choice["finish_reason"];
+  }
+  return message;
+}
+
+TEST_F(ApiServerTest, ToolCallsAfterTheReasoningWholeAndStreamed) {
+  start(kToolCallScript);
+  service_->set_max_model_len(1024);
+  auto response = post("/v1/chat/completions", kWithTools + std::string("}"));
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  const Json choice = Json::parse(response.body())["choices"][0];
+  const Json& message = choice["message"];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(message["reasoning_content"], "weather?");
+  EXPECT_EQ(message["content"], "Checking.\n\n");
+  ASSERT_EQ(message["tool_calls"].size(), 2u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city": "Oslo"})");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["name"], "now");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], "{}");
+  const std::string first_id = message["tool_calls"][0]["id"];
+  EXPECT_TRUE(first_id.starts_with("call_")) << first_id;
+  EXPECT_NE(first_id, message["tool_calls"][1]["id"]);
+
+  auto streamed = post("/v1/chat/completions", kWithTools + std::string(R"(, "stream": true})"));
+  ASSERT_EQ(streamed.result_int(), 200) << streamed.body();
+  bool done = false;
+  std::string finish;
+  Json accumulated = accumulate_stream(sse_events(streamed.body(), done), finish);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(accumulated["reasoning_content"], message["reasoning_content"]);
+  EXPECT_EQ(accumulated["content"], message["content"]);
+  ASSERT_EQ(accumulated["tool_calls"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(accumulated["tool_calls"][i]["function"], message["tool_calls"][i]["function"]);
+    EXPECT_TRUE(accumulated["tool_calls"][i]["id"].get<std::string>().starts_with("call_"));
+  }
+  // Ids are unique across responses too.
+  EXPECT_NE(accumulated["tool_calls"][0]["id"], first_id);
+}
+
+TEST_F(ApiServerTest, ToolCallsAreContentWithoutToolsOrWithToolChoiceNone) {
+  start(kToolCallScript);
+  service_->set_max_model_len(1024);
+  std::string text;
+  for (size_t i = 3; i < kToolCallScript.size(); ++i) text += kToolCallScript[i];
+  for (const std::string& body :
+       {kWithTools + std::string(R"(, "tool_choice": "none"})"),
+        std::string(R"({"messages": [{"role": "user", "content": "q"}]})")}) {
+    auto response = post("/v1/chat/completions", body);
+    ASSERT_EQ(response.result_int(), 200) << response.body();
+    const Json choice = Json::parse(response.body())["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    EXPECT_EQ(choice["message"]["content"], text);
+    EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  }
+}
+
 TEST_F(ApiServerTest, ErrorPaths) {
   start({"x"});
   struct Case {
@@ -711,7 +819,8 @@ TEST_F(ApiServerTest, NonStreamedAnswerCarriesItsTimeline) {
 // The timeline is opt-in: answers and usage chunks of callers that did not ask have none.
 TEST_F(ApiServerTest, TimelineOnlyWhenAsked) {
   start({"a", "b"});
-  const Json whole = Json::parse(post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})").body());
+  const Json whole =
+      Json::parse(post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})").body());
   EXPECT_EQ(whole["usage"]["completion_tokens"], 2) << whole.dump();
   EXPECT_FALSE(whole["usage"].contains("pdserve_timeline")) << whole.dump();
   const std::string streamed =
@@ -729,7 +838,8 @@ TEST_F(ApiServerTest, ApiKeysGuardTheOpenAiRoutes) {
   const auto call = [&](const std::string& method, const std::string& path,
                         const std::string& headers) {
     TestClient client(server_->port());
-    EXPECT_TRUE(client.send(make_request(method, path, R"({"prompt": "x", "max_tokens": 1})", headers)));
+    EXPECT_TRUE(
+        client.send(make_request(method, path, R"({"prompt": "x", "max_tokens": 1})", headers)));
     auto response = client.read_response();
     return response ? response->result_int() : 0;
   };

@@ -33,6 +33,16 @@ Json request_body(const Json& context, bool content_as_parts) {
       }
     }
   }
+  // The wire form of object arguments: a JSON string (compact, unlike the template's tojson),
+  // which must render as transformers rendered the object.
+  for (Json& message : body["messages"]) {
+    if (!message.contains("tool_calls")) continue;
+    for (Json& call : message["tool_calls"]) {
+      if (call.contains("function") && call["function"]["arguments"].is_object()) {
+        call["function"]["arguments"] = call["function"]["arguments"].dump();
+      }
+    }
+  }
   if (context.contains("tools")) body["tools"] = context["tools"];
   Json kwargs = Json::object();
   if (context.contains("enable_thinking")) kwargs["enable_thinking"] = context["enable_thinking"];
@@ -55,10 +65,9 @@ TEST(ChatPrompt, RendersLikeTheJinjaOracle) {
           parse_chat_completion_request(request_body(golden["context"], content_as_parts), kVocab);
       if (!request.ok()) {
         // Only contexts outside the OpenAI schema may be refused: tool calls without the
-        // "function" wrapper or with object arguments, tools without {"type": "function"}.
+        // "function" wrapper, tools without {"type": "function"}.
         const std::string& param = request.error().param.value_or("");
-        EXPECT_TRUE(param.ends_with(".function") || param.ends_with(".arguments") ||
-                    param.starts_with("tools["))
+        EXPECT_TRUE(param.ends_with(".function") || param.starts_with("tools["))
             << request.error().message;
         ++refused;
         continue;
@@ -71,7 +80,8 @@ TEST(ChatPrompt, RendersLikeTheJinjaOracle) {
       ++compared;
     }
   }
-  EXPECT_GE(compared, 80) << "refused " << refused;
+  // 108 of 120: object arguments are sent as JSON strings; the 12 refused lack the wrapper.
+  EXPECT_GE(compared, 108) << "refused " << refused;
 }
 
 TEST(ChatPrompt, EnableThinkingFalseClosesTheThinkBlock) {

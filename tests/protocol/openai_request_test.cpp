@@ -256,12 +256,14 @@ TEST(CompletionRequest, UnknownTopLevelFieldsAreIgnoredUnlessStrict) {
       completion(R"({"prompt": "x", "store": true, "metadata": {"a": 1}, "temprature": 0.5})");
   EXPECT_EQ(request.ignored_fields, (std::vector<std::string>{"store", "metadata", "temprature"}));
   EXPECT_FALSE(request.requested_defaults.temperature);
-  expect_error(parse_completion_request(Json::parse(R"({"prompt": "x", "store": true})"), kVocab, true),
-               {"", "store", "Unrecognized request argument supplied: store"});
-  expect_error(parse_completion_request(
-                   Json::parse(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})"),
-                   kVocab),
-               {"", "stream_options.usage", "Unrecognized"});
+  expect_error(
+      parse_completion_request(Json::parse(R"({"prompt": "x", "store": true})"), kVocab, true),
+      {"", "store", "Unrecognized request argument supplied: store"});
+  expect_error(
+      parse_completion_request(
+          Json::parse(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})"),
+          kVocab),
+      {"", "stream_options.usage", "Unrecognized"});
 }
 
 // JSON Schema's integer (and pydantic's lax mode): 16.0 is the integer 16; 16.5 is not.
@@ -313,10 +315,29 @@ TEST(ChatRequest, MessagesAreNormalizedForTheTemplate) {
             R"([{"role":"system","content":"Be brief."},)"
             R"({"role":"user","content":"Line 1\nLine 2","name":"bob"},)"
             R"({"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",)"
-            R"("function":{"name":"f","arguments":"{\"x\": 1}"}}]},)"
+            R"("function":{"name":"f","arguments":{"x":1}}}]},)"
             R"({"role":"tool","content":"42","tool_call_id":"call_1"},)"
             R"({"role":"assistant","content":"It is 42.","reasoning_content":"The tool said 42."},)"
             R"({"role":"user","content":"Thanks"}])");
+}
+
+TEST(ChatRequest, ToolCallArgumentsThatHoldNoObjectStayStrings) {
+  const auto arguments_for = [](const std::string& arguments) {
+    nlohmann::ordered_json body = nlohmann::ordered_json::parse(
+        R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]}]})");
+    body["messages"][1]["tool_calls"][0]["function"]["arguments"] = arguments;
+    auto parsed = parse_chat_completion_request(body, kVocab);
+    EXPECT_TRUE(parsed.ok());
+    return parsed.value().messages[1]["tool_calls"][0]["function"]["arguments"];
+  };
+  // Key order and numbers as written: the template's tojson writes them back.
+  EXPECT_EQ(arguments_for(R"({"z":1,"a":[2.5,null]})").dump(), R"({"z":1,"a":[2.5,null]})");
+  for (const std::string kept : {"not json", "[1, 2]", "\"text\"", "{\"a\": ", ""}) {
+    EXPECT_EQ(arguments_for(kept), kept);
+  }
+  EXPECT_EQ(arguments_for(std::string(80, '[') + std::string(80, ']')).get<std::string>().size(),
+            160u);
 }
 
 TEST(ChatRequest, ToolsKeepTheClientsKeyOrder) {
@@ -328,9 +349,17 @@ TEST(ChatRequest, ToolsKeepTheClientsKeyOrder) {
                              tools + R"(, "tool_choice": "auto", "parallel_tool_calls": false})");
   EXPECT_EQ(r.tools.dump(), tools);
   EXPECT_EQ(r.tool_choice, "auto");
+  EXPECT_TRUE(r.parses_tool_calls());
   EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "none"})")
                 .tool_choice,
             "none");
+  // Tool calls are parsed only with tools and a tool_choice other than "none".
+  EXPECT_FALSE(chat(R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools +
+                    R"(, "tool_choice": "none"})")
+                   .parses_tool_calls());
+  EXPECT_FALSE(chat(R"({"messages": [{"role": "user", "content": "hi"}], "tools": []})")
+                   .parses_tool_calls());
+  EXPECT_FALSE(chat(R"({"messages": [{"role": "user", "content": "hi"}]})").parses_tool_calls());
 }
 
 TEST(ChatRequest, SamplingLogprobsAndTemplateOptions) {
@@ -435,7 +464,8 @@ TEST(ChatRequest, Errors) {
       {with(R"("n": 1000)"), "n", "out of range"},
   };
   for (const ErrorCase& c : cases) {
-    expect_error(parse_chat_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true), c);
+    expect_error(parse_chat_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true),
+                 c);
   }
 }
 

@@ -40,8 +40,8 @@ TEST(CompletionResponse, LogprobsWithEchoAndNegativeInfinity) {
 }
 
 TEST(ChatResponse, MessageWithReasoningAndWithout) {
-  ChatChoice thinking{0, "4", std::string("2+2=4"), std::nullopt, FinishReason::kStop};
-  ChatChoice plain{1, "Four.", std::nullopt, std::nullopt, FinishReason::kLength};
+  ChatChoice thinking{0, "4", std::string("2+2=4"), std::nullopt, FinishReason::kStop, {}};
+  ChatChoice plain{1, "Four.", std::nullopt, std::nullopt, FinishReason::kLength, {}};
   ResponseMeta meta{"chatcmpl-9", 1, "m"};
   EXPECT_EQ(
       to_json_text(chat_completion_response(meta, {thinking, plain}, {10, 3})),
@@ -50,6 +50,37 @@ TEST(ChatResponse, MessageWithReasoningAndWithout) {
       R"("logprobs":null,"finish_reason":"stop"},)"
       R"({"index":1,"message":{"role":"assistant","content":"Four."},"logprobs":null,)"
       R"("finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}})");
+}
+
+TEST(ChatResponse, ToolCallsMakeTheFinishReasonAndANullEmptyContent) {
+  const std::vector<ChatToolCall> calls = {{0, "call_a_0_0", "get_weather", R"({"city": "Oslo"})"},
+                                           {1, "call_a_0_1", "now", "{}"}};
+  ChatChoice only_calls{0, "", std::nullopt, std::nullopt, FinishReason::kStop, calls};
+  ChatChoice with_text{1,         "Let me look.", std::nullopt, std::nullopt, FinishReason::kLength,
+                       {calls[1]}};
+  const auto body = chat_completion_response({"chatcmpl-a", 1, "m"}, {only_calls, with_text}, {});
+  EXPECT_EQ(to_json_text(body["choices"][0]),
+            R"({"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"
+            R"({"id":"call_a_0_0","type":"function","function":{"name":"get_weather",)"
+            R"("arguments":"{\"city\": \"Oslo\"}"}},)"
+            R"({"id":"call_a_0_1","type":"function","function":{"name":"now","arguments":"{}"}}]},)"
+            R"("logprobs":null,"finish_reason":"tool_calls"})");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "Let me look.");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "tool_calls");
+
+  // Streamed: each call whole in one entry with its index; the finish chunk says tool_calls.
+  const auto chunk = chat_delta_chunk({"chatcmpl-a", 1, "m"}, {}, 0, "", "Sure.", nullptr, calls);
+  EXPECT_EQ(to_json_text(chunk["choices"][0]["delta"]),
+            R"({"content":"Sure.","tool_calls":[{"index":0,"id":"call_a_0_0","type":"function",)"
+            R"("function":{"name":"get_weather","arguments":"{\"city\": \"Oslo\"}"}},)"
+            R"({"index":1,"id":"call_a_0_1","type":"function",)"
+            R"("function":{"name":"now","arguments":"{}"}}]})");
+  EXPECT_EQ(chat_finish_chunk({"c", 0, "m"}, {}, 0, FinishReason::kStop,
+                              true)["choices"][0]["finish_reason"],
+            "tool_calls");
+  EXPECT_EQ(
+      chat_finish_chunk({"c", 0, "m"}, {}, 0, FinishReason::kStop)["choices"][0]["finish_reason"],
+      "stop");
 }
 
 TEST(ChatResponse, LogprobsCarryBytesAndSpellPartialUtf8) {
