@@ -18,6 +18,11 @@
 //    0..20 (vLLM's default max_logprobs). max_tokens >= 1 (no echo-only requests).
 //  * model may be absent (vLLM: the served model); the server checks the name.
 //  * The body may nest at most kMaxJsonDepth levels (checked before parsing).
+//  * Tools (as vLLM with the hermes parser): tools are rendered into the prompt whatever
+//    tool_choice says (vLLM's default); "auto" (the default) parses the answer's tool calls
+//    (tool_call_parser.h), "none" does not; "required" and a named function need constrained
+//    decoding and are rejected. The arguments string of an assistant tool call reaches the
+//    template as the object it holds (vLLM's json.loads), otherwise as the string.
 // vLLM extensions accepted: min_tokens, top_k, min_p, repetition_penalty, stop_token_ids,
 // ignore_eos, include_stop_str_in_output, skip_special_tokens, chat_template_kwargs, and
 // reasoning_content in assistant messages.
