@@ -562,8 +562,11 @@ void ApiServer::publish_engine_stats() {
   advance("pdserve:num_preemptions_total", "Sequences preempted (recomputed later).",
           stats.preemptions_total, last_scraped_.preemptions_total);
   advance("pdserve:kv_checksum_mismatches_total",
-          "Imported KV that failed its block checksums (then prefilled here).",
+          "Imported KV that failed its block checksums (then fetched again or prefilled here).",
           stats.kv_checksum_mismatches_total, last_scraped_.kv_checksum_mismatches_total);
+  advance("pdserve:kv_refetches_total",
+          "Imported KV that failed its checksums and was fetched again from another prefill node.",
+          stats.kv_refetches_total, last_scraped_.kv_refetches_total);
   advance("pdserve:remote_prefill_fallbacks_total",
           "Remote prefills that failed and were prefilled here instead.",
           stats.remote_prefill_fallbacks_total, last_scraped_.remote_prefill_fallbacks_total);

@@ -61,13 +61,16 @@ void RemotePrefillState::maybe_ready(ImportActions& actions) {
   actions.report_ready = true;
 }
 
-ImportActions RemotePrefillState::verified(const Status& outcome) {
+ImportActions RemotePrefillState::verified(const Status& outcome, bool another_node) {
   ImportActions actions;
   if (state_ != ImportState::kVerifying) return actions;  // given up meanwhile
   if (outcome.ok()) {
     state_ = ImportState::kReady;
     reported_ = true;
     actions.report_ready = true;
+  } else if (another_node) {
+    refetching_ = true;
+    actions.retry_next_node = true;
   } else {
     report_failure(actions, outcome);
     state_ = ImportState::kReleased;
@@ -142,7 +145,7 @@ ImportActions RemotePrefillState::first_token(Clock::time_point now,
   if (state_ != ImportState::kPrefilling) return actions;  // cancelling or failed: not wanted
   state_ = ImportState::kFirstToken;
   deadline_ = kv_deadline;
-  actions.report_first_token = true;
+  actions.report_first_token = !refetching_;
   maybe_ready(actions);
   return actions;
 }
@@ -244,11 +247,16 @@ bool RemotePrefillState::overdue(Clock::time_point now) const {
           state_ == ImportState::kPrefilling || state_ == ImportState::kFirstToken);
 }
 
-void RemotePrefillState::restart() {
+void RemotePrefillState::restart(Clock::time_point deadline) {
   state_ = ImportState::kPosting;
+  deadline_ = deadline;
   http_status_ = 0;
   sent_ = false;
   stream_ended_ = false;
+  // A re-fetch starts a new transfer: what the last one reported is not this one's.
+  first_token_ = false;
+  kv_sent_ = false;
+  landed_ = false;
 }
 
 }  // namespace pdserve::kv_transfer

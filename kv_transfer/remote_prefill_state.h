@@ -13,10 +13,12 @@
 //      │                      └──────────────> kFailed (held)                 kReady (released)
 //      │
 //   With checksums (verify_checksums): landed + kv_sent ──> kVerifying: the connector compares
-//      the blocks as they landed with the checksums of kv_sent; verified(ok) ──> kReady,
-//      verified(mismatch) ──> kReleased with the failure reported (nothing can land after the
-//      completion message). A stream that ends without kv_sent has no checksums: it fails
-//      closed the same way. The engine then prefills the request itself.
+//      the blocks as they landed with the checksums of kv_sent; verified(ok) ──> kReady;
+//      verified(mismatch) with another prefill node ──> retry_next_node, restart() ──> kPosting
+//      (a re-fetch: nothing can land after the completion message, so the next node may write
+//      the same blocks; its first token is not reported again); without one ──> kReleased with
+//      the failure reported, and the engine prefills the request itself. A stream that ends
+//      without kv_sent has no checksums: it fails closed the same way.
 //   any state before kReady ──client cancel──> kCancelling: the prefill node is told (cancel
 //      call; the event stream stays open), or, when nothing was sent yet, the call is closed.
 //   kCancelling / kFailed ──confirmation──> kReleased. A confirmation is one of: kv_failed or an
@@ -93,8 +95,9 @@ class RemotePrefillState {
   // The transfer's completion message arrived (every put of it has landed).
   ImportActions landed_now();
   // The connector compared the landed blocks with their checksums (after `verify`): OK, or
-  // why not (DataLoss for a mismatch). Ignored outside kVerifying.
-  ImportActions verified(const Status& outcome);
+  // why not (DataLoss for a mismatch). `another_node`: a further prefill node could send the
+  // KV again. Ignored outside kVerifying.
+  ImportActions verified(const Status& outcome, bool another_node);
   // The HTTP call ended. `why`: what to report if that is a failure here (a refusal, the
   // transport's error, or a stream without a first token). `another_node`: a further prefill
   // node could take the work.
@@ -105,8 +108,12 @@ class RemotePrefillState {
   ImportActions fail(const Status& why, Clock::time_point now);
   // Past the deadline without an outcome.
   bool overdue(Clock::time_point now) const;
-  // The work goes to the next prefill node (after retry_next_node): back to kPosting.
-  void restart();
+  // The work goes to the next prefill node (after retry_next_node): back to kPosting, with
+  // `deadline` for its first token.
+  void restart(Clock::time_point deadline);
+  // The current exchange re-fetches KV whose checksums did not match: its first token is not
+  // reported (the engine has one).
+  bool refetching() const { return refetching_; }
 
  private:
   bool refused() const { return http_status_ != 0 && http_status_ != 200; }
@@ -128,6 +135,7 @@ class RemotePrefillState {
   bool landed_ = false;
   bool reported_ = false;
   bool verify_checksums_ = false;
+  bool refetching_ = false;
 };
 
 }  // namespace pdserve::kv_transfer

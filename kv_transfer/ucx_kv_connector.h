@@ -5,18 +5,12 @@
 //    or all of them after the forward, sends the completion message after the last layer and
 //    the first token, and reports the outcome (KvTransferReport: layers, layers_overlapped) to
 //    the request's on_finished and, with kExportReleased, to the engine;
-//  * import (decode node): sends PrefillWork to the first prefill node of the request (HTTP,
-//    cluster token), reads its events (first token, then kv_sent / kv_failed), reports
-//    kFirstToken at once and kImportReady when the transfer's completion message is here too
-//    and, with checksums on (the default), the landed blocks match the checksums that kv_sent
-//    carries (kv_checksum.h); a mismatch is kImportFailed with DataLoss, and the engine then
-//    prefills the request itself. Checksums need a host pool: for a CUDA pool the decode node
-//    asks for none and the prefill node computes none (issue #14).
-// An import's lifecycle is a RemotePrefillState (remote_prefill_state.h): a cancelled import
-// asks the prefill node to abort (POST /internal/v1/prefill/cancel) and keeps listening; its
-// blocks are released at once only on a confirmation that no put can still come (kv_failed or
-// an error event, the completion message, a refusal, a call that sent nothing), otherwise
-// after the transfer's deadline plus a grace period.
+//  * import (decode node): a RemotePrefillClient (remote_prefill_client.h) asks the request's
+//    prefill nodes for the KV (HTTP, failover, the RemotePrefillState of each import); this
+//    connector tells the client where its pool is, passes it each transfer's completion
+//    message, and checksums the blocks as they landed (with checksums on, the default: kv_checksum.h).
+//    Checksums need a host pool: for a CUDA pool the decode node asks for none and the prefill
+//    node computes none (issue #14).
 #pragma once
 
 #include <chrono>
@@ -25,10 +19,9 @@
 #include <string>
 
 #include "common/engine/kv_connector.h"
-#include "common/http/http_client.h"
-#include "common/protocol/prefill_protocol.h"
 #include "kv_transfer/kv_transfer_service.h"
 #include "kv_transfer/pool_layout.h"
+#include "kv_transfer/remote_prefill_client.h"
 
 namespace pdserve::kv_transfer {
 

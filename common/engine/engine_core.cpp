@@ -211,7 +211,7 @@ void EngineCore::apply_connector_events() {
         import_ready(event.request_id, std::move(*event.stats));
         break;
       case KvEventKind::kImportFailed:
-        import_failed(event.request_id, event.status);
+        import_failed(event.request_id, event.status, event.stats);
         break;
     }
   }
@@ -250,6 +250,8 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
 }
 
 void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats stats) {
+  kv_checksum_mismatches_total_ += stats.checksum_mismatches;
+  kv_refetches_total_ += stats.refetches;
   auto id = ids_.find(request_id);
   if (id == ids_.end()) {
     // Finished by its first token: its prompt still enters the prefix cache.
@@ -279,7 +281,14 @@ std::optional<SeqId> EngineCore::awaiting_after_finish(const std::string& reques
   return it->second;
 }
 
-void EngineCore::import_failed(const std::string& request_id, const Status& status) {
+void EngineCore::import_failed(const std::string& request_id, const Status& status,
+                               const std::optional<RemotePrefillStats>& stats) {
+  if (stats) {
+    kv_checksum_mismatches_total_ += stats->checksum_mismatches;
+    kv_refetches_total_ += stats->refetches;
+  } else if (status.code() == StatusCode::kDataLoss) {
+    ++kv_checksum_mismatches_total_;
+  }
   auto id = ids_.find(request_id);
   if (id == ids_.end()) {
     if (const std::optional<SeqId> seq_id = awaiting_after_finish(request_id)) {
@@ -289,7 +298,6 @@ void EngineCore::import_failed(const std::string& request_id, const Status& stat
     return;
   }
   const SeqId seq_id = id->second;
-  if (status.code() == StatusCode::kDataLoss) ++kv_checksum_mismatches_total_;
   // The held blocks stay with the import (its kImportReleased unpins the holder); the sequence
   // queues for a local prefill with new blocks.
   Result<SeqId> holder = scheduler_.requeue_failed_import(seq_id);
@@ -581,6 +589,7 @@ ServiceStats EngineCore::stats() const {
   stats.preemptions_total = preemptions_total_;
   stats.kv_checksum_mismatches_total = kv_checksum_mismatches_total_;
   stats.remote_prefill_fallbacks_total = remote_prefill_fallbacks_total_;
+  stats.kv_refetches_total = kv_refetches_total_;
   return stats;
 }
 

@@ -104,7 +104,9 @@ class EngineCore {
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, RemotePrefillStats stats);
   // The remote prefill failed: a request still wanted is prefilled here instead.
-  void import_failed(const std::string& request_id, const Status& status);
+  // `stats`: the import's figures when it has some (its checksum mismatches and re-fetches).
+  void import_failed(const std::string& request_id, const Status& status,
+                     const std::optional<RemotePrefillStats>& stats);
   // The sequence of a request that its first token finished while its KV is still coming.
   std::optional<SeqId> awaiting_after_finish(const std::string& request_id) const;
   // Before the forward: pins the blocks of the batch's requests whose prompt this step
@@ -147,6 +149,7 @@ class EngineCore {
   int64_t preemptions_total_ = 0;
   int64_t kv_checksum_mismatches_total_ = 0;
   int64_t remote_prefill_fallbacks_total_ = 0;
+  int64_t kv_refetches_total_ = 0;
 };
 
 }  // namespace pdserve

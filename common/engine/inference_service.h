@@ -113,9 +113,11 @@ struct ServiceStats {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t preemptions_total = 0;
-  // Decode side of disaggregation: imports whose KV failed its checksum, and remote prefills
-  // that failed (for that or any reason) and were prefilled here instead.
+  // Decode side of disaggregation: imported KV that failed its checksums, such KV fetched
+  // again from the next prefill node, and remote prefills that failed (for that or any
+  // reason) and were prefilled here instead.
   int64_t kv_checksum_mismatches_total = 0;
+  int64_t kv_refetches_total = 0;
   int64_t remote_prefill_fallbacks_total = 0;
 };
 

@@ -61,7 +61,8 @@ struct KvEvent {
   std::string request_id;
   Status status;                              // kImportFailed: why
   std::optional<RemotePrefillResult> result;  // kFirstToken
-  // kImportReady: the whole remote prefill's figures, the transfer's included.
+  // kImportReady: the whole remote prefill's figures, the transfer's included; kImportFailed:
+  // only checksum_mismatches, when there were some.
   std::optional<RemotePrefillStats> stats;
 };
 

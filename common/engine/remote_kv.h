@@ -70,6 +70,10 @@ struct RemotePrefillStats {
   std::chrono::steady_clock::time_point work_posted{};
   std::chrono::steady_clock::time_point head_received{};
   std::chrono::steady_clock::time_point first_token_received{};
+  // Landed KV whose checksums did not match, and how many times it was then fetched again
+  // from the next prefill node.
+  int checksum_mismatches = 0;
+  int refetches = 0;
   double head_sent_ms = 0;          // the prefill node sent its head, ms after its receipt
   std::vector<TimelineSpan> spans;  // the prefill node's, ms after its receipt of the work
 };

@@ -81,8 +81,10 @@ class ScriptedConnector : public KvConnector {
     result.stats.compute_seconds = 0.25;
     pending.push_back({KvEventKind::kFirstToken, id, Status::ok_status(), result, std::nullopt});
   }
-  void ready(const std::string& id) {
+  void ready(const std::string& id, int checksum_mismatches = 0) {
     RemotePrefillStats stats;
+    stats.checksum_mismatches = checksum_mismatches;
+    stats.refetches = checksum_mismatches;
     stats.prefill_url = "http://prefill";
     stats.compute_seconds = 0.25;
     stats.transfer_bytes = 4096;
@@ -379,6 +381,38 @@ TEST_F(EngineCoreKvTest, AFailedRemotePrefillIsPrefilledHereWithTheSameTokens) {
   EXPECT_EQ(core_->scheduler().block_manager().num_used_blocks(), 9);
   EXPECT_TRUE(core_->has_pending_work());
   for (const char* id : {"no-prefill-node", "lost-kv", "corrupt-kv"}) connector_.released(id);
+  drain();
+  expect_all_released();
+}
+
+// Issue #15: KV that failed its checksums and was fetched again from the next prefill node
+// counts as a mismatch and a re-fetch, not as a local prefill; KV that failed on both of two
+// nodes counts two mismatches, one re-fetch and one local prefill.
+TEST_F(EngineCoreKvTest, RefetchedKvCountsItsMismatchesAndOnlyALastFailurePrefillsHere) {
+  add_imported("refetched", 5);
+  add_imported("corrupt-everywhere", 5);
+  connector_.first_token("refetched", script_[0]);
+  connector_.first_token("corrupt-everywhere", script_[0]);
+  drain();
+  connector_.ready("refetched", /*checksum_mismatches=*/1);
+  RemotePrefillStats twice;
+  twice.checksum_mismatches = 2;
+  twice.refetches = 1;
+  connector_.pending.push_back({KvEventKind::kImportFailed, "corrupt-everywhere",
+                                data_loss("KV checksum mismatch"), std::nullopt, twice});
+  drain();
+  const std::vector<int32_t> expected(script_.begin(), script_.begin() + 5);
+  for (const char* id : {"refetched", "corrupt-everywhere"}) {
+    SCOPED_TRACE(id);
+    ASSERT_EQ(streams_[id].finals, 1);
+    EXPECT_TRUE(streams_[id].last().error.ok()) << streams_[id].last().error.to_string();
+    EXPECT_EQ(streams_[id].tokens(), expected);
+  }
+  const ServiceStats stats = core_->stats();
+  EXPECT_EQ(stats.kv_checksum_mismatches_total, 3);
+  EXPECT_EQ(stats.kv_refetches_total, 2);
+  EXPECT_EQ(stats.remote_prefill_fallbacks_total, 1);
+  for (const char* id : {"refetched", "corrupt-everywhere"}) connector_.released(id);
   drain();
   expect_all_released();
 }

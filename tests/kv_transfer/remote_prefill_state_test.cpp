@@ -94,7 +94,7 @@ TEST(RemotePrefillState, WithChecksumsTheKvIsVerifiedBeforeItIsReady) {
     EXPECT_FALSE(s.releasable(t0)) << "the connector is reading the blocks";
     EXPECT_FALSE(s.overdue(t0 + seconds(3600))) << "everything needed is here";
     EXPECT_TRUE(nothing(s.call_ended(Status::ok_status(), false, t0)));
-    const ImportActions verified = s.verified(Status::ok_status());
+    const ImportActions verified = s.verified(Status::ok_status(), false);
     EXPECT_TRUE(verified.report_ready);
     EXPECT_EQ(s.state(), ImportState::kReady);
     EXPECT_TRUE(s.releasable(t0));
@@ -105,15 +105,57 @@ TEST(RemotePrefillState, AChecksumMismatchFailsTheImportAndReleasesTheBlocksAtOn
   RemotePrefillState s = streaming(/*verify_checksums=*/true);
   s.kv_sent();
   ASSERT_TRUE(s.landed_now().verify);
-  const ImportActions a = s.verified(data_loss("block 0 differs"));
+  const ImportActions a = s.verified(data_loss("block 0 differs"), false);
   ASSERT_TRUE(a.report_failure.has_value());
   EXPECT_EQ(a.report_failure->code(), StatusCode::kDataLoss);
   EXPECT_FALSE(a.report_ready);
   // The completion message followed every put: nothing can land any more.
   EXPECT_EQ(s.state(), ImportState::kReleased);
   EXPECT_TRUE(s.releasable(t0));
-  EXPECT_TRUE(nothing(s.verified(Status::ok_status())));
+  EXPECT_TRUE(nothing(s.verified(Status::ok_status(), false)));
   EXPECT_TRUE(nothing(s.cancel(cancelled("late"), t0)));
+}
+
+TEST(RemotePrefillState, AChecksumMismatchWithAnotherNodeRefetchesWithoutASecondFirstToken) {
+  RemotePrefillState s = streaming(/*verify_checksums=*/true);
+  s.kv_sent();
+  ASSERT_TRUE(s.landed_now().verify);
+  const ImportActions a = s.verified(data_loss("block 0 differs"), /*another_node=*/true);
+  EXPECT_TRUE(a.retry_next_node);
+  EXPECT_FALSE(a.report_failure) << "the next node sends the KV again";
+  EXPECT_FALSE(a.report_ready);
+  EXPECT_TRUE(s.refetching());
+  s.restart(t0 + seconds(120));
+  EXPECT_EQ(s.state(), ImportState::kPosting);
+  EXPECT_EQ(s.deadline(), t0 + seconds(120));
+  EXPECT_FALSE(s.landed()) << "the last transfer's landing is not this one's";
+  EXPECT_FALSE(s.overdue(t0 + seconds(100)));
+  s.work_sent();
+  s.head(200);
+  const ImportActions first = s.first_token(t0, t0 + seconds(32));
+  EXPECT_FALSE(first.report_first_token) << "the engine already has the first token";
+  EXPECT_FALSE(first.report_failure) << "not a second first token of one exchange";
+  EXPECT_EQ(s.state(), ImportState::kFirstToken);
+  EXPECT_TRUE(nothing(s.kv_sent()));
+  ASSERT_TRUE(s.landed_now().verify);
+  EXPECT_TRUE(s.verified(Status::ok_status(), false).report_ready);
+  EXPECT_EQ(s.state(), ImportState::kReady);
+
+  // A second mismatch on the last node fails the import: the engine prefills locally.
+  RemotePrefillState twice = streaming(/*verify_checksums=*/true);
+  twice.kv_sent();
+  twice.landed_now();
+  ASSERT_TRUE(twice.verified(data_loss("block 0 differs"), true).retry_next_node);
+  twice.restart(t0 + seconds(120));
+  twice.work_sent();
+  twice.head(200);
+  twice.first_token(t0, t0 + seconds(32));
+  twice.kv_sent();
+  twice.landed_now();
+  const ImportActions last = twice.verified(data_loss("block 1 differs"), false);
+  ASSERT_TRUE(last.report_failure.has_value());
+  EXPECT_EQ(last.report_failure->code(), StatusCode::kDataLoss);
+  EXPECT_EQ(twice.state(), ImportState::kReleased);
 }
 
 TEST(RemotePrefillState, WithChecksumsAStreamEndingWithoutKvSentFailsClosed) {
@@ -138,7 +180,7 @@ TEST(RemotePrefillState, ACancelWhileVerifyingReleasesAndTheVerdictIsIgnored) {
   ASSERT_TRUE(a.report_failure.has_value());
   EXPECT_FALSE(a.send_cancel) << "the KV has landed: nothing to stop";
   EXPECT_EQ(s.state(), ImportState::kReleased);
-  EXPECT_TRUE(nothing(s.verified(Status::ok_status())));
+  EXPECT_TRUE(nothing(s.verified(Status::ok_status(), false)));
 }
 
 // Item 6: a client that leaves before its KV lands. The prefill node is told and the call is
@@ -227,7 +269,7 @@ TEST(RemotePrefillState, TransportFailureBeforeTheHeadFreesOnlyWhenNothingWasSen
   const ImportActions retry = refused.call_ended(unavailable("connect: refused"), true, t0);
   EXPECT_TRUE(retry.retry_next_node);
   EXPECT_FALSE(retry.report_failure);
-  refused.restart();
+  refused.restart(t0 + seconds(10));
   EXPECT_EQ(refused.state(), ImportState::kPosting);
   const ImportActions last = refused.call_ended(unavailable("connect: refused"), false, t0);
   ASSERT_TRUE(last.report_failure.has_value());
@@ -257,7 +299,7 @@ TEST(RemotePrefillState, ARefusalTriesTheNextNodeAndTheLastOneFreesAtOnce) {
   s.work_sent();
   s.head(503);
   EXPECT_TRUE(s.call_ended(unavailable("HTTP 503"), true, t0).retry_next_node);
-  s.restart();
+  s.restart(t0 + seconds(10));
   s.work_sent();
   s.head(503);
   const ImportActions a = s.call_ended(unavailable("HTTP 503"), false, t0);

@@ -9,6 +9,8 @@
 3. A 1P1D cluster whose decode node corrupts every landed block (PDSERVE_TEST_KV_CORRUPT_EVERY=1,
    test only): every transfer is caught by its checksum, counted, prefilled locally, and the
    outputs still equal pdserve-generate's.
+4. The same with two prefill nodes: each mismatched transfer is fetched again from the other
+   prefill node (counted as a re-fetch), whose KV is corrupted too, then prefilled locally.
 After each phase no KV block stays in use on the decode node.
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR (set by CTest).
@@ -25,10 +27,11 @@ import pdserve_testing as t  # noqa: E402
 MAX_TOKENS = 8
 MISMATCHES = "pdserve:kv_checksum_mismatches_total"
 FALLBACKS = "pdserve:remote_prefill_fallbacks_total"
+REFETCHES = "pdserve:kv_refetches_total"
 
 
-def start_cluster(name, decode_env=None):
-    """proxy + one prefill + one decode node, all on port 0. The proxy keeps routing to a node
+def start_cluster(name, decode_env=None, num_prefill=1):
+    """proxy + `num_prefill` prefill nodes + one decode node, all on port 0. The proxy keeps routing to a node
     that stopped sending heartbeats for 10 minutes, so a killed prefill node stays in the
     X-Pdserve-Prefill list and the decode node meets it dead."""
     token = {"PDSERVE_CLUSTER_TOKEN": t.CLUSTER_TOKEN}
@@ -36,14 +39,15 @@ def start_cluster(name, decode_env=None):
                       r"pdserve-proxy: listening on (http://\S+)", env=token)
     proxy_url = proxy.match.group(1)
     common = ["--model", MODEL, "--port", "0", "--proxy", proxy_url, "--ucx-tls", "tcp", *t.DEFAULT_NODE_ARGS]
-    prefill = t.Process(f"prefill-{name}", [t.BINARIES["prefill"], *common],
-                        r"pdserve-prefill: prefilling (\S+) on (http://\S+)", env=token)
+    prefills = [t.Process(f"prefill-{name}-{i}", [t.BINARIES["prefill"], *common],
+                          r"pdserve-prefill: prefilling (\S+) on (http://\S+)", env=token)
+                for i in range(num_prefill)]
     decode = t.Process(f"decode-{name}", [t.BINARIES["decode"], *common], t.SERVING_LINE,
                        env=dict(token, **(decode_env or {})))
     t.wait_until(lambda: sum(n["state"] == "up" for n in t.get_json(proxy_url + "/cluster",
-                                                                   headers=t.cluster_headers())["nodes"]) == 2,
-                 60, "both nodes registered with the proxy")
-    return t.Target("1p1d", proxy_url, decode.match.group(1), [proxy, decode, prefill], decode), prefill
+                                                                   headers=t.cluster_headers())["nodes"]) == num_prefill + 1,
+                 60, "every node registered with the proxy")
+    return t.Target(f"{num_prefill}p1d", proxy_url, decode.match.group(1), [proxy, decode, *prefills], decode), prefills[0]
 
 
 def complete_all(target, prompts):
@@ -117,7 +121,24 @@ def main():
 
     failed += t.run_checks([("corrupted transfers are caught and prefilled here",
                              corrupted_transfers_are_caught_and_prefilled_here)])
-    t.finish(failed, corrupt)
+    if failed:
+        print(corrupt.logs())
+    corrupt.stop()
+
+    refetch, _ = start_cluster("refetch", {"PDSERVE_TEST_KV_CORRUPT_EVERY": "1"}, num_prefill=2)
+    url = decode_url(refetch)
+
+    def corrupted_transfers_are_fetched_again_from_the_other_prefill_node():
+        expect_oracle(complete_all(refetch, PROMPTS))
+        t.expect_equal(t.metric(url, REFETCHES), len(PROMPTS), "re-fetches")
+        t.expect_equal(t.metric(url, MISMATCHES), 2 * len(PROMPTS), "checksum mismatches")
+        t.expect_equal(t.metric(url, FALLBACKS), len(PROMPTS), "local prefill fallbacks")
+        t.expect("trying the next prefill node" in refetch.decode.log(), "the re-fetch is not logged")
+        expect_no_block_used(url)
+
+    failed += t.run_checks([("corrupted transfers are fetched again from the other prefill node",
+                             corrupted_transfers_are_fetched_again_from_the_other_prefill_node)])
+    t.finish(failed, refetch)
 
 
 if __name__ == "__main__":
