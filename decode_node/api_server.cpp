@@ -12,6 +12,7 @@
 
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
+#include "common/http/service_routes.h"
 #include "common/protocol/chat_prompt.h"
 #include "common/protocol/openai_error.h"
 #include "common/protocol/openai_request.h"
@@ -45,6 +46,35 @@ double seconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+// One log line per request that had unknown top-level fields (vLLM logs them too).
+void log_ignored_fields(const std::vector<std::string>& fields) {
+  if (fields.empty()) return;
+  std::string names;
+  for (const std::string& field : fields) names += (names.empty() ? "" : ", ") + field;
+  PDS_LOG_INFO("ignored request fields (--strict-request-fields refuses them): " + names);
+}
+
+// %XX escapes decoded; anything else (a lone '%' too) kept as is.
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 uint64_t random_id_prefix() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) | device();
@@ -68,6 +98,8 @@ struct ApiServer::Generation {
     FinishReason finish_reason = FinishReason::kNone;
     int prompt_tokens = 0;
     int completion_tokens = 0;
+    int prompt_length = 0;       // for continuous usage stats, before the final delta says
+    int tokens_streamed = 0;     // for continuous usage stats
     bool counts_prompt = false;  // the first choice of its prompt carries the prompt usage
     std::optional<ReasoningParser> reasoning;
     bool starts_in_reasoning = false;
@@ -87,6 +119,8 @@ struct ApiServer::Generation {
   bool want_logprobs = false;
   ResponseMeta meta;
   StreamOptions stream_options;
+  bool continuous_usage = false;        // stream_options.continuous_usage_stats with include_usage
+  std::string chat_echo;                // chat echo: the last message's content, before each answer
   std::vector<std::string> engine_ids;  // complete before any delta is handled
   // A resumable stream (X-Pdserve-Resumable, one choice): a checkpoint before each event.
   bool resumable = false;
@@ -115,9 +149,16 @@ struct ApiServer::Generation {
   // The tokens and sampler state not yet named by a checkpoint (resumable streams).
   StreamCheckpoint checkpoint;
 
-  // Called with the mutex held. A resumable stream's events follow their checkpoint.
-  void write_event(const nlohmann::ordered_json& payload) {
+  // Called with the mutex held. A resumable stream's events follow their checkpoint. With
+  // continuous usage stats every choice chunk carries its choice's usage so far (vLLM).
+  void write_event(nlohmann::ordered_json payload) {
     if (resumable) write_checkpoint();
+    if (continuous_usage && payload["choices"].size() == 1) {
+      const Choice& choice = choices[payload["choices"][0]["index"].get<size_t>()];
+      payload["usage"] = {{"prompt_tokens", choice.prompt_length},
+                          {"completion_tokens", choice.tokens_streamed},
+                          {"total_tokens", choice.prompt_length + choice.tokens_streamed}};
+    }
     channel->write(sse_event(payload));
   }
 
@@ -154,6 +195,9 @@ struct ApiServer::Generation {
       const int index = static_cast<int>(i);
       if (chat) {
         write_event(chat_role_chunk(meta, stream_options, index));
+        if (!chat_echo.empty()) {
+          write_event(chat_delta_chunk(meta, stream_options, index, "", chat_echo, nullptr));
+        }
       } else if (!choices[i].text.empty()) {
         CompletionChoice echo;
         echo.index = index;
@@ -197,6 +241,7 @@ struct ApiServer::Generation {
     // with the body, the time they arrived stands for them.
     const SteadyTime handed_over = stream ? std::chrono::steady_clock::now() : arrived;
     Choice& choice = choices[index];
+    choice.tokens_streamed += static_cast<int>(delta.token_ids.size());
     if (!delta.token_ids.empty()) {
       if (choice.last_token_at) {
         server->record_inter_token_latency(seconds_between(*choice.last_token_at, arrived));
@@ -339,7 +384,7 @@ struct ApiServer::Generation {
           split.content = std::move(parsed.content);
           calls = numbered_calls(static_cast<int>(i), 0, std::move(parsed.calls));
         }
-        out.push_back({static_cast<int>(i), std::move(split.content), std::move(split.reasoning),
+        out.push_back({static_cast<int>(i), chat_echo + split.content, std::move(split.reasoning),
                        requested_logprobs(choice), choice.finish_reason, std::move(calls)});
       }
       nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
@@ -411,11 +456,26 @@ void ApiServer::register_routes(http::Router& router) {
                      [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                        handle_models(ch);
                      }));
-  router.add("GET", "/health",
-             [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               count_response(200);
-               ch->send({200, "application/json", {}, "{}"});
-             });
+  router.add_prefix(
+      "GET", "/v1/models/",
+      guarded(access, RouteAccess::kClient,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                handle_model(request, ch);
+              }));
+  router.add(
+      "POST", "/tokenize",
+      guarded(access, RouteAccess::kClient,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                handle_tokenize(request, ch);
+              }));
+  router.add(
+      "POST", "/detokenize",
+      guarded(access, RouteAccess::kClient,
+              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+                handle_detokenize(request, ch);
+              }));
+  // The port opens only once the model is loaded and the engine runs: serving is ready.
+  http::add_service_routes(router, {}, [this](int status) { count_response(status); });
   router.add("GET", "/metrics",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                handle_metrics(ch);
@@ -511,7 +571,7 @@ void ApiServer::abort_requests(const std::vector<std::string>& engine_ids) {
   for (const std::string& engine_id : engine_ids) service_.abort(engine_id);
 }
 
-void ApiServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
+nlohmann::ordered_json ApiServer::model_card() const {
   const ModelInfo& model = service_.model_info();
   nlohmann::ordered_json card;
   card["id"] = model.name;
@@ -519,11 +579,93 @@ void ApiServer::handle_models(const std::shared_ptr<http::ResponseChannel>& chan
   card["created"] = unix_seconds();
   card["owned_by"] = "pdserve";
   card["max_model_len"] = model.max_model_len;
+  return card;
+}
+
+void ApiServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
   nlohmann::ordered_json body;
   body["object"] = "list";
-  body["data"] = nlohmann::ordered_json::array({card});
+  body["data"] = nlohmann::ordered_json::array({model_card()});
   count_response(200);
   channel->send(json_response(200, to_json_text(body)));
+}
+
+void ApiServer::handle_model(const http::HttpRequest& request,
+                             const std::shared_ptr<http::ResponseChannel>& channel) {
+  // The id may hold a slash ("Qwen/Qwen3-0.6B"), sent as is or percent-encoded.
+  const std::string id = percent_decoded(
+      std::string_view(request.path).substr(std::string_view("/v1/models/").size()));
+  if (id != service_.model_info().name) {
+    const ApiError error = model_not_found(id);
+    count_response(error.http_status);
+    channel->send(http::api_error_response(error));
+    return;
+  }
+  count_response(200);
+  channel->send(json_response(200, to_json_text(model_card())));
+}
+
+void ApiServer::handle_tokenize(const http::HttpRequest& request,
+                                const std::shared_ptr<http::ResponseChannel>& channel) {
+  const auto reject = [&](const ApiError& error) {
+    count_response(error.http_status);
+    channel->send(http::api_error_response(error));
+  };
+  const ModelInfo& model = service_.model_info();
+  ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
+  if (!body.ok()) return reject(body.error());
+  ApiResult<TokenizeRequest> parsed =
+      parse_tokenize_request(body.value(), model.vocab_size, options_.strict_request_fields);
+  if (!parsed.ok()) return reject(parsed.error());
+  const TokenizeRequest& req = parsed.value();
+  log_ignored_fields(req.ignored_fields);
+  if (!req.model.empty() && req.model != model.name) return reject(model_not_found(req.model));
+  std::string text;
+  if (req.prompt) {
+    text = *req.prompt;
+  } else {
+    ApiResult<std::string> rendered = render_chat_prompt(req.chat, chat_template_);
+    if (!rendered.ok()) return reject(rendered.error());
+    text = std::move(rendered).value();
+  }
+  Result<std::vector<int32_t>> tokens = tokenizer_.encode(text);
+  if (!tokens.ok()) {
+    return reject(invalid_request(tokens.status().message(), req.prompt ? "prompt" : "messages"));
+  }
+  nlohmann::ordered_json out;
+  out["count"] = tokens->size();
+  out["max_model_len"] = model.max_model_len;
+  out["tokens"] = *tokens;
+  out["token_strs"] = nullptr;
+  if (req.return_token_strs) {
+    out["token_strs"] = nlohmann::ordered_json::array();
+    for (const int32_t id : *tokens)
+      out["token_strs"].push_back(tokenizer_.id_to_token(id).value_or(""));
+  }
+  count_response(200);
+  channel->send(json_response(200, to_json_text(out)));
+}
+
+void ApiServer::handle_detokenize(const http::HttpRequest& request,
+                                  const std::shared_ptr<http::ResponseChannel>& channel) {
+  const auto reject = [&](const ApiError& error) {
+    count_response(error.http_status);
+    channel->send(http::api_error_response(error));
+  };
+  const ModelInfo& model = service_.model_info();
+  ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
+  if (!body.ok()) return reject(body.error());
+  ApiResult<DetokenizeRequest> parsed =
+      parse_detokenize_request(body.value(), model.vocab_size, options_.strict_request_fields);
+  if (!parsed.ok()) return reject(parsed.error());
+  log_ignored_fields(parsed.value().ignored_fields);
+  if (!parsed.value().model.empty() && parsed.value().model != model.name) {
+    return reject(model_not_found(parsed.value().model));
+  }
+  Result<std::string> text = tokenizer_.decode(parsed.value().tokens);
+  if (!text.ok()) return reject(invalid_request(text.status().message(), "tokens"));
+  count_response(200);
+  channel->send(json_response(200, to_json_text(nlohmann::ordered_json{{"prompt", *text}})));
 }
 
 void ApiServer::publish_engine_stats() {
@@ -605,14 +747,9 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
            : parse_completion_request(body.value(), model.vocab_size, strict);
   if (!parsed.ok()) return reject(parsed.error());
   GenerationRequest& req = parsed.value();
-  if (!req.ignored_fields.empty()) {
-    std::string names;
-    for (const std::string& field : req.ignored_fields)
-      names += (names.empty() ? "" : ", ") + field;
-    PDS_LOG_INFO("ignored request fields (--strict-request-fields refuses them): " + names);
-  }
+  log_ignored_fields(req.ignored_fields);
   if (!req.model.empty() && req.model != model.name) return reject(model_not_found(req.model));
-  if (req.echo && req.sampling.want_logprobs) {
+  if (!chat && req.echo && req.sampling.want_logprobs) {
     return reject(invalid_request(
         "echo with logprobs is not supported: this server does not compute prompt logprobs.",
         "echo"));
@@ -677,9 +814,16 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   generation->channel = channel;
   generation->strand = channel;
   generation->chat = chat;
+  // vLLM echoes the last message when it has the answer's role: assistant, or any role when no
+  // generation prompt opens a new turn.
+  if (chat && req.echo &&
+      (!req.add_generation_prompt || req.messages.back()["role"] == "assistant")) {
+    generation->chat_echo = req.messages.back()["content"].get<std::string>();
+  }
   generation->stream = req.stream;
   generation->want_logprobs = req.sampling.want_logprobs;
   generation->stream_options.include_usage = req.include_usage;
+  generation->continuous_usage = req.include_usage && req.continuous_usage_stats;
   generation->arrival = arrival;
   const http::TraceContext trace = trace_ids_.context_for(request.header(kTraceparentHeader));
   generation->trace_id = trace.trace_id;
@@ -710,6 +854,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     for (int sample = 0; sample < req.n; ++sample) {
       Generation::Choice choice;
       choice.counts_prompt = sample == 0;
+      choice.prompt_length = static_cast<int>(prompt.tokens.size());
       choice.text = prompt.echo;
       choice.starts_in_reasoning = prompt.starts_in_reasoning;
       if (chat) choice.reasoning.emplace(prompt.starts_in_reasoning);
@@ -719,6 +864,9 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       engine_request.id = generation->meta.id + "-" + std::to_string(requests.size());
       engine_request.prompt_tokens = prompt.tokens;
       engine_request.sampling = sampling.value();
+      // vLLM's parallel sampling: choice i of a seeded request draws with seed + i, so that
+      // the n answers differ and each equals an n = 1 request with that seed.
+      if (engine_request.sampling.seed) *engine_request.sampling.seed += sample;
       engine_request.stop = req.stop;
       engine_request.include_stop_str_in_output = req.include_stop_str_in_output;
       engine_request.skip_special_tokens = req.skip_special_tokens;

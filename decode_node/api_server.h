@@ -1,8 +1,9 @@
 // The OpenAI API over an InferenceService: POST /v1/completions, POST /v1/chat/completions
-// (streaming or not), GET /v1/models, GET /health, GET /metrics. A request with n choices or
-// several prompts fans out into one engine request per choice; a client that disconnects, or
-// a choice that fails, aborts all of them. Every accepted request ends with a response, or for
-// a stream with an SSE error event and [DONE].
+// (streaming or not), GET /v1/models and /v1/models/{id}, POST /tokenize and /detokenize (vLLM's
+// shapes), GET /health, /ready and /version (common/http/service_routes.h), GET /metrics. A request
+// with n choices or several prompts fans out into one engine request per choice; a client that
+// disconnects, or a choice that fails, aborts all of them. Every accepted request ends with a
+// response, or for a stream with an SSE error event and [DONE].
 //
 // Logprobs: completions `logprobs: N` and chat `logprobs: true, top_logprobs: N` return the
 // engine's sampled-token logprobs and top alternatives, whole or per SSE chunk, with token
@@ -19,7 +20,8 @@
 // prefill work gets a child of it.
 //
 // Access: the OpenAI routes need one of options.access.api_keys, or the cluster token, when
-// any key is configured; /health, /metrics and /openapi.json are open.
+// any key is configured (/tokenize and /detokenize too); /health, /ready, /version, /metrics
+// and /openapi.json are open.
 #pragma once
 
 #include <atomic>
@@ -29,6 +31,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/chat/chat_template.h"
 #include "common/cluster/cluster_auth.h"
@@ -68,6 +72,13 @@ class ApiServer {
   void handle_generation(const http::HttpRequest& request,
                          const std::shared_ptr<http::ResponseChannel>& channel, bool chat);
   void handle_models(const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_model(const http::HttpRequest& request,
+                    const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_tokenize(const http::HttpRequest& request,
+                       const std::shared_ptr<http::ResponseChannel>& channel);
+  void handle_detokenize(const http::HttpRequest& request,
+                         const std::shared_ptr<http::ResponseChannel>& channel);
+  nlohmann::ordered_json model_card() const;
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
   void count_response(int status);
   void record_finished(const SequenceDelta& delta);

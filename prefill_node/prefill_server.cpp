@@ -10,6 +10,7 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/http/api_error_response.h"
+#include "common/http/service_routes.h"
 #include "common/protocol/openai_error.h"
 
 namespace pdserve {
@@ -132,10 +133,8 @@ void PrefillServer::register_routes(http::Router& router) {
              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                handle_cancel(request, ch);
              });
-  router.add("GET", "/health",
-             [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               ch->send({200, "application/json", {}, "{}"});
-             });
+  // The port opens only once the model is loaded and the engine runs: serving is ready.
+  http::add_service_routes(router, {});
   router.add("GET", "/metrics",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                handle_metrics(ch);

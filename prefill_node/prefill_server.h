@@ -4,7 +4,8 @@
 // token, streams that token back at once, and ships the prompt's KV into the decode node's
 // blocks; then reports kv_sent or kv_failed. POST /internal/v1/prefill/cancel (cluster token)
 // aborts one such work (its own transfer only) for a decode node whose client left; the answer
-// comes on the work's stream. GET /health, GET /metrics.
+// comes on the work's stream. GET /health, /ready and /version (common/http/service_routes.h),
+// and GET /metrics.
 #pragma once
 
 #include <atomic>

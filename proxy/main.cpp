@@ -41,6 +41,7 @@ struct Options {
   AdvisorOptions advice;
   int advice_window_s = 60;
   size_t trace_capacity = 1000;
+  bool ready_needs_prefill = false;
   std::string trace_file;
 };
 
@@ -71,6 +72,7 @@ Status run(const Options& options) {
   proxy_options.advice = options.advice;
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
   proxy_options.trace_capacity = options.trace_capacity;
+  proxy_options.ready_needs_prefill = options.ready_needs_prefill;
   ProxyServer proxy(registry, *client, proxy_options);
   if (!options.trace_file.empty()) {
     PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
@@ -197,6 +199,9 @@ int main(int argc, char** argv) {
                  "The decode nodes' --max-num-seqs, for the advice's decode batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
+  app.add_flag("--ready-needs-prefill", options.ready_needs_prefill,
+               "GET /ready answers 503 until a prefill node is up too (by default one decode "
+               "node suffices: decode nodes prefill themselves)");
   app.add_option("--trace-capacity", options.trace_capacity,
                  "Finished requests' timelines kept for GET /trace")
       ->capture_default_str()

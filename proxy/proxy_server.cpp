@@ -9,6 +9,7 @@
 #include "common/core/json_depth.h"
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
+#include "common/http/service_routes.h"
 #include "common/protocol/openai_error.h"
 #include "common/protocol/pdserve_headers.h"
 #include "proxy/address_redaction.h"
@@ -102,21 +103,32 @@ void ProxyServer::register_routes(http::Router& router) {
                   handle_generation(request, ch);
                 }));
   }
-  router.add("GET", "/v1/models",
-             guarded(access, RouteAccess::kClient,
-                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-                       handle_models(ch);
-                     }));
+  // Answered by any decode node: every node of the pool serves the same model.
+  const auto forwarded = [this, &access] {
+    return guarded(
+        access, RouteAccess::kClient,
+        [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+          forward_to_decode(request, ch);
+        });
+  };
+  router.add("GET", "/v1/models", forwarded());
+  router.add_prefix("GET", "/v1/models/", forwarded());
+  router.add("POST", "/tokenize", forwarded());
+  router.add("POST", "/detokenize", forwarded());
   router.add("GET", "/trace",
              guarded(access, RouteAccess::kCluster,
                      [this](const http::HttpRequest& request,
                             std::shared_ptr<http::ResponseChannel> ch) {
                        ch->send(traces_.handle(request));
                      }));
-  router.add("GET", "/health",
-             [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
-               ch->send({200, "application/json", {}, "{}"});
-             });
+  http::add_service_routes(router, [this]() -> std::optional<std::string> {
+    const auto now = Clock::now();
+    if (!registry_.has_node(NodeRole::kDecode, now)) return "no decode node is up";
+    if (options_.ready_needs_prefill && !registry_.has_node(NodeRole::kPrefill, now)) {
+      return "no prefill node is up (--ready-needs-prefill)";
+    }
+    return std::nullopt;
+  });
   router.add("GET", "/metrics",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                ch->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
@@ -210,27 +222,34 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
   channel->send(json_response(200, Json{{"id", id}, {"ok", true}}));
 }
 
-void ProxyServer::handle_models(const std::shared_ptr<http::ResponseChannel>& channel) {
+void ProxyServer::forward_to_decode(const http::HttpRequest& request,
+                                    const std::shared_ptr<http::ResponseChannel>& channel) {
   std::optional<NodeRef> decode = registry_.pick_decode({}, Clock::now());
   if (!decode) {
     channel->send(http::api_error_response(service_unavailable("no decode node is available", 1)));
     return;
   }
-  http::ClientRequest request;
-  request.method = "GET";
-  request.target = "/v1/models";
-  request.timeout = std::chrono::seconds(10);
-  client_.fetch(decode->base, std::move(request), [channel, decode = *decode](
-                                                      Result<http::ClientResponse> response) {
-    if (!response.ok()) {
-      PDS_LOG_WARN("GET /v1/models from decode node " + decode.id + " (" + decode.url +
-                   ") failed: " + response.status().message());
-      channel->send(http::api_error_response(
-          service_unavailable("the decode node asked for the models did not answer", 1)));
-      return;
-    }
-    channel->send({response->status, "application/json", {}, std::move(response->body)});
-  });
+  http::ClientRequest upstream;
+  upstream.method = request.method;
+  upstream.target = request.target;
+  upstream.body = request.body;
+  upstream.headers.emplace_back(std::string(kAuthorizationHeader),
+                                cluster_auth_header_value(options_.access.cluster_token));
+  upstream.timeout = std::chrono::seconds(10);
+  const std::string what = request.method + " " + request.path;
+  client_.fetch(
+      decode->base, std::move(upstream),
+      [channel, decode = *decode, what](Result<http::ClientResponse> response) {
+        if (!response.ok()) {
+          PDS_LOG_WARN(what + " on decode node " + decode.id + " (" + decode.url +
+                       ") failed: " + response.status().message());
+          channel->send(http::api_error_response(
+              service_unavailable("the decode node asked did not answer", 1)));
+          return;
+        }
+        // Node addresses never appear in these answers (no error of theirs names one).
+        channel->send({response->status, "application/json", {}, std::move(response->body)});
+      });
 }
 
 void ProxyServer::handle_generation(const http::HttpRequest& request,

@@ -1,5 +1,6 @@
 // pdserve-proxy's HTTP front end: the OpenAI API (POST /v1/completions and
-// /v1/chat/completions, streaming or not; GET /v1/models) routed by phase, and the cluster API:
+// /v1/chat/completions, streaming or not) routed by phase; GET /v1/models, /v1/models/{id},
+// POST /tokenize and /detokenize answered by a decode node; and the cluster API:
 //   POST   /cluster/nodes                 register a node (cluster token) -> {"id": ...}
 //   POST   /cluster/nodes/ID/heartbeat    load report (cluster token) -> {"state": "up" or
 //                                         "draining"}; 404 for unknown ids, 410 for drained ones
@@ -7,9 +8,11 @@
 //   POST   /cluster/nodes/ID/drain        no new work; removed when its requests are done
 //   GET    /cluster                       nodes with role, state and load
 //   GET    /cluster/advice                pool load, SLO attainment, recommended P:D nodes
-// plus GET /health, GET /metrics and GET /trace?last=N | ?request_id=ID (Chrome trace JSON of
-// the last requests' timelines, docs/TRACING.md). /cluster* and /trace need the cluster
-// token; the OpenAI API needs an API key when any is configured (cluster_auth.h).
+// plus GET /health (liveness), GET /ready and /health?ready=1 (503 until a decode node is up,
+// and a prefill node with ready_needs_prefill), GET /version, GET /metrics and GET /trace?last=N |
+// ?request_id=ID (Chrome trace JSON of the last requests' timelines, docs/TRACING.md). /cluster*
+// and /trace need the cluster token; the OpenAI API needs an API key when any is configured
+// (cluster_auth.h).
 //
 // Clients never see internal addresses unless they hold the cluster token: error messages
 // relayed from the nodes have them redacted, and the per-request timeline is opt-in
@@ -58,6 +61,7 @@ struct ProxyOptions {
   int max_attempts = 3;                                // decode nodes tried per request
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace
+  bool ready_needs_prefill = false;                    // GET /ready also waits for a prefill node
 };
 
 class ProxyServer {
@@ -79,7 +83,9 @@ class ProxyServer {
  private:
   void handle_generation(const http::HttpRequest& request,
                          const std::shared_ptr<http::ResponseChannel>& channel);
-  void handle_models(const std::shared_ptr<http::ResponseChannel>& channel);
+  // Sends the request to a decode node as is (with the cluster token) and relays its answer.
+  void forward_to_decode(const http::HttpRequest& request,
+                         const std::shared_ptr<http::ResponseChannel>& channel);
   void handle_node_call(const http::HttpRequest& request,
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);

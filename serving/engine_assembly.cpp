@@ -62,8 +62,8 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
 
   LlmEngineConfig engine_config;
   engine_config.scheduler = std::move(scheduler);
-  engine_config.model_name = config.served_model_name.empty() ? model.model_dir.filename().string()
-                                                              : config.served_model_name;
+  engine_config.model_name =
+      config.served_model_name.empty() ? model.default_name : config.served_model_name;
   engine_config.generation_defaults = model.sampling_defaults();
   std::unique_ptr<KvConnector> connector;
   if (connector_factory) {

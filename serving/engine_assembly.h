@@ -18,7 +18,7 @@ namespace pdserve {
 
 // Serving settings of one node (the command-line flags of the serving binaries).
 struct EngineConfig {
-  std::string served_model_name;  // empty: the model folder's name
+  std::string served_model_name;  // empty: the hub id given to --model, else the folder's name
   double kv_cache_memory_gib = 4.0;
   int block_size = 16;
   int max_num_batched_tokens = 2048;

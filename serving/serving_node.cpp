@@ -41,8 +41,9 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--idle-timeout-ms", options.idle_timeout_ms, "Keep-alive idle deadline")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
-  app.add_option("--served-model-name", options.engine.served_model_name,
-                 "Model name in the API (default: the model folder's name)");
+  app.add_option(
+      "--served-model-name", options.engine.served_model_name,
+      "Model name in the API (default: the hub id given to --model, else the model folder's name)");
   app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib,
                  "Memory for the paged KV cache")
       ->capture_default_str();

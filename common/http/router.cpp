@@ -38,6 +38,9 @@ std::vector<std::pair<std::string, std::string>> Router::routes() const {
   for (const auto& [path, methods] : routes_) {
     for (const auto& [method, handler] : methods) out.emplace_back(method, path);
   }
+  for (const auto& [prefix, methods] : prefix_routes_) {
+    for (const auto& [method, handler] : methods) out.emplace_back(method, prefix);
+  }
   return out;
 }
 

@@ -31,8 +31,8 @@ class Router {
   // and has no exact route; the handler parses the rest of the path. The longest prefix wins.
   void add_prefix(std::string method, std::string prefix, Handler handler);
   RouteMatch match(std::string_view method, std::string_view path) const;
-  // Every exact route as (method, path), sorted: what the server answers (GET /openapi.json
-  // describes the public ones).
+  // Every exact route as (method, path), sorted, then every prefix route as (method, prefix):
+  // what the server answers (GET /openapi.json describes the public ones).
   std::vector<std::pair<std::string, std::string>> routes() const;
 
  private:

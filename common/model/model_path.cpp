@@ -83,4 +83,10 @@ Result<fs::path> resolve_model_path(std::string_view spec) {
                    snapshots.string() + "'; set HF_HUB_CACHE or HF_HOME to another cache)");
 }
 
+std::string default_served_model_name(std::string_view spec, const fs::path& resolved) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::path(std::string(spec)), ec)) return std::string(spec);
+  return resolved.filename().string();
+}
+
 }  // namespace pdserve

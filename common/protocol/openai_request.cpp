@@ -248,6 +248,55 @@ std::vector<std::string> read_stop(ObjectReader& reader) {
   return stops;
 }
 
+// {"token id": bias}: keys are decimal token ids in the vocabulary, biases numbers in
+// [-100, 100] (OpenAI's range; vLLM clamps instead, which would hide a client's mistake).
+void read_logit_bias(ObjectReader& reader, SamplingParams& sampling, int vocab_size) {
+  const Json* bias = reader.get("logit_bias");
+  if (bias == nullptr) return;
+  if (!bias->is_object()) fail_type("logit_bias", "an object", *bias);
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    const std::string& key = it.key();
+    const std::string param = "logit_bias." + key;
+    const bool decimal = !key.empty() && key.size() <= 10 &&
+                         std::ranges::all_of(key, [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = decimal ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab_size) {
+      fail("Invalid key in 'logit_bias': \"" + key + "\" is not a token id in [0, " +
+               std::to_string(vocab_size) + ").",
+           "logit_bias");
+    }
+    if (!it->is_number()) fail_type(param, "a number", *it);
+    const double value = it->get<double>();
+    if (!(value >= -kMaxLogitBias && value <= kMaxLogitBias)) {
+      fail("Invalid value for '" + param + "': " + number_text(value) +
+               " is out of range (allowed: [-100, 100]).",
+           param);
+    }
+    // "7" and "007" name the same token: the later one wins, as in a Python dict of ints.
+    std::erase_if(sampling.logit_bias,
+                  [&](const LogitBias& entry) { return entry.token == static_cast<int32_t>(id); });
+    sampling.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(value)});
+  }
+}
+
+// OpenAI fields that are accepted, type-checked and otherwise ignored (README, "API"): they
+// change nothing about the generation here (store, metadata, service_tier: OpenAI's platform;
+// priority: vLLM's priority scheduling, not implemented; reasoning_effort: Qwen3 thinks or not,
+// which chat_template_kwargs.enable_thinking sets).
+void read_accepted_openai_fields(ObjectReader& reader) {
+  reader.boolean("store");
+  reader.string("reasoning_effort");
+  reader.string("service_tier");
+  reader.integer("priority", std::numeric_limits<int64_t>::min(),
+                 std::numeric_limits<int64_t>::max(), "a 64-bit integer");
+  if (const Json* metadata = reader.get("metadata")) {
+    if (!metadata->is_object()) fail_type("metadata", "an object", *metadata);
+    for (auto it = metadata->begin(); it != metadata->end(); ++it) {
+      if (!it->is_string()) fail_type("metadata." + it.key(), "a string", *it);
+    }
+  }
+}
+
 // The fields shared by both endpoints: sampling, stop conditions, n, streaming, user, model.
 void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vocab_size) {
   if (auto model = reader.string("model")) request.model = *model;
@@ -316,13 +365,14 @@ void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vo
     }
     ObjectReader option_reader(*options, "stream_options");
     if (auto v = option_reader.boolean("include_usage")) request.include_usage = *v;
+    if (auto v = option_reader.boolean("continuous_usage_stats")) {
+      request.continuous_usage_stats = *v;
+    }
     option_reader.reject_unread();
   }
   if (auto v = reader.string("user")) request.user = *v;
-  if (const Json* bias = reader.get("logit_bias")) {
-    if (!bias->is_object()) fail_type("logit_bias", "an object", *bias);
-    if (!bias->empty()) fail("'logit_bias' is not supported by this server.", "logit_bias");
-  }
+  read_logit_bias(reader, sampling, vocab_size);
+  read_accepted_openai_fields(reader);
 }
 
 void read_max_tokens(ObjectReader& reader, std::string_view key, GenerationRequest& request) {
@@ -400,9 +450,11 @@ Json read_message(const Json& message, const std::string& param) {
   const Json& role_value = reader.require("role");
   if (!role_value.is_string()) fail_type(param + ".role", "a string", role_value);
   std::string role = role_value.get<std::string>();
+  // OpenAI's newer name for the system role (o1 and later); the chat template knows "system".
+  if (role == "developer") role = "system";
   if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
     fail("Invalid value for '" + param + ".role': \"" + role +
-             "\" (allowed: system, user, assistant, tool).",
+             "\" (allowed: system, developer, user, assistant, tool).",
          param + ".role");
   }
   Json normalized = Json::object();
@@ -488,6 +540,28 @@ void read_chat_template_kwargs(ObjectReader& reader, GenerationRequest& request)
     request.enable_thinking = it->get<bool>();
   }
   request.chat_template_kwargs = *kwargs;
+}
+
+// vLLM's echo, add_generation_prompt and continue_final_message. Both of the last two true is a
+// 400 (vLLM's check, on the fields); chat_template_kwargs' add_generation_prompt then wins
+// over the field (vLLM's kwargs update the template variables last).
+void read_chat_prompt_shape(ObjectReader& reader, GenerationRequest& request) {
+  if (auto v = reader.boolean("echo")) request.echo = *v;
+  if (auto v = reader.boolean("add_generation_prompt")) request.add_generation_prompt = *v;
+  if (auto v = reader.boolean("continue_final_message")) request.continue_final_message = *v;
+  if (request.continue_final_message && request.add_generation_prompt) {
+    fail(
+        "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true: set "
+        "'add_generation_prompt' to false to continue the final message.",
+        "continue_final_message");
+  }
+  if (auto it = request.chat_template_kwargs.find("add_generation_prompt");
+      it != request.chat_template_kwargs.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      fail_type("chat_template_kwargs.add_generation_prompt", "a boolean", *it);
+    }
+    request.add_generation_prompt = it->get<bool>();
+  }
 }
 
 void reject_unless_neutral(ObjectReader& reader) {
@@ -605,6 +679,7 @@ ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::order
     request.tool_choice = read_tool_choice(reader);
     reader.boolean("parallel_tool_calls");
     read_chat_template_kwargs(reader, request);
+    read_chat_prompt_shape(reader, request);
     reject_unless_neutral(reader);
     finish_top_level(reader, request, strict_fields);
     return request;
@@ -613,6 +688,63 @@ ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::order
 
 bool GenerationRequest::parses_tool_calls() const {
   return tools.is_array() && !tools.empty() && tool_choice != "none";
+}
+
+ApiResult<TokenizeRequest> parse_tokenize_request(const nlohmann::ordered_json& body,
+                                                  int vocab_size, bool strict_fields) {
+  return capture_api_error<TokenizeRequest>([&]() -> TokenizeRequest {
+    require_object(body);
+    TokenizeRequest request;
+    Json rest = body;
+    ObjectReader reader(body, "");
+    if (auto v = reader.boolean("return_token_strs")) request.return_token_strs = *v;
+    reader.boolean("add_special_tokens");
+    for (const char* own : {"return_token_strs", "add_special_tokens"}) rest.erase(own);
+    if (body.contains("messages")) {
+      if (body.contains("prompt")) {
+        fail("Give either 'prompt' or 'messages', not both.", "prompt");
+      }
+      ApiResult<GenerationRequest> chat =
+          parse_chat_completion_request(rest, vocab_size, strict_fields);
+      if (!chat.ok()) throw RequestError{chat.error()};
+      request.chat = std::move(chat).value();
+      request.model = request.chat.model;
+      request.ignored_fields = request.chat.ignored_fields;
+      return request;
+    }
+    if (auto model = reader.string("model")) request.model = *model;
+    const Json& prompt = reader.require("prompt");
+    if (!prompt.is_string()) fail_type("prompt", "a string", prompt);
+    request.prompt = prompt.get<std::string>();
+    if (strict_fields) {
+      reader.reject_unread();
+    } else {
+      request.ignored_fields = reader.unread();
+    }
+    return request;
+  });
+}
+
+ApiResult<DetokenizeRequest> parse_detokenize_request(const nlohmann::ordered_json& body,
+                                                      int vocab_size, bool strict_fields) {
+  return capture_api_error<DetokenizeRequest>([&]() -> DetokenizeRequest {
+    require_object(body);
+    DetokenizeRequest request;
+    ObjectReader reader(body, "");
+    if (auto model = reader.string("model")) request.model = *model;
+    const Json& tokens = reader.require("tokens");
+    if (!tokens.is_array()) fail_type("tokens", "an array of token ids", tokens);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      request.tokens.push_back(
+          token_id(tokens[i], "tokens[" + std::to_string(i) + "]", vocab_size));
+    }
+    if (strict_fields) {
+      reader.reject_unread();
+    } else {
+      request.ignored_fields = reader.unread();
+    }
+    return request;
+  });
 }
 
 ApiResult<SamplingParams> GenerationRequest::resolved_sampling(

@@ -2,15 +2,22 @@
 // into an engine-facing GenerationRequest. Pure functions: no sockets, no engine.
 //
 // Policy (documented choices where OpenAI and vLLM differ):
-//  * Unknown top-level fields and unknown message / tool fields are rejected with 400
-//    "Unrecognized request argument supplied: <name>" as OpenAI does. vLLM only logs a warning,
-//    but silently ignoring a misspelled field ("temprature") makes the request misbehave.
-//    The vLLM extensions listed below are known fields. A few OpenAI fields that pdserve does
-//    not implement are accepted only with their neutral value (best_of: 1, suffix: null,
-//    logit_bias: {}, response_format: {"type": "text"}, tool_choice: "none" / "auto") and
-//    rejected otherwise, so no request is answered as if a feature were applied.
+//  * Unknown top-level fields are ignored and listed in GenerationRequest::ignored_fields (the
+//    server logs them once per request), as vLLM does, so that clients on newer SDKs keep
+//    working; with strict_fields (--strict-request-fields) they are a 400 "Unrecognized request
+//    argument supplied: <name>" as in OpenAI. Unknown fields inside messages, content parts,
+//    tool calls, tools and stream_options are always a 400: vLLM's pydantic models refuse them
+//    there too (its extra="allow" is on the request object only), and a misspelled field of a
+//    message ("contnet") would otherwise change the prompt silently.
+//  * OpenAI fields accepted, type-checked and ignored (they change nothing here): store,
+//    metadata, reasoning_effort, service_tier, priority, parallel_tool_calls, user.
+//  * OpenAI fields pdserve does not implement are accepted only with their neutral value
+//    (best_of: 1, suffix: null, response_format: {"type": "text"}, tool_choice: "none" /
+//    "auto") and rejected otherwise, so no request is answered as if a feature were applied.
+//  * logit_bias: {"<token id>": bias in [-100, 100]} (out of range: 400, where vLLM clamps).
+//  * The "developer" role is the "system" role (OpenAI's newer name).
 //  * JSON null means "not set" for every optional field.
-//  * Integer fields must be JSON integers (5, not 5.0 or "5"); numbers may be integers.
+//  * Integer fields must be integral JSON numbers (5 or 5.0, not 5.5 or "5").
 //  * stop: a string or a list of at most kMaxStopStrings non-empty strings (OpenAI allows 4,
 //    vLLM any number; 16 keeps per-token matching cheap and accepts what vLLM clients send),
 //    each at most kMaxStopStringBytes bytes.
@@ -24,8 +31,9 @@
 //    decoding and are rejected. The arguments string of an assistant tool call reaches the
 //    template as the object it holds (vLLM's json.loads), otherwise as the string.
 // vLLM extensions accepted: min_tokens, top_k, min_p, repetition_penalty, stop_token_ids,
-// ignore_eos, include_stop_str_in_output, skip_special_tokens, chat_template_kwargs, and
-// reasoning_content in assistant messages.
+// ignore_eos, include_stop_str_in_output, skip_special_tokens, chat_template_kwargs,
+// stream_options.continuous_usage_stats, chat echo / add_generation_prompt /
+// continue_final_message, and reasoning_content in assistant messages.
 #pragma once
 
 #include <cstdint>
@@ -91,8 +99,13 @@ struct GenerationRequest {
   bool skip_special_tokens = true;
   int n = 1;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions only
+  bool include_usage = false;           // stream_options.include_usage
+  bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
+  // Completions: the prompt comes first. Chat: the last message's content comes first when it
+  // has the answer's role (assistant; vLLM's rule).
+  bool echo = false;
+  bool add_generation_prompt = true;    // chat: the template opens the assistant's turn
+  bool continue_final_message = false;  // chat: the answer continues the last (assistant) message
   std::string user;
   std::vector<std::string> ignored_fields;  // unknown top-level fields (not strict)
 
@@ -114,6 +127,30 @@ ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_js
 ApiResult<GenerationRequest> parse_chat_completion_request(const nlohmann::ordered_json& body,
                                                            int vocab_size,
                                                            bool strict_fields = false);
+
+// POST /tokenize (vLLM's shapes): {"prompt": text} or a chat body ({"messages": [...]} with the
+// chat fields that shape the prompt: tools, chat_template_kwargs, add_generation_prompt,
+// continue_final_message), plus "model", "add_special_tokens" (accepted; Qwen3's tokenizer
+// adds none) and "return_token_strs". Answered {"count", "max_model_len", "tokens",
+// "token_strs"}.
+struct TokenizeRequest {
+  std::string model;
+  std::optional<std::string> prompt;  // the completion form
+  GenerationRequest chat;             // the chat form, when prompt is unset
+  bool return_token_strs = false;
+  std::vector<std::string> ignored_fields;
+};
+ApiResult<TokenizeRequest> parse_tokenize_request(const nlohmann::ordered_json& body,
+                                                  int vocab_size, bool strict_fields = false);
+
+// POST /detokenize: {"tokens": [ids], "model"} -> {"prompt": text}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+  std::vector<std::string> ignored_fields;
+};
+ApiResult<DetokenizeRequest> parse_detokenize_request(const nlohmann::ordered_json& body,
+                                                      int vocab_size, bool strict_fields = false);
 
 // The max_tokens to generate for one prompt of prompt_tokens tokens in a model of
 // max_model_len tokens (vLLM's rules and messages):

@@ -14,13 +14,19 @@ nlohmann::ordered_json openapi_document(
   nlohmann::ordered_json document = kDocument;
   nlohmann::ordered_json paths = nlohmann::ordered_json::object();
   for (const auto& [method, path] : operations) {
-    auto described = kDocument["paths"].find(path);
-    if (described == kDocument["paths"].end()) continue;
     std::string key = method;
     std::transform(key.begin(), key.end(), key.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    auto operation = described->find(key);
-    if (operation != described->end()) paths[path][key] = *operation;
+    for (const auto& [described, operations_of_path] : kDocument["paths"].items()) {
+      // A templated path ("/v1/models/{model}") is served by the prefix route before its first
+      // parameter ("/v1/models/").
+      const size_t parameter = described.find('{');
+      const bool serves = described == path || (parameter != std::string::npos &&
+                                                described.substr(0, parameter) == path);
+      if (!serves) continue;
+      auto operation = operations_of_path.find(key);
+      if (operation != operations_of_path.end()) paths[described][key] = *operation;
+    }
   }
   document["paths"] = std::move(paths);
   nlohmann::ordered_json& schemas = document["components"]["schemas"];

@@ -16,7 +16,8 @@ struct OpenApiFacts {
   std::optional<int> vocab_size;         // bounds TokenId when known
 };
 
-// The document restricted to `operations` ((method, path) pairs; those it does not describe,
+// The document restricted to `operations` ((method, path) pairs, a prefix route's path being
+// its prefix, which serves the templated path that starts with it; those it does not describe,
 // such as internal endpoints, are left out), with ModelName limited to facts.model_names and
 // TokenId to [0, vocab_size).
 nlohmann::ordered_json openapi_document(

@@ -1,5 +1,6 @@
 #include "common/protocol/prefill_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -27,7 +28,30 @@ Json sampling_to_json(const SamplingParams& params) {
             {"ignore_eos", params.ignore_eos},
             {"stop_token_ids", params.stop_token_ids}};
   if (params.seed) json["seed"] = *params.seed;
+  if (!params.logit_bias.empty()) {
+    Json bias = Json::array();
+    for (const LogitBias& entry : params.logit_bias) bias.push_back({entry.token, entry.bias});
+    json["logit_bias"] = std::move(bias);
+  }
   return json;
+}
+
+// [[token id, bias], ...]; absent means none. Ranges are the sampler's to check.
+std::vector<LogitBias> logit_bias_from_json(const Json& json, FieldReader& reader) {
+  std::vector<LogitBias> biases;
+  const auto it = json.find("logit_bias");
+  if (it == json.end() || it->is_null()) return biases;
+  const auto valid_pair = [](const Json& pair) {
+    return pair.is_array() && pair.size() == 2 && pair[0].is_number_integer() &&
+           pair[0].get<int64_t>() >= 0 &&
+           pair[0].get<int64_t>() <= std::numeric_limits<int32_t>::max() && pair[1].is_number();
+  };
+  if (!it->is_array() || !std::ranges::all_of(*it, valid_pair)) {
+    reader.fail("'logit_bias' must be an array of [token id, bias] pairs");
+    return {};
+  }
+  for (const Json& pair : *it) biases.push_back({pair[0].get<int32_t>(), pair[1].get<float>()});
+  return biases;
 }
 
 SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
@@ -48,6 +72,7 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
   const bool sampling_has_seed = json.contains("seed") && !json["seed"].is_null();
   const uint64_t seed = reader.get<uint64_t>("seed", 0, /*required=*/false);
   if (sampling_has_seed) params.seed = seed;
+  params.logit_bias = logit_bias_from_json(json, reader);
   return params;
 }
 

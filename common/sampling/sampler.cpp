@@ -202,8 +202,10 @@ Result<Sampler::Processed> Sampler::process_logits(std::span<const float> logits
   const bool penalized =
       has_history && (params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
                       params.presence_penalty != 0.0f);
-  if (penalized || !banned_token_ids.empty()) {
+  if (penalized || !banned_token_ids.empty() || !params.logit_bias.empty()) {
     processed_.assign(logits.begin(), logits.end());
+    // A bias never lifts a banned token: -inf stays -inf.
+    for (const LogitBias& entry : params.logit_bias) processed_[entry.token] += entry.bias;
     for (int32_t token : banned_token_ids) processed_[token] = kNegInf;
     if (penalized) {
       PDS_RETURN_IF_ERROR(apply_penalties(processed_, params, prompt_tokens, output_tokens));

@@ -11,7 +11,8 @@
 //     SampleResult::logprob is the sampled token's, top_logprobs the params.logprobs tokens
 //     with the highest raw logits, best first, ties to the lower id. Without want_logprobs,
 //     logprob is 0 and top_logprobs empty.
-//  2. Banned ids (e.g. EOS before min_tokens, see stop_checker.h) get logit -inf.
+//  2. params.logit_bias is added to its tokens' logits (vLLM applies it before the penalties
+//     too); then banned ids (e.g. EOS before min_tokens, see stop_checker.h) get logit -inf.
 //  3. Penalties, in this order, in float: repetition_penalty r over every distinct id of
 //     prompt + output (once per id, whatever its count): l = l > 0 ? l / r : l * r; then
 //     frequency f and presence p over output ids with count c > 0: l = l - f * c, then

@@ -1,6 +1,7 @@
 #include "common/sampling/sampling_params.h"
 
 #include <cmath>
+#include <set>
 #include <string>
 
 namespace pdserve {
@@ -66,6 +67,21 @@ Status SamplingParams::validate(int vocab_size) const {
       return invalid_argument("sampling parameter stop_token_ids[" + std::to_string(i) +
                               "] = " + std::to_string(id) + " is outside the vocabulary [0, " +
                               std::to_string(vocab_size) + ")");
+    }
+  }
+  std::set<int32_t> biased;
+  for (const LogitBias& entry : logit_bias) {
+    const std::string name = "logit_bias[" + std::to_string(entry.token) + "]";
+    if (entry.token < 0 || entry.token >= vocab_size) {
+      return invalid_argument("sampling parameter " + name +
+                              ": token id outside the vocabulary [0, " +
+                              std::to_string(vocab_size) + ")");
+    }
+    if (!biased.insert(entry.token).second) {
+      return invalid_argument("sampling parameter " + name + " is given twice");
+    }
+    if (!(entry.bias >= -kMaxLogitBias && entry.bias <= kMaxLogitBias)) {
+      return out_of_range_parameter(name.c_str(), text(entry.bias), "[-100, 100]");
     }
   }
   return {};

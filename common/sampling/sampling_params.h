@@ -10,6 +10,14 @@
 
 namespace pdserve {
 
+inline constexpr float kMaxLogitBias = 100.0f;
+
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0.0f;
+  bool operator==(const LogitBias&) const = default;
+};
+
 struct SamplingParams {
   // Below kGreedyTemperature the sampler takes the argmax (see sampler.h).
   float temperature = 1.0f;
@@ -26,12 +34,16 @@ struct SamplingParams {
   int min_tokens = 0;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
+  // OpenAI's logit_bias: added to the token's logit before penalties and sampling; ids are
+  // distinct, biases finite and in [-kMaxLogitBias, kMaxLogitBias].
+  std::vector<LogitBias> logit_bias;
 
   // InvalidArgument naming the first parameter out of range: a negative or non-finite
   // temperature, top_p outside (0, 1], top_k < -1, min_p outside [0, 1], a repetition_penalty
   // that is not a positive finite number, presence/frequency penalties outside [-2, 2],
-  // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], or a stop
-  // token id outside [0, vocab_size).
+  // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], a stop
+  // token id outside [0, vocab_size), or a logit_bias entry whose id is outside it, repeated, or
+  // whose bias is out of range.
   Status validate(int vocab_size) const;
 };
 

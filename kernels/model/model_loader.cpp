@@ -35,6 +35,7 @@ Result<ModelLoadOptions> model_load_options(std::string_view device, int threads
 Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptions& options) {
   LoadedModel loaded;
   PDS_ASSIGN_OR_RETURN(loaded.model_dir, resolve_model_path(model_spec));
+  loaded.default_name = default_served_model_name(model_spec, loaded.model_dir);
   // The device is checked before the (slow) weight load so a bad --device fails at once.
   PDS_ASSIGN_OR_RETURN(loaded.backend, create_backend(options.backend));
   PDS_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(loaded.model_dir));

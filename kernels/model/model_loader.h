@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "common/model/checkpoint.h"
@@ -25,6 +26,7 @@ Result<ModelLoadOptions> model_load_options(std::string_view device, int threads
 
 struct LoadedModel {
   std::filesystem::path model_dir;
+  std::string default_name;  // default_served_model_name of what the user typed
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Qwen3Model> model;
   GenerationConfig generation_config;

@@ -18,6 +18,7 @@
 #include "common/engine/inference_service.h"
 #include "common/engine/llm_engine.h"
 #include "common/http/http_server.h"
+#include "common/http/service_routes.h"
 #include "tests/engine/scripted_executor.h"
 #include "tests/http/test_client.h"
 
@@ -59,6 +60,7 @@ class FakeService : public InferenceService {
     std::lock_guard lock(mutex_);
     if (queue_full_) return resource_exhausted("the waiting queue is full");
     submitted_.push_back(request.id);
+    submitted_sampling_.push_back(request.sampling);
     jobs_.push_back({std::move(request), std::move(sink), 0});
     cv_.notify_all();
     return Status();
@@ -97,6 +99,10 @@ class FakeService : public InferenceService {
   std::set<std::string> aborted() {
     std::lock_guard lock(mutex_);
     return aborted_;
+  }
+  std::vector<SamplingParams> submitted_sampling() {
+    std::lock_guard lock(mutex_);
+    return submitted_sampling_;
   }
   // The longest call of a request's sink with a token delta: the engine thread's time.
   std::chrono::steady_clock::duration longest_sink_call() const { return longest_sink_call_; }
@@ -206,6 +212,7 @@ class FakeService : public InferenceService {
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<std::string> submitted_;
+  std::vector<SamplingParams> submitted_sampling_;
   std::set<std::string> aborted_;
   bool queue_full_ = false;
   bool stopping_ = false;
@@ -610,6 +617,135 @@ TEST_F(ApiServerTest, DisconnectAbortsEveryFannedOutRequest) {
   const std::vector<std::string> submitted = service_->submitted();
   ASSERT_EQ(submitted.size(), 4u);
   EXPECT_EQ(service_->aborted(), std::set<std::string>(submitted.begin(), submitted.end()));
+}
+
+// vLLM's parallel sampling: choice i of every prompt draws with seed + i; logit_bias reaches the
+// engine's sampling parameters.
+TEST_F(ApiServerTest, SeededChoicesDrawWithSeedPlusTheirIndexAndLogitBiasReachesTheEngine) {
+  start({"a", "b"});
+  auto response = post("/v1/completions", R"({"prompt": ["one", "two"], "n": 3, "seed": 10,
+      "logit_bias": {"7": 100, "3": -5.5}})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  std::vector<std::optional<uint64_t>> seeds;
+  for (const SamplingParams& sampling : service_->submitted_sampling()) {
+    seeds.push_back(sampling.seed);
+    EXPECT_EQ(sampling.logit_bias, (std::vector<LogitBias>{{7, 100.0f}, {3, -5.5f}}));
+  }
+  EXPECT_EQ(seeds, (std::vector<std::optional<uint64_t>>{10, 11, 12, 10, 11, 12}));
+  ASSERT_EQ(post("/v1/completions", R"({"prompt": "one", "n": 2})").result_int(), 200);
+  const std::vector<SamplingParams> unseeded = service_->submitted_sampling();
+  EXPECT_FALSE(unseeded.at(6).seed);
+  EXPECT_FALSE(unseeded.at(7).seed);
+}
+
+// stream_options.continuous_usage_stats (with include_usage): every choice chunk carries the
+// usage of its choice so far; the last chunk the whole usage.
+TEST_F(ApiServerTest, ContinuousUsageStatsOnEveryChunk) {
+  start({"Hello", " world", "!"});
+  auto response = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "q"}],
+      "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+      "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  bool done = false;
+  const std::vector<Json> events = sse_events(response.body(), done);
+  ASSERT_GE(events.size(), 4u);
+  const int prompt_tokens = events.back()["usage"]["prompt_tokens"];
+  int previous = -1;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const Json& usage = events[i]["usage"];
+    ASSERT_TRUE(usage.is_object()) << events[i].dump();
+    EXPECT_EQ(usage["prompt_tokens"], prompt_tokens);
+    EXPECT_GE(usage["completion_tokens"].get<int>(), previous);
+    previous = usage["completion_tokens"];
+    EXPECT_EQ(usage["total_tokens"], prompt_tokens + previous);
+  }
+  EXPECT_EQ(events.front()["usage"]["completion_tokens"], 0);  // the role chunk
+  EXPECT_EQ(previous, 3);
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 3);
+  // Without include_usage there is no usage at all (vLLM).
+  auto plain = post("/v1/completions", R"({"prompt": "q", "stream": true,
+      "stream_options": {"continuous_usage_stats": true}})");
+  EXPECT_EQ(plain.body().find("usage"), std::string::npos) << plain.body();
+}
+
+// Chat echo: the last message's content comes first when it has the answer's role.
+TEST_F(ApiServerTest, ChatEchoPrependsTheLastMessageOfTheAnswersRole) {
+  start({"lo", " there"});
+  const std::string messages = R"("messages": [{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "Hel"}], "chat_template_kwargs": {"enable_thinking": false})";
+  auto whole = post("/v1/chat/completions",
+                    "{" + messages + R"(, "echo": true, "add_generation_prompt": false,
+                        "continue_final_message": true})");
+  ASSERT_EQ(whole.result_int(), 200) << whole.body();
+  EXPECT_EQ(Json::parse(whole.body())["choices"][0]["message"]["content"], "Hello there");
+  auto streamed =
+      post("/v1/chat/completions", "{" + messages + R"(, "echo": true, "stream": true})");
+  ASSERT_EQ(streamed.result_int(), 200) << streamed.body();
+  bool done = false;
+  std::string content;
+  for (const Json& event : sse_events(streamed.body(), done)) {
+    if (!event["choices"].empty() && event["choices"][0]["delta"].contains("content")) {
+      content += event["choices"][0]["delta"]["content"];
+    }
+  }
+  EXPECT_EQ(content, "Hello there");
+  // The last message is the user's and a new assistant turn opens: nothing to echo.
+  auto user_last = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "q"}],
+      "echo": true, "chat_template_kwargs": {"enable_thinking": false}})");
+  EXPECT_EQ(Json::parse(user_last.body())["choices"][0]["message"]["content"], "lo there");
+}
+
+TEST_F(ApiServerTest, TokenizeAndDetokenizeInVllmsShapes) {
+  start({"x"});
+  const std::vector<int32_t> ids = tokenizer().encode("Hello world").value();
+  auto tokenized = post("/tokenize", R"({"prompt": "Hello world", "add_special_tokens": true,
+      "return_token_strs": true})");
+  ASSERT_EQ(tokenized.result_int(), 200) << tokenized.body();
+  const Json body = Json::parse(tokenized.body());
+  EXPECT_EQ(body["tokens"], Json(ids));
+  EXPECT_EQ(body["count"], ids.size());
+  EXPECT_EQ(body["max_model_len"], 64);
+  EXPECT_EQ(body["token_strs"], Json::array({"Hello", "\u0120world"}));
+  auto chat = post("/tokenize", R"({"messages": [{"role": "user", "content": "Hello!"}],
+      "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_EQ(chat.result_int(), 200) << chat.body();
+  EXPECT_EQ(Json::parse(chat.body())["tokens"],
+            Json(tokenizer()
+                     .encode("<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"
+                             "<think>\n\n</think>\n\n")
+                     .value()));
+  EXPECT_TRUE(Json::parse(chat.body())["token_strs"].is_null());
+  auto detokenized = post("/detokenize", "{\"tokens\": " + Json(ids).dump() + "}");
+  ASSERT_EQ(detokenized.result_int(), 200) << detokenized.body();
+  EXPECT_EQ(Json::parse(detokenized.body()), Json({{"prompt", "Hello world"}}));
+  EXPECT_EQ(post("/detokenize", R"({"tokens": [151936]})").result_int(), 400);
+  EXPECT_EQ(post("/tokenize", R"({"prompt": "x", "messages": []})").result_int(), 400);
+  EXPECT_EQ(post("/tokenize", R"({"prompt": "x", "model": "other"})").result_int(), 404);
+}
+
+TEST_F(ApiServerTest, ModelByIdReadinessAndVersion) {
+  start({"x"});
+  TestClient client(server_->port());
+  const auto get = [&](const std::string& target) {
+    EXPECT_TRUE(client.send(make_request("GET", target)));
+    auto response = client.read_response();
+    EXPECT_TRUE(response);
+    return response ? *response : testing::HttpResponseMessage{};
+  };
+  auto model = get("/v1/models/fake-model");
+  ASSERT_EQ(model.result_int(), 200) << model.body();
+  EXPECT_EQ(Json::parse(model.body())["id"], "fake-model");
+  EXPECT_EQ(Json::parse(model.body())["object"], "model");
+  auto missing = get("/v1/models/other%2Fmodel");
+  EXPECT_EQ(missing.result_int(), 404);
+  EXPECT_EQ(Json::parse(missing.body())["error"]["code"], "model_not_found");
+  EXPECT_NE(Json::parse(missing.body())["error"]["message"].get<std::string>().find("other/model"),
+            std::string::npos);
+  // A node's port opens once its model is loaded: it is ready whenever it answers.
+  EXPECT_EQ(get("/ready").body(), R"({"ready":true})");
+  EXPECT_EQ(get("/health?ready=1").body(), R"({"ready":true})");
+  EXPECT_EQ(get("/health").body(), "{}");
+  EXPECT_EQ(Json::parse(get("/version").body())["version"], http::pdserve_version());
 }
 
 TEST_F(ApiServerTest, ModelsHealthAndMetrics) {

@@ -32,7 +32,8 @@ schemathesis = os.path.join(os.path.dirname(sys.executable), "schemathesis")
 def document():
     spec = t.get_json(target.url + "/openapi.json")
     operations = sorted(f"{method.upper()} {path}" for path, methods in spec["paths"].items() for method in methods)
-    t.expect_equal(operations, ["GET /health", "GET /metrics", "GET /openapi.json", "GET /v1/models",
+    t.expect_equal(operations, ["GET /health", "GET /metrics", "GET /openapi.json", "GET /ready", "GET /v1/models",
+                                "GET /v1/models/{model}", "GET /version", "POST /detokenize", "POST /tokenize",
                                 "POST /v1/chat/completions", "POST /v1/completions"], "documented operations")
     t.expect_equal(spec["components"]["schemas"]["ModelName"].get("enum"), [target.name], "ModelName")
 

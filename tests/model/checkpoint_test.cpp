@@ -160,6 +160,13 @@ TEST(ModelPath, ResolvesHubIdsInTheHfCache) {
   EXPECT_EQ(resolve_model_path("Qwen/Qwen3-0.6B").value(), repo / "snapshots/bbb222");
   std::filesystem::remove(repo / "refs/main");
   EXPECT_EQ(resolve_model_path("Qwen/Qwen3-0.6B").value(), repo / "snapshots/bbb222");
+  // Served under the hub id, as vLLM does, not under the snapshot's hash; a folder under its
+  // name.
+  EXPECT_EQ(default_served_model_name("Qwen/Qwen3-0.6B", repo / "snapshots/bbb222"),
+            "Qwen/Qwen3-0.6B");
+  EXPECT_EQ(
+      default_served_model_name((repo / "snapshots/bbb222").string(), repo / "snapshots/bbb222"),
+      "bbb222");
 
   // HF_HUB_CACHE wins over HF_HOME.
   ScopedEnv hub_override("HF_HUB_CACHE", (dir / "elsewhere").c_str());

@@ -96,6 +96,45 @@ TEST(ChatPrompt, EnableThinkingFalseClosesTheThinkBlock) {
             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 
+// continue_final_message: the prompt is the render without the template's end of the last
+// turn (transformers' rule), so the model continues "The answer is".
+TEST(ChatPrompt, ContinueFinalMessageEndsAfterItsContent) {
+  const std::string messages = R"([{"role": "developer", "content": "Be terse."},
+      {"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "The answer is"}])";
+  auto whole = parse_chat_completion_request(
+      Json::parse(R"({"add_generation_prompt": false, "messages": )" + messages + "}"), kVocab);
+  auto continued = parse_chat_completion_request(
+      Json::parse(R"({"add_generation_prompt": false, "continue_final_message": true,
+                      "messages": )" +
+                  messages + "}"),
+      kVocab);
+  ASSERT_TRUE(whole.ok() && continued.ok());
+  auto full = render_chat_prompt(whole.value(), qwen3_template());
+  auto prompt = render_chat_prompt(continued.value(), qwen3_template());
+  ASSERT_TRUE(full.ok() && prompt.ok());
+  EXPECT_TRUE(full.value().starts_with("<|im_start|>system\nBe terse.<|im_end|>\n"));
+  EXPECT_TRUE(full.value().ends_with("The answer is<|im_end|>\n")) << full.value();
+  EXPECT_EQ(prompt.value(), full.value().substr(0, full.value().rfind("<|im_end|>")));
+  // A template that drops the message cannot be continued.
+  auto dropping = ChatTemplate::parse("{{ messages[0].content }}");
+  ASSERT_TRUE(dropping.ok());
+  auto refused = render_chat_prompt(continued.value(), dropping.value());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().param, "continue_final_message");
+}
+
+// add_generation_prompt false: no assistant turn is opened.
+TEST(ChatPrompt, AddGenerationPromptFalseOpensNoTurn) {
+  auto request = parse_chat_completion_request(
+      Json::parse(R"({"messages": [{"role": "user", "content": "Hello!"}],
+                      "add_generation_prompt": false})"),
+      kVocab);
+  ASSERT_TRUE(request.ok());
+  auto prompt = render_chat_prompt(request.value(), qwen3_template());
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(prompt.value(), "<|im_start|>user\nHello!<|im_end|>\n");
+}
+
 TEST(ChatPrompt, TemplateErrorsAre400s) {
   // A template that refuses the conversation, as many do for a wrong turn order.
   auto chat_template = ChatTemplate::parse(

@@ -241,8 +241,21 @@ TEST(CompletionRequest, Errors) {
       {R"({"prompt": "x", "messages": []})", "messages", "Unrecognized request argument"},
       {R"({"prompt": "x", "best_of": 2})", "best_of", "best_of is not supported"},
       {R"({"prompt": "x", "suffix": "end"})", "suffix", "'suffix' is not supported"},
-      {R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "not supported"},
       {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias", "expected an object"},
+      {R"({"prompt": "x", "logit_bias": {"1000": 1}})", "logit_bias",
+       "not a token id in [0, 1000)"},
+      {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias", "not a token id"},
+      {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias", "not a token id"},
+      {R"({"prompt": "x", "logit_bias": {"99999999999": 1}})", "logit_bias", "not a token id"},
+      {R"({"prompt": "x", "logit_bias": {"5": 100.5}})", "logit_bias.5",
+       "out of range (allowed: [-100, 100])"},
+      {R"({"prompt": "x", "logit_bias": {"5": "high"}})", "logit_bias.5", "expected a number"},
+      {R"({"prompt": "x", "store": 1})", "store", "expected a boolean"},
+      {R"({"prompt": "x", "metadata": {"a": 1}})", "metadata.a", "expected a string"},
+      {R"({"prompt": "x", "priority": 0.5})", "priority", "expected an integer"},
+      {R"({"prompt": "x", "reasoning_effort": 1})", "reasoning_effort", "expected a string"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": 1}})",
+       "stream_options.continuous_usage_stats", "expected a boolean"},
   };
   for (const ErrorCase& c : cases) {
     expect_error(parse_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true), c);
@@ -252,18 +265,46 @@ TEST(CompletionRequest, Errors) {
 // vLLM's default: unknown top-level fields are ignored (and logged by the server), so clients on
 // newer SDKs keep working; unknown fields inside the request's objects stay errors.
 TEST(CompletionRequest, UnknownTopLevelFieldsAreIgnoredUnlessStrict) {
-  GenerationRequest request =
-      completion(R"({"prompt": "x", "store": true, "metadata": {"a": 1}, "temprature": 0.5})");
-  EXPECT_EQ(request.ignored_fields, (std::vector<std::string>{"store", "metadata", "temprature"}));
+  GenerationRequest request = completion(
+      R"({"prompt": "x", "web_search": true, "metadata": {"a": "1"}, "temprature": 0.5})");
+  EXPECT_EQ(request.ignored_fields, (std::vector<std::string>{"web_search", "temprature"}));
   EXPECT_FALSE(request.requested_defaults.temperature);
   expect_error(
-      parse_completion_request(Json::parse(R"({"prompt": "x", "store": true})"), kVocab, true),
-      {"", "store", "Unrecognized request argument supplied: store"});
-  expect_error(
-      parse_completion_request(
-          Json::parse(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})"),
-          kVocab),
-      {"", "stream_options.usage", "Unrecognized"});
+      parse_completion_request(Json::parse(R"({"prompt": "x", "web_search": true})"), kVocab, true),
+      {"", "web_search", "Unrecognized request argument supplied: web_search"});
+  expect_error(parse_completion_request(
+                   Json::parse(R"({"prompt": "x", "stream": true, "stream_options": {"usage": true}})"),
+                   kVocab),
+               {"", "stream_options.usage", "Unrecognized"});
+}
+
+// OpenAI fields that change nothing here are known: accepted even in strict mode, never logged.
+TEST(CompletionRequest, KnownOpenAiFieldsAreAcceptedAndIgnored) {
+  const std::string body = R"({"prompt": "x", "store": true, "metadata": {"k": "v"},
+      "reasoning_effort": "low", "priority": -3, "service_tier": "auto", "user": "u"})";
+  auto strict = parse_completion_request(Json::parse(body), kVocab, /*strict_fields=*/true);
+  ASSERT_TRUE(strict.ok()) << strict.error().message;
+  EXPECT_TRUE(strict.value().ignored_fields.empty());
+  auto chat_strict = parse_chat_completion_request(
+      Json::parse(R"({"messages": [{"role": "user", "content": "hi"}], "store": false,
+          "parallel_tool_calls": true, "reasoning_effort": "high"})"),
+      kVocab, /*strict_fields=*/true);
+  ASSERT_TRUE(chat_strict.ok()) << chat_strict.error().message;
+}
+
+TEST(CompletionRequest, LogitBiasBecomesSamplingParams) {
+  GenerationRequest r =
+      completion(R"({"prompt": "x", "logit_bias": {"5": 100, "999": -100, "0": 0.5, "005": -1}})");
+  EXPECT_EQ(r.sampling.logit_bias, (std::vector<LogitBias>{{999, -100.0f}, {0, 0.5f}, {5, -1.0f}}));
+  EXPECT_TRUE(completion(R"({"prompt": "x", "logit_bias": {}})").sampling.logit_bias.empty());
+  EXPECT_TRUE(completion(R"({"prompt": "x", "logit_bias": null})").sampling.logit_bias.empty());
+}
+
+TEST(CompletionRequest, ContinuousUsageStats) {
+  GenerationRequest r = completion(R"({"prompt": "x", "stream": true,
+      "stream_options": {"include_usage": true, "continuous_usage_stats": true}})");
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.continuous_usage_stats);
 }
 
 // JSON Schema's integer (and pydantic's lax mode): 16.0 is the integer 16; 16.5 is not.
@@ -389,6 +430,24 @@ TEST(ChatRequest, SamplingLogprobsAndTemplateOptions) {
   EXPECT_EQ(only_logprobs.sampling.logprobs, 0);
 }
 
+TEST(ChatRequest, DeveloperIsSystemAndPromptShapeFields) {
+  GenerationRequest r = chat(R"({"messages": [{"role": "developer", "content": "be terse"},
+      {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
+      "echo": true, "add_generation_prompt": false, "continue_final_message": true})");
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_TRUE(r.echo);
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_TRUE(r.continue_final_message);
+  GenerationRequest plain = chat(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_TRUE(plain.add_generation_prompt);
+  EXPECT_FALSE(plain.continue_final_message);
+  EXPECT_FALSE(plain.echo);
+  // The template kwarg wins over the field, as in vLLM.
+  GenerationRequest kwarg = chat(R"({"messages": [{"role": "user", "content": "hi"}],
+      "add_generation_prompt": true, "chat_template_kwargs": {"add_generation_prompt": false}})");
+  EXPECT_FALSE(kwarg.add_generation_prompt);
+}
+
 TEST(ChatRequest, Errors) {
   const std::string user = R"({"role": "user", "content": "hi"})";
   auto with = [&](const std::string& fields) {
@@ -402,7 +461,7 @@ TEST(ChatRequest, Errors) {
       {R"({"messages": [{"content": "hi"}]})", "messages[0].role", "Missing required parameter"},
       {R"({"messages": [{"role": 1, "content": "hi"}]})", "messages[0].role", "expected a string"},
       {R"({"messages": [{"role": "robot", "content": "hi"}]})", "messages[0].role",
-       "(allowed: system, user, assistant, tool)"},
+       "(allowed: system, developer, user, assistant, tool)"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content",
        "Missing required parameter: 'messages[0].content'."},
       {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content",
@@ -458,7 +517,16 @@ TEST(ChatRequest, Errors) {
        "is set by the request itself"},
       {with(R"("response_format": {"type": "json_object"})"), "response_format",
        "only {\"type\": \"text\"} is supported"},
-      {with(R"("echo": true)"), "echo", "Unrecognized request argument supplied: echo"},
+      {with(R"("echo": 1)"), "echo", "expected a boolean"},
+      {with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "expected a boolean"},
+      {with(R"("continue_final_message": true)"), "continue_final_message",
+       "Cannot set both 'continue_final_message' and 'add_generation_prompt'"},
+      {with(R"("chat_template_kwargs": {"add_generation_prompt": 1})"),
+       "chat_template_kwargs.add_generation_prompt", "expected a boolean"},
+      // vLLM checks the fields, before the kwarg overrides one.
+      {with(
+           R"("continue_final_message": true, "chat_template_kwargs": {"add_generation_prompt": false})"),
+       "continue_final_message", "Cannot set both"},
       {with(R"("prompt": "x")"), "prompt", "Unrecognized"},
       {with(R"("temperature": -1)"), "temperature", "out of range"},
       {with(R"("n": 1000)"), "n", "out of range"},

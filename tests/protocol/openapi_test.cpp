@@ -14,8 +14,12 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 const std::vector<std::pair<std::string, std::string>> kEverything = {
-    {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"}, {"GET", "/v1/models"},
-    {"GET", "/health"},          {"GET", "/metrics"},              {"GET", "/openapi.json"}};
+    {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+    {"GET", "/v1/models"},       {"GET", "/v1/models/"},
+    {"POST", "/tokenize"},       {"POST", "/detokenize"},
+    {"GET", "/health"},          {"GET", "/ready"},
+    {"GET", "/version"},         {"GET", "/metrics"},
+    {"GET", "/openapi.json"}};
 
 // Every "$ref" in `node`, as JSON pointers.
 void collect_refs(const Json& node, std::set<std::string>& refs) {
@@ -32,7 +36,7 @@ void collect_refs(const Json& node, std::set<std::string>& refs) {
 TEST(OpenApi, IsOpenApi31AndEveryReferenceResolves) {
   Json document = openapi_document(kEverything, {});
   EXPECT_EQ(document["openapi"], "3.1.0");
-  EXPECT_EQ(document["paths"].size(), 6u);
+  EXPECT_EQ(document["paths"].size(), 11u);
   std::set<std::string> refs;
   collect_refs(document, refs);
   ASSERT_FALSE(refs.empty());
@@ -53,6 +57,16 @@ TEST(OpenApi, HoldsOnlyTheOperationsTheServerHas) {
     for (const auto& [method, operation] : methods.items()) operations.insert(method + " " + path);
   }
   EXPECT_EQ(operations, (std::set<std::string>{"get /health", "get /openapi.json"}));
+}
+
+// A prefix route ("/v1/models/") serves the templated path that starts with it; other prefix
+// routes ("/cluster/nodes/") are not described.
+TEST(OpenApi, APrefixRouteServesItsTemplatedPath) {
+  Json document = openapi_document(
+      {{"GET", "/v1/models/"}, {"POST", "/cluster/nodes/"}, {"GET", "/v1/models"}}, {});
+  std::set<std::string> paths;
+  for (const auto& [path, methods] : document["paths"].items()) paths.insert(path);
+  EXPECT_EQ(paths, (std::set<std::string>{"/v1/models", "/v1/models/{model}"}));
 }
 
 TEST(OpenApi, FillsTheServedModelAndVocabulary) {

@@ -109,6 +109,29 @@ TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
   EXPECT_FALSE(parsed->kv_checksum);
 }
 
+// The prefill node samples the first token: the request's logit_bias must reach it.
+TEST(PrefillWorkTest, LogitBiasSurvivesARoundTripAndMalformedOnesAreRefused) {
+  PrefillWork work;
+  work.request_id = "r";
+  work.prompt_token_ids = {1, 2, 3};
+  work.kv_num_blocks = 8;
+  work.kv_layout = {2, 16, 8, 128, "float32"};
+  work.block_ids = {5};
+  work.sampling.logit_bias = {{7, 100.0f}, {3, -2.5f}};
+  nlohmann::json json = prefill_work_to_json(work);
+  Result<PrefillWork> parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->sampling.logit_bias, work.sampling.logit_bias);
+  json["sampling"].erase("logit_bias");
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_TRUE(parsed->sampling.logit_bias.empty());
+  json["sampling"]["logit_bias"] = {{7}};
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("logit_bias"), std::string::npos);
+}
+
 // Replaces `from` (which must occur) in the event's line by `to`.
 std::string edited(const PrefillEvent& event, const std::string& from, const std::string& to) {
   std::string line = line_of(event);

@@ -10,6 +10,7 @@
 
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
+#include "common/http/service_routes.h"
 #include "proxy/proxy_server.h"
 #include "tests/http/test_client.h"
 
@@ -178,9 +179,56 @@ TEST_F(ProxyServerTest, ClusterAndTraceEndpointsNeedTheClusterToken) {
   EXPECT_EQ(call_with("", "GET", "/metrics").result_int(), 200);
 }
 
+// /health is liveness; /ready (and /health?ready=1) answers 503 until a decode node is up.
+TEST_F(ProxyServerTest, ReadyOnlyWithADecodeNodeUp) {
+  EXPECT_EQ(call_with("", "GET", "/health").result_int(), 200);
+  for (const char* target : {"/ready", "/health?ready=1", "/health?ready=true"}) {
+    const testing::HttpResponseMessage not_ready = call_with("", "GET", target);
+    EXPECT_EQ(not_ready.result_int(), 503) << target;
+    EXPECT_NE(Json::parse(not_ready.body())["error"]["message"].get<std::string>().find(
+                  "no decode node is up"),
+              std::string::npos)
+        << not_ready.body();
+  }
+  EXPECT_EQ(call_with("", "GET", "/health?ready=0").result_int(), 200);
+  const std::string id = register_decode(9000);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(call_with("", "GET", "/ready").body(), R"({"ready":true})");
+  EXPECT_EQ(call_with("", "GET", "/health?ready=1").result_int(), 200);
+  EXPECT_EQ(call("DELETE", "/cluster/nodes/" + id).result_int(), 200);
+  EXPECT_EQ(call_with("", "GET", "/ready").result_int(), 503);
+  EXPECT_EQ(Json::parse(call_with("", "GET", "/version").body())["version"],
+            http::pdserve_version());
+}
+
+// With ready_needs_prefill a decode node alone is not enough.
+TEST(ProxyReadinessTest, ReadyNeedsPrefillWaitsForAPrefillNodeToo) {
+  NodeRegistry registry{RegistryOptions{}};
+  std::unique_ptr<http::HttpClient> client = std::move(http::HttpClient::create(1).value());
+  ProxyOptions options;
+  options.ready_needs_prefill = true;
+  ProxyServer proxy(registry, *client, options);
+  http::Router router;
+  proxy.register_routes(router);
+  std::unique_ptr<http::HttpServer> server =
+      std::move(http::HttpServer::start({}, std::move(router)).value());
+  const auto ready_status = [&] {
+    TestClient test_client(server->port());
+    EXPECT_TRUE(test_client.send(make_request("GET", "/ready")));
+    auto response = test_client.read_response(10'000ms);
+    return response ? response->result_int() : 0;
+  };
+  ASSERT_TRUE(registry.add_static(NodeRole::kDecode, "http://127.0.0.1:9000").ok());
+  EXPECT_EQ(ready_status(), 503);
+  ASSERT_TRUE(registry.add_static(NodeRole::kPrefill, "http://127.0.0.1:9001").ok());
+  EXPECT_EQ(ready_status(), 200);
+  server->stop();
+}
+
 TEST_F(ProxyServerTest, ApiKeysGuardTheOpenAiApi) {
-  for (const std::string target : {"/v1/models", "/v1/completions", "/v1/chat/completions"}) {
-    const std::string method = target == "/v1/models" ? "GET" : "POST";
+  for (const std::string target : {"/v1/models", "/v1/models/m", "/v1/completions",
+                                   "/v1/chat/completions", "/tokenize", "/detokenize"}) {
+    const std::string method = target.starts_with("/v1/models") ? "GET" : "POST";
     const testing::HttpResponseMessage missing = call_with("", method, target, "{}");
     EXPECT_EQ(missing.result_int(), 401) << target;
     const Json body = Json::parse(missing.body(), nullptr, false);
@@ -195,6 +243,7 @@ TEST_F(ProxyServerTest, ApiKeysGuardTheOpenAiApi) {
   for (const char* credential : {"Authorization: Bearer client-key-1\r\n",
                                  "Authorization: Bearer client-key-2\r\n", kAuth}) {
     EXPECT_EQ(call_with(credential, "GET", "/v1/models").result_int(), 503) << credential;
+    EXPECT_EQ(call_with(credential, "POST", "/tokenize", "{}").result_int(), 503) << credential;
   }
 }
 

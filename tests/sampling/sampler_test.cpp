@@ -390,6 +390,32 @@ TEST(Sampler, BannedIdsAreNeverDrawnAndActLikeAMaskedLogit) {
   }
 }
 
+// logit_bias shifts the logits the draw sees (not the raw logprobs), before the penalties, and
+// never lifts a banned token.
+TEST(Sampler, LogitBiasShiftsLogitsBeforePenaltiesAndNotTheLogprobs) {
+  const std::vector<float> logits = {5.0f, 4.9f, 1.0f};
+  SamplingParams params = random_params(0.0f);
+  params.want_logprobs = true;
+  Sampler sampler;
+  SamplerRng rng(1);
+  params.logit_bias = {{2, 100.0f}};
+  Result<SampleResult> lifted = sampler.sample(logits, params, {}, {}, rng);
+  ASSERT_TRUE(lifted.ok());
+  EXPECT_EQ(lifted->token, 2);
+  const double raw_logprob = 1.0 - std::log(std::exp(5.0) + std::exp(4.9) + std::exp(1.0));
+  EXPECT_NEAR(lifted->logprob, raw_logprob, 1e-5);
+  EXPECT_EQ(sampler.sample(logits, random_params(0.0f), {}, {}, rng)->token, 0);
+  params.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(sampler.sample(logits, params, {}, {}, rng)->token, 1);
+  // 5 + 1 = 6, then the repetition penalty: 6 / 1.5 = 4 < 4.9.
+  params.logit_bias = {{0, 1.0f}};
+  params.repetition_penalty = 1.5f;
+  EXPECT_EQ(sampler.sample(logits, params, std::vector<int32_t>{0}, {}, rng)->token, 1);
+  params.repetition_penalty = 1.0f;
+  params.logit_bias = {{2, 100.0f}};
+  EXPECT_EQ(sampler.sample(logits, params, {}, {}, rng, std::vector<int32_t>{2})->token, 0);
+}
+
 TEST(Sampler, RejectsBadInputWithAClearStatus) {
   Sampler sampler;
   SamplerRng rng(18);

@@ -63,6 +63,9 @@ TEST(SamplingParams, RejectsEachOutOfRangeParameterByName) {
   expect_rejected([](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }, "min_tokens");
   expect_rejected([](SamplingParams& p) { p.stop_token_ids = {5, kVocab}; }, "stop_token_ids[1]");
   expect_rejected([](SamplingParams& p) { p.stop_token_ids = {-1}; }, "stop_token_ids[0]");
+  expect_rejected([](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0f}}; }, "logit_bias[");
+  expect_rejected([](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }, "logit_bias[3]");
+  expect_rejected([](SamplingParams& p) { p.logit_bias = {{3, 1.0f}, {3, 2.0f}}; }, "twice");
 }
 
 TEST(SamplingParams, MessageEchoesTheValue) {
