@@ -6,9 +6,10 @@
 //    server logs them once per request), as vLLM does, so that clients on newer SDKs keep
 //    working; with strict_fields (--strict-request-fields) they are a 400 "Unrecognized request
 //    argument supplied: <name>" as in OpenAI. Unknown fields inside messages, content parts,
-//    tool calls, tools and stream_options are always a 400: vLLM's pydantic models refuse them
-//    there too (its extra="allow" is on the request object only), and a misspelled field of a
-//    message ("contnet") would otherwise change the prompt silently.
+//    tool calls, tools and stream_options are always a 400, where vLLM ignores them (logging
+//    those of stream_options, silently for messages): a misspelled field of a message
+//    ("contnet", "tool_call_idd") would otherwise change the prompt without a trace, and the
+//    SDKs only ever add fields at the top level.
 //  * OpenAI fields accepted, type-checked and ignored (they change nothing here): store,
 //    metadata, reasoning_effort, service_tier, priority, parallel_tool_calls, user.
 //  * OpenAI fields pdserve does not implement are accepted only with their neutral value
