@@ -22,9 +22,9 @@ constexpr int kMaxGroupHeads = 16;
 void attend_heads(const float* q_row, int first_head, int num_heads, const AttentionBatch& batch,
                   const KvCacheView& cache, int64_t layer_offset, int seq, int position,
                   int kv_head, float scale, float* out_row) {
-  const int head_dim = cache.head_dim;
-  const int block_size = cache.block_size;
-  const DType dtype = cache.dtype;
+  const int head_dim = cache.layout.head_dim;
+  const int block_size = cache.layout.block_size;
+  const DType dtype = cache.layout.dtype;
   const int64_t element_bytes = dtype == DType::kF32 ? 4 : 2;
   const int32_t* block_table =
       batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
@@ -43,12 +43,12 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
     const int block_id = block_table[block_start / block_size];
     const int count = std::min(block_size, num_keys - block_start);
     const int64_t base = layer_offset +
-                         static_cast<int64_t>(block_id) * block_size * cache.token_elements() +
+                         static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
                          static_cast<int64_t>(kv_head) * head_dim;
     for (int g = 0; g < num_heads; ++g) block_max[g] = running_max[g];
     for (int j = 0; j < count; ++j) {
       const auto* key = static_cast<const std::byte*>(cache.k) +
-                        (base + j * cache.token_elements()) * element_bytes;
+                        (base + j * cache.layout.token_elements()) * element_bytes;
       for (int g = 0; g < num_heads; ++g) {
         const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
         scores[g][j] = dot_f32(q, key, dtype, head_dim) * scale;
@@ -62,7 +62,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
     }
     for (int j = 0; j < count; ++j) {
       const auto* value = static_cast<const std::byte*>(cache.v) +
-                          (base + j * cache.token_elements()) * element_bytes;
+                          (base + j * cache.layout.token_elements()) * element_bytes;
       for (int g = 0; g < num_heads; ++g) {
         const float weight = std::exp(scores[g][j] - block_max[g]);
         running_sum[g] += weight;
@@ -79,7 +79,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
 }
 
 Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
-  if (cache.head_dim > kMaxHeadDim || cache.block_size > kMaxBlockSize) {
+  if (cache.layout.head_dim > kMaxHeadDim || cache.layout.block_size > kMaxBlockSize) {
     return unimplemented("paged_attention: head_dim above 512 or block_size above 256");
   }
   if (batch.query_start[0] != 0 || batch.query_start[batch.num_seqs] != batch.num_tokens) {
@@ -89,14 +89,14 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
     const int begin = batch.query_start[s];
     const int end = batch.query_start[s + 1];
     const int context = batch.context_lens[s];
-    const int blocks_needed = (context + cache.block_size - 1) / cache.block_size;
+    const int blocks_needed = (context + cache.layout.block_size - 1) / cache.layout.block_size;
     if (end < begin || end - begin > context || blocks_needed > batch.max_blocks_per_seq) {
       return invalid_argument("paged_attention: sequence " + std::to_string(s) +
                               " has inconsistent lengths");
     }
     for (int b = 0; b < blocks_needed; ++b) {
       const int block = batch.block_tables[static_cast<int64_t>(s) * batch.max_blocks_per_seq + b];
-      if (block < 0 || block >= cache.num_blocks) {
+      if (block < 0 || block >= cache.layout.num_blocks) {
         return invalid_argument("paged_attention: block id " + std::to_string(block) +
                                 " outside the pool");
       }
@@ -116,14 +116,14 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
 Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                        int layer, int num_heads, float scale, MatrixView out, int num_threads) {
   PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
-  const int group = num_heads / cache.num_kv_heads;
+  const int group = num_heads / cache.layout.num_kv_heads;
   const int chunks_per_kv_head = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   const int64_t work_items =
-      static_cast<int64_t>(batch.num_tokens) * cache.num_kv_heads * chunks_per_kv_head;
+      static_cast<int64_t>(batch.num_tokens) * cache.layout.num_kv_heads * chunks_per_kv_head;
 #pragma omp parallel for schedule(dynamic, 2) num_threads(num_threads)
   for (int64_t item = 0; item < work_items; ++item) {
-    const int per_token = cache.num_kv_heads * chunks_per_kv_head;
+    const int per_token = cache.layout.num_kv_heads * chunks_per_kv_head;
     const int token = static_cast<int>(item / per_token);
     const int kv_head = static_cast<int>(item % per_token) / chunks_per_kv_head;
     const int chunk = static_cast<int>(item % per_token) % chunks_per_kv_head;

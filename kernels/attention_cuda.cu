@@ -61,7 +61,7 @@ __device__ __forceinline__ void load16(const void* base, DType dtype, int64_t of
 
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
-  const int head_dim = a.cache.head_dim;
+  const int head_dim = a.cache.layout.head_dim;
   const int dims_per_lane = head_dim / 32;
   float* q_tile = shared;                                  // [rows][head_dim]
   float* k_tile = q_tile + kRowsPerTile * head_dim;        // [keys][head_dim + 1]
@@ -114,14 +114,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
       min(min(key_begin + a.keys_per_split, a.batch.context_lens[seq]), last_position + 1);
   const int32_t* block_table =
       a.batch.block_tables + static_cast<int64_t>(seq) * a.batch.max_blocks_per_seq;
-  const int block_size = a.cache.block_size;
-  const int64_t token_elements = a.cache.token_elements();
+  const int block_size = a.cache.layout.block_size;
+  const int64_t token_elements = a.cache.layout.token_elements();
 
   for (int tile_start = key_begin; tile_start < key_end; tile_start += kKeysPerTile) {
     __syncthreads();  // the previous tile is consumed (first time: the Q tile is written)
     // 16-byte loads: 8 bf16 or 4 float elements of one key per thread and step. Offsets are
     // multiples of 8 elements (head_dim is a multiple of 32) and pools are cudaMalloc-aligned.
-    const int per_load = a.cache.dtype == DType::kBF16 ? 8 : 4;
+    const int per_load = a.cache.layout.dtype == DType::kBF16 ? 8 : 4;
     const int loads_per_key = head_dim / per_load;
     for (int i = threadIdx.x; i < kKeysPerTile * loads_per_key; i += kThreads) {
       const int j = i / loads_per_key;
@@ -132,15 +132,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
       if (key < key_end) {
         const int block_index = key / block_size;
         const int block = block_index < a.batch.max_blocks_per_seq ? block_table[block_index] : -1;
-        if (block < 0 || block >= a.cache.num_blocks) {
+        if (block < 0 || block >= a.cache.layout.num_blocks) {
           atomicOr(a.error_word, kBlockIdOutOfRange);
         } else {
           const int64_t offset =
               a.layer_offset +
               (static_cast<int64_t>(block) * block_size + key % block_size) * token_elements +
               int64_t{kv_head} * head_dim + d;
-          load16(a.cache.k, a.cache.dtype, offset, k_values);
-          load16(a.cache.v, a.cache.dtype, offset, v_values);
+          load16(a.cache.k, a.cache.layout.dtype, offset, k_values);
+          load16(a.cache.v, a.cache.layout.dtype, offset, v_values);
         }
       }
 #pragma unroll
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
 __global__ void merge_splits_kernel(AttentionArgs a) {
   const int64_t token = blockIdx.x;
   const int64_t head = blockIdx.y;
-  const int head_dim = a.cache.head_dim;
+  const int head_dim = a.cache.layout.head_dim;
   const int64_t stride = int64_t{a.batch.num_tokens} * a.num_heads;
   const int64_t first = token * a.num_heads + head;
   float global_max = -INFINITY;
@@ -262,7 +262,7 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.out = out;
   args.batch = batch;
   args.cache = cache;
-  args.layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+  args.layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   args.num_heads = num_heads;
   args.group = plan.group;
   args.scale = scale;
@@ -270,9 +270,9 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.keys_per_split = plan.keys_per_split;
   args.partial_acc = workspace;
   args.partial_ml = workspace + static_cast<size_t>(plan.num_splits) * batch.num_tokens *
-                                    num_heads * cache.head_dim;
+                                    num_heads * cache.layout.head_dim;
   args.error_word = error_word;
-  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(cache.num_kv_heads),
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(cache.layout.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   paged_attention_kernel<<<grid, kThreads, plan.shared_bytes, stream>>>(args);
   if (plan.num_splits > 1) {
@@ -280,7 +280,7 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
     if (launched != cudaSuccess) return launched;
     const dim3 merge_grid(static_cast<unsigned>(batch.num_tokens),
                           static_cast<unsigned>(num_heads));
-    merge_splits_kernel<<<merge_grid, cache.head_dim, 0, stream>>>(args);
+    merge_splits_kernel<<<merge_grid, cache.layout.head_dim, 0, stream>>>(args);
   }
   return cudaGetLastError();
 }

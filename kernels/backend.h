@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/core/dtype.h"
+#include "common/core/kv_layout.h"
 #include "common/core/status.h"
 
 namespace pdserve {
@@ -46,22 +47,12 @@ struct VectorView {
   int64_t size = 0;
 };
 
-// The paged KV pool: K and V each laid out [layers][blocks][block_size][kv_heads][head_dim].
-// A token's KV lives at slot = block_id * block_size + offset_in_block.
+// The paged KV pool as the kernels see it: where its K and V halves are, and its layout
+// (common/core/kv_layout.h).
 struct KvCacheView {
   void* k = nullptr;
   void* v = nullptr;
-  DType dtype = DType::kF32;
-  int num_layers = 0;
-  int num_blocks = 0;
-  int block_size = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-
-  int64_t token_elements() const { return static_cast<int64_t>(num_kv_heads) * head_dim; }
-  int64_t layer_elements() const {
-    return static_cast<int64_t>(num_blocks) * block_size * token_elements();
-  }
+  KvLayout layout;
 };
 
 // Describes a packed batch (no padding) of sequences for one forward step. Each sequence

@@ -34,7 +34,7 @@ cuda::Vector dev(VectorView v) {
 }
 
 cuda::KvPool dev(const KvCacheView& c) {
-  return {c.k, c.v, c.dtype, c.num_layers, c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim};
+  return {c.k, c.v, c.layout};
 }
 
 cuda::Batch dev(const AttentionBatch& b) {
@@ -177,8 +177,8 @@ class CudaBackend final : public Backend {
     shape.max_query_len = batch.max_query_len;
     shape.max_context_len = batch.max_context_len;
     shape.num_heads = num_heads;
-    shape.num_kv_heads = cache.num_kv_heads;
-    shape.head_dim = cache.head_dim;
+    shape.num_kv_heads = cache.layout.num_kv_heads;
+    shape.head_dim = cache.layout.head_dim;
     PDS_ASSIGN_OR_RETURN(AttentionPlan plan, plan_paged_attention(shape, multiprocessors_));
     PDS_RETURN_IF_ERROR(reserve_workspace(plan.workspace_floats * sizeof(float)));
     PDS_CUDA_RETURN_IF_ERROR(
@@ -237,7 +237,7 @@ class CudaBackend final : public Backend {
   }
 
   static Status require_kv_dtype(const KvCacheView& cache) {
-    if (cache.dtype != DType::kBF16 && cache.dtype != DType::kF32) {
+    if (cache.layout.dtype != DType::kBF16 && cache.layout.dtype != DType::kF32) {
       return unimplemented("cuda: the KV cache must be bfloat16 or float32");
     }
     return {};

@@ -10,11 +10,13 @@
 #include <cstdint>
 
 #include "common/core/dtype_enum.h"
+#include "common/core/kv_layout.h"
 
 namespace pdserve::cuda {
 
 // Device code is C++17 (see the top-level CMakeLists.txt) and cannot include backend.h, so
 // the launchers take these mirrors of its views; cuda_backend.cpp converts field by field.
+// The KV pool's layout is the shared KvLayout itself (common/core/kv_layout.h).
 struct Matrix {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -32,19 +34,7 @@ struct Vector {
 struct KvPool {
   void* k = nullptr;
   void* v = nullptr;
-  DType dtype = DType::kF32;
-  int num_layers = 0;
-  int num_blocks = 0;
-  int block_size = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-
-  __host__ __device__ int64_t token_elements() const {
-    return static_cast<int64_t>(num_kv_heads) * head_dim;
-  }
-  __host__ __device__ int64_t layer_elements() const {
-    return static_cast<int64_t>(num_blocks) * block_size * token_elements();
-  }
+  KvLayout layout;
 };
 
 struct Batch {

@@ -73,8 +73,8 @@ Status check_qk_norm_rope(MatrixView q, MatrixView k, MatrixView v, const QkNorm
   if (p.q_norm_weight.size != p.head_dim || p.k_norm_weight.size != p.head_dim) {
     return invalid_argument("qk_norm_rope: norm weights must have head_dim elements");
   }
-  if (cache.num_kv_heads != p.num_kv_heads || cache.head_dim != p.head_dim || layer < 0 ||
-      layer >= cache.num_layers) {
+  if (cache.layout.num_kv_heads != p.num_kv_heads || cache.layout.head_dim != p.head_dim || layer < 0 ||
+      layer >= cache.layout.num_layers) {
     return invalid_argument("qk_norm_rope: KV cache does not match the layer");
   }
   return {};
@@ -83,13 +83,13 @@ Status check_qk_norm_rope(MatrixView q, MatrixView k, MatrixView v, const QkNorm
 Status check_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                        int layer, int num_heads, MatrixView out) {
   PDS_RETURN_IF_ERROR(check_same_shape(q, out, "paged_attention"));
-  if (num_heads <= 0 || num_heads % cache.num_kv_heads != 0 ||
-      q.cols != static_cast<int64_t>(num_heads) * cache.head_dim || q.rows != batch.num_tokens) {
+  if (num_heads <= 0 || num_heads % cache.layout.num_kv_heads != 0 ||
+      q.cols != static_cast<int64_t>(num_heads) * cache.layout.head_dim || q.rows != batch.num_tokens) {
     return invalid_argument("paged_attention: q " + shape(q) + " does not match " +
                             std::to_string(num_heads) + " heads of " +
-                            std::to_string(cache.head_dim));
+                            std::to_string(cache.layout.head_dim));
   }
-  if (layer < 0 || layer >= cache.num_layers) return invalid_argument("paged_attention: bad layer");
+  if (layer < 0 || layer >= cache.layout.num_layers) return invalid_argument("paged_attention: bad layer");
   return {};
 }
 

@@ -45,7 +45,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
                              const AttentionBatch& batch, const KvCacheView& cache, int layer,
                              int num_threads) {
   if (p.head_dim > kMaxHeadDim) return unimplemented("head_dim above 512");
-  const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
+  const int64_t num_slots = static_cast<int64_t>(cache.layout.num_blocks) * cache.layout.block_size;
   for (int t = 0; t < batch.num_tokens; ++t) {
     if (batch.slot_mapping[t] < 0 || batch.slot_mapping[t] >= num_slots || batch.positions[t] < 0) {
       return invalid_argument("kv write: slot " + std::to_string(batch.slot_mapping[t]) +
@@ -56,7 +56,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
   const int half = p.head_dim / 2;
   double inv_freq[kMaxHeadDim / 2];
   for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(p.rope_theta, -2.0 * j / p.head_dim);
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
 #pragma omp parallel for schedule(static) num_threads(num_threads)
   for (int t = 0; t < batch.num_tokens; ++t) {
     double cos_table[kMaxHeadDim / 2];
@@ -76,9 +76,9 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
       norm_and_rotate_head(k_row + h * p.head_dim, p.k_norm_weight, p.rms_norm_eps, p.head_dim,
                            cos_table, sin_table);
     }
-    const int64_t offset = layer_offset + batch.slot_mapping[t] * cache.token_elements();
-    store_kv(k_row, cache.k, cache.dtype, offset, cache.token_elements());
-    store_kv(v.row<float>(t), cache.v, cache.dtype, offset, cache.token_elements());
+    const int64_t offset = layer_offset + batch.slot_mapping[t] * cache.layout.token_elements();
+    store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements());
+    store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements());
   }
   return {};
 }

@@ -50,27 +50,27 @@ __global__ void qk_norm_rope_kv_kernel(Matrix q, Matrix k, Matrix v, RopeArgs p,
   const int token = blockIdx.x;
   const int slot = batch.slot_mapping[token];
   const int position = batch.positions[token];
-  const int64_t num_slots = static_cast<int64_t>(cache.num_blocks) * cache.block_size;
+  const int64_t num_slots = static_cast<int64_t>(cache.layout.num_blocks) * cache.layout.block_size;
   if (slot < 0 || slot >= num_slots || position < 0) {
     if (threadIdx.x == 0) atomicOr(error_word, kKvSlotOutOfRange);
     return;
   }
-  const int64_t kv_offset = layer_offset + slot * cache.token_elements();
+  const int64_t kv_offset = layer_offset + slot * cache.layout.token_elements();
   const int warp = threadIdx.x / 32;
   for (int h = warp; h < p.num_heads + p.num_kv_heads; h += kWarps) {
     if (h < p.num_heads) {
       norm_rope_head(q.data, q.dtype, token * q.row_stride + int64_t{h} * p.head_dim,
                      p.q_norm_weight, p.rms_norm_eps, p.rope_theta, p.head_dim, position, nullptr,
-                     cache.dtype, 0);
+                     cache.layout.dtype, 0);
     } else {
       const int kv_head = h - p.num_heads;
       norm_rope_head(k.data, k.dtype, token * k.row_stride + int64_t{kv_head} * p.head_dim,
                      p.k_norm_weight, p.rms_norm_eps, p.rope_theta, p.head_dim, position, cache.k,
-                     cache.dtype, kv_offset + int64_t{kv_head} * p.head_dim);
+                     cache.layout.dtype, kv_offset + int64_t{kv_head} * p.head_dim);
     }
   }
   for (int64_t j = threadIdx.x; j < v.cols; j += blockDim.x) {
-    store_float(cache.v, cache.dtype, kv_offset + j,
+    store_float(cache.v, cache.layout.dtype, kv_offset + j,
                 load_float(v.data, v.dtype, token * v.row_stride + j));
   }
 }
@@ -81,7 +81,7 @@ cudaError_t qk_norm_rope_kv_write(Matrix q, Matrix k, Matrix v, const RopeArgs& 
                                   const Batch& batch, const KvPool& cache, int layer,
                                   unsigned* error_word, cudaStream_t stream) {
   if (batch.num_tokens == 0) return cudaSuccess;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layer_elements();
+  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   qk_norm_rope_kv_kernel<<<static_cast<unsigned>(batch.num_tokens), kWarps * 32, 0, stream>>>(
       q, k, v, params, batch, cache, layer_offset, error_word);
   return cudaGetLastError();

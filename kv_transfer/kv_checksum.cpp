@@ -15,9 +15,9 @@ struct StateDeleter {
 
 }  // namespace
 
-std::uint64_t block_checksum(const std::byte* pool, const PoolLayout& layout, int32_t block,
+std::uint64_t block_checksum(const std::byte* pool, const KvLayout& layout, int32_t block,
                              int tokens) {
-  PDS_CHECK(tokens >= 1 && tokens <= layout.block.block_size && block >= 0 &&
+  PDS_CHECK(tokens >= 1 && tokens <= layout.block_size && block >= 0 &&
                 block < layout.num_blocks,
             "block_checksum: block " + std::to_string(block) + " with " + std::to_string(tokens) +
                 " tokens is outside the pool");
@@ -25,7 +25,7 @@ std::uint64_t block_checksum(const std::byte* pool, const PoolLayout& layout, in
   PDS_CHECK(state != nullptr, "block_checksum: out of memory");
   XXH3_64bits_reset(state.get());
   const std::size_t bytes = static_cast<std::size_t>(tokens) * layout.token_bytes();
-  for (int layer = 0; layer < layout.block.num_layers; ++layer) {
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (bool value_half : {false, true}) {
       XXH3_64bits_update(state.get(), pool + layout.offset(layer, block, value_half), bytes);
     }
@@ -33,10 +33,10 @@ std::uint64_t block_checksum(const std::byte* pool, const PoolLayout& layout, in
   return XXH3_64bits_digest(state.get());
 }
 
-std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const PoolLayout& layout,
+std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const KvLayout& layout,
                                                   std::span<const int32_t> blocks, int first_block,
                                                   int num_prompt_tokens) {
-  const int block_size = layout.block.block_size;
+  const int block_size = layout.block_size;
   std::vector<std::uint64_t> sums;
   sums.reserve(blocks.size());
   for (std::size_t i = 0; i < blocks.size(); ++i) {

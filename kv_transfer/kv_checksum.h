@@ -17,19 +17,19 @@
 #include <vector>
 
 #include "common/core/status.h"
-#include "kv_transfer/pool_layout.h"
+#include "common/core/kv_layout.h"
 
 namespace pdserve::kv_transfer {
 
 // The checksum of `block` in the pool at `pool` (layout.num_blocks blocks), over its first
 // `tokens` slots (1..block_size).
-std::uint64_t block_checksum(const std::byte* pool, const PoolLayout& layout, int32_t block,
+std::uint64_t block_checksum(const std::byte* pool, const KvLayout& layout, int32_t block,
                              int tokens);
 
 // One checksum per prompt block first_block.. of a prompt of `num_prompt_tokens` tokens, whose
 // blocks here are `blocks` (blocks[i] holds prompt block first_block + i; the last one may be
 // partial).
-std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const PoolLayout& layout,
+std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const KvLayout& layout,
                                                   std::span<const int32_t> blocks, int first_block,
                                                   int num_prompt_tokens);
 

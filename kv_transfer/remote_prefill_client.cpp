@@ -426,7 +426,7 @@ void RemotePrefillClient::set_kv_checksum(bool on) {
 Status RemotePrefillClient::start(const InferenceRequest& request,
                                   std::span<const int32_t> block_table, int num_cached_tokens) {
   const ImportDestination& destination = impl_->destination;
-  const int block_size = destination.layout.block_size;
+  const int block_size = destination.pool.block_size;
   const int prompt_tokens = static_cast<int>(request.prompt_tokens.size());
   const int prompt_blocks = (prompt_tokens + block_size - 1) / block_size;
   const int first_block = num_cached_tokens / block_size;
@@ -455,8 +455,8 @@ Status RemotePrefillClient::start(const InferenceRequest& request,
   work.prompt_token_ids = request.prompt_tokens;
   work.sampling = request.sampling;
   work.kv_descriptor = destination.kv_descriptor;
-  work.kv_num_blocks = destination.num_blocks;
-  work.kv_layout = destination.layout;
+  work.kv_num_blocks = destination.pool.num_blocks;
+  work.kv_layout = kv_block_layout(destination.pool);
   work.first_block = first_block;
   work.block_ids.assign(block_table.begin() + first_block, block_table.begin() + prompt_blocks);
   work.timeout_ms = impl_->options.transfer_timeout.count();

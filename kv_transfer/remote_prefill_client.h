@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/core/kv_layout.h"
 #include "common/core/status.h"
 #include "common/engine/kv_connector.h"
 #include "common/protocol/prefill_protocol.h"
@@ -41,8 +42,7 @@ struct RemotePrefillOptions {
 // Where a prefill node writes this node's blocks: the PrefillWork fields that name the pool.
 struct ImportDestination {
   std::string kv_descriptor;  // base64, the transport's (descriptor.h)
-  int num_blocks = 0;
-  KvBlockLayout layout;
+  KvLayout pool;
 };
 
 // Checksums of prompt blocks first_block.. as they landed here, in `blocks` (kv_checksum.h's

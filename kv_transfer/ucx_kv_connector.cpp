@@ -38,7 +38,7 @@ struct Export {
 
 struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl> {
   UcxKvConnectorOptions options;
-  PoolLayout layout;
+  KvLayout layout;
   std::byte* pool = nullptr;
   uint64_t test_blocks_landed = 0;  // engine thread: for options.test_corrupt_every
 
@@ -79,7 +79,7 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
   void corrupt_for_test(std::span<const int32_t> blocks) {
     for (int32_t block : blocks) {
       if (++test_blocks_landed % static_cast<uint64_t>(options.test_corrupt_every) != 0) continue;
-      pool[layout.offset(0, block, false) + layout.element_bytes - 1] ^= std::byte{0xff};
+      pool[layout.offset(0, block, false) + layout.element_bytes() - 1] ^= std::byte{0xff};
     }
   }
 };
@@ -87,8 +87,8 @@ struct UcxKvConnector::Impl : std::enable_shared_from_this<UcxKvConnector::Impl>
 Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnectorOptions& options,
                                                                void* pool_base,
                                                                std::size_t pool_bytes,
-                                                               const PoolLayout& layout) {
-  if (layout.element_bytes == 0 || layout.num_blocks < 1 || layout.block.num_layers < 1) {
+                                                               const KvLayout& layout) {
+  if (layout.token_elements() < 1 || layout.num_blocks < 1 || layout.num_layers < 1) {
     return invalid_argument("KV connector: an empty pool layout");
   }
   if (layout.offset(0, 0, true) * 2 != pool_bytes) {
@@ -127,7 +127,7 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
   PDS_ASSIGN_OR_RETURN(
       impl->remote_prefill,
       RemotePrefillClient::create(
-          client_options, {impl->service->descriptor_base64(), layout.num_blocks, layout.block},
+          client_options, {impl->service->descriptor_base64(), layout},
           // Engine thread, no put can still land in `blocks` (remote_prefill_client.h).
           [raw](std::span<const int32_t> blocks, int first_block, int num_prompt_tokens) {
             if (raw->options.test_corrupt_every > 0) raw->corrupt_for_test(blocks);
@@ -145,7 +145,7 @@ UcxKvConnector::~UcxKvConnector() {
   impl_->remote_prefill.reset();
 }
 
-const PoolLayout& UcxKvConnector::layout() const {
+const KvLayout& UcxKvConnector::layout() const {
   return impl_->layout;
 }
 
@@ -161,8 +161,8 @@ void UcxKvConnector::set_wakeup(std::function<void()> wakeup) {
 
 Status UcxKvConnector::start_export(const std::string& request_id, const KvExportTarget& target,
                                     std::span<const int32_t> block_table, int num_prompt_tokens) {
-  const PoolLayout& local = impl_->layout;
-  const int block_size = local.block.block_size;
+  const KvLayout& local = impl_->layout;
+  const int block_size = local.block_size;
   const int prompt_blocks = (num_prompt_tokens + block_size - 1) / block_size;
   if (static_cast<int>(block_table.size()) < prompt_blocks) {
     return internal_error("KV export of '" + request_id +
@@ -175,7 +175,7 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
                             std::to_string(target.first_block) + " for a prompt of " +
                             std::to_string(prompt_blocks) + " blocks");
   }
-  PoolLayout remote = local;
+  KvLayout remote = local;
   remote.num_blocks = target.peer_num_blocks;
   for (int32_t block : target.peer_blocks) {
     if (block < 0 || block >= remote.num_blocks) {
@@ -194,7 +194,7 @@ Status UcxKvConnector::start_export(const std::string& request_id, const KvExpor
     export_state.num_prompt_tokens = num_prompt_tokens;
   }
   const std::uint64_t run_unit = local.layer_block_bytes();
-  for (int layer = 0; layer < local.block.num_layers; ++layer) {
+  for (int layer = 0; layer < local.num_layers; ++layer) {
     std::vector<BlockCopy>& copies = export_state.layers.emplace_back();
     for (bool value_half : {false, true}) {
       for (int i = target.first_block; i < prompt_blocks;) {

@@ -20,7 +20,7 @@
 
 #include "common/engine/kv_connector.h"
 #include "kv_transfer/kv_transfer_service.h"
-#include "kv_transfer/pool_layout.h"
+#include "common/core/kv_layout.h"
 #include "kv_transfer/remote_prefill_client.h"
 
 namespace pdserve::kv_transfer {
@@ -43,10 +43,10 @@ class UcxKvConnector : public KvConnector {
   // Registers [pool_base, pool_base + pool_bytes) with UCX. Unavailable when UCX cannot start.
   static Result<std::unique_ptr<UcxKvConnector>> create(const UcxKvConnectorOptions& options,
                                                         void* pool_base, std::size_t pool_bytes,
-                                                        const PoolLayout& layout);
+                                                        const KvLayout& layout);
   ~UcxKvConnector() override;
 
-  const PoolLayout& layout() const;
+  const KvLayout& layout() const;
   const std::string& descriptor_base64() const;
 
   void set_wakeup(std::function<void()> wakeup) override;

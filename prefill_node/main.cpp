@@ -17,14 +17,14 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
                        start_serving_node(options, /*with_kv_transfer=*/true));
   node->connector->set_layerwise(kv_layerwise);
-  PrefillServer prefill(*node->engine, node->connector->layout().block, options.cluster_token);
+  PrefillServer prefill(*node->engine, kv_block_layout(node->connector->layout()), options.cluster_token);
   http::Router router;
   prefill.register_routes(router);
   return serve_until_shutdown(
       options, signals, NodeRole::kPrefill, *node, std::move(router), [&](uint16_t port) {
         std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
                     node->engine->model_info().name.c_str(), options.host.c_str(), port,
-                    options.device.c_str(), node->connector->layout().block.to_string().c_str());
+                    options.device.c_str(), kv_block_layout(node->connector->layout()).to_string().c_str());
         std::fflush(stdout);
       });
 }

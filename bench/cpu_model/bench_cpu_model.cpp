@@ -129,7 +129,7 @@ Status run(const Options& options) {
   const int blocks_per_seq = (max_len + block_size - 1) / block_size;
   ForwardLimits limits{std::max(options.prompt_len, options.context_len), max_batch, max_len};
   PDS_ASSIGN_OR_RETURN(ForwardContext context, ForwardContext::create(*backend, config, limits, block_size));
-  const KvCacheShape kv_shape = kv_cache_shape_for(config, blocks_per_seq * max_batch, block_size, DType::kF32);
+  const KvLayout kv_shape = kv_layout_for(config, blocks_per_seq * max_batch, block_size, DType::kF32);
   PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(*backend, kv_shape));
   std::vector<float> logits(static_cast<size_t>(max_batch) * config.vocab_size);
 

@@ -158,8 +158,8 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   const int blocks_per_seq = (limits.max_model_len + kBlockSize - 1) / kBlockSize;
   // One block more than the sequences use: the decode graphs' scratch block.
   const int scratch_block = blocks_per_seq * max_batch;
-  const KvCacheShape kv_shape =
-      kv_cache_shape_for(config, scratch_block + 1, kBlockSize, DType::kBF16);
+  const KvLayout kv_shape =
+      kv_layout_for(config, scratch_block + 1, kBlockSize, DType::kBF16);
   PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(backend, kv_shape));
 
   const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));

@@ -27,7 +27,6 @@ namespace {
 
 using kv_transfer::BlockCopy;
 using kv_transfer::KvTransferEngine;
-using kv_transfer::PoolLayout;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
@@ -49,7 +48,7 @@ double best_ms(int repeats, Fn&& fn) {
 
 // Best time of `repeats` transfers of the whole pool (one put per layer and half) over `tls`.
 Result<double> transfer_ms(const std::string& tls, std::vector<std::byte>& source,
-                           std::vector<std::byte>& destination, const PoolLayout& layout,
+                           std::vector<std::byte>& destination, const KvLayout& layout,
                            int repeats) {
   PDS_ASSIGN_OR_RETURN(auto sender, KvTransferEngine::create({tls}));
   PDS_ASSIGN_OR_RETURN(auto receiver, KvTransferEngine::create({tls}));
@@ -58,7 +57,7 @@ Result<double> transfer_ms(const std::string& tls, std::vector<std::byte>& sourc
   PDS_ASSIGN_OR_RETURN(const kv_transfer::PeerDescriptor descriptor, receiver->local_descriptor());
   PDS_ASSIGN_OR_RETURN(const kv_transfer::PeerId peer, sender->connect(descriptor));
   std::vector<BlockCopy> copies;
-  for (int layer = 0; layer < layout.block.num_layers; ++layer) {
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (bool value_half : {false, true}) {
       const std::uint64_t at = layout.offset(layer, 0, value_half);
       copies.push_back({at, at, layout.layer_block_bytes() * static_cast<size_t>(layout.num_blocks)});
@@ -107,14 +106,9 @@ int run(const std::vector<std::string>& configs, const std::vector<int>& prompt_
     if (!config.ok()) return report_cli_error(config.status());
     for (int tokens : prompt_tokens) {
       const int blocks = (tokens + 15) / 16;
-      const KvCacheShape shape = kv_cache_shape_for(*config, blocks, 16, *dtype);
-      PoolLayout layout;
-      layout.block = {shape.num_layers, shape.block_size, shape.num_kv_heads, shape.head_dim,
-                      std::string(pdserve::dtype_name(shape.dtype))};
-      layout.num_blocks = blocks;
-      layout.element_bytes = dtype_size(shape.dtype);
+      const KvLayout layout = kv_layout_for(*config, blocks, 16, *dtype);
       // Random bytes (no shortcut for the hash), touched before timing.
-      std::vector<std::byte> source(shape.total_bytes());
+      std::vector<std::byte> source(layout.total_bytes());
       std::mt19937_64 rng(7);
       for (size_t at = 0; at + 8 <= source.size(); at += 8) {
         const std::uint64_t word = rng();

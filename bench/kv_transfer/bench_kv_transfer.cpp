@@ -1,5 +1,5 @@
 // pdserve-bench-kv-transfer: KV-transfer bandwidth between two KvTransferEngines in one process
-// (loopback), for a Qwen3 prompt's blocks in a pool of that model's shape. The pool is laid out
+// (loopback), for a Qwen3 prompt's blocks in a pool of that model's layout. The pool is laid out
 // K then V, [layers][blocks][...], so a prompt costs one put per (layer, K/V, run of blocks
 // contiguous on both sides): contiguous block ids coalesce into 2 * layers puts, scattered ids
 // into one put per block. Timed from submit_puts to the acknowledged completion.
@@ -27,28 +27,22 @@ using Clock = std::chrono::steady_clock;
 
 // The puts moving `source_blocks[i]` to `destination_blocks[i]` for every layer's K and V,
 // merging neighbours that are consecutive in both pools.
-std::vector<BlockCopy> block_copies(const KvCacheShape& shape,
+std::vector<BlockCopy> block_copies(const KvLayout& layout,
                                     const std::vector<int>& source_blocks,
                                     const std::vector<int>& destination_blocks) {
-  const std::uint64_t block_bytes =
-      shape.bytes_per_block() / (2 * static_cast<size_t>(shape.num_layers));
-  const std::uint64_t half = shape.total_bytes() / 2;  // V starts here
+  const std::uint64_t block_bytes = layout.layer_block_bytes();
   std::vector<BlockCopy> copies;
-  for (std::uint64_t kv_base : {std::uint64_t{0}, half}) {
-    for (int layer = 0; layer < shape.num_layers; ++layer) {
-      const std::uint64_t layer_base = kv_base + static_cast<std::uint64_t>(layer) *
-                                                     static_cast<std::uint64_t>(shape.num_blocks) *
-                                                     block_bytes;
+  for (bool value_half : {false, true}) {
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
       for (size_t i = 0; i < source_blocks.size(); ++i) {
         const bool extends_run = i > 0 && source_blocks[i] == source_blocks[i - 1] + 1 &&
                                  destination_blocks[i] == destination_blocks[i - 1] + 1;
         if (extends_run) {
           copies.back().bytes += block_bytes;
         } else {
-          copies.push_back(
-              {layer_base + static_cast<std::uint64_t>(source_blocks[i]) * block_bytes,
-               layer_base + static_cast<std::uint64_t>(destination_blocks[i]) * block_bytes,
-               block_bytes});
+          copies.push_back({layout.offset(layer, source_blocks[i], value_half),
+                            layout.offset(layer, destination_blocks[i], value_half),
+                            block_bytes});
         }
       }
     }
@@ -98,22 +92,22 @@ int run(const std::string& config_path, const std::string& dtype_name,
   if (!dtype.ok()) return report_cli_error(dtype.status());
   if (*dtype == DType::kF16)
     return report_cli_error(invalid_argument("--dtype: the KV cache holds bf16 or fp32"));
-  const KvCacheShape shape = kv_cache_shape_for(*config, pool_blocks, 16, *dtype);
+  const KvLayout layout = kv_layout_for(*config, pool_blocks, 16, *dtype);
   for (int tokens : prompt_tokens) {
-    if ((tokens + shape.block_size - 1) / shape.block_size > pool_blocks)
+    if ((tokens + layout.block_size - 1) / layout.block_size > pool_blocks)
       return report_cli_error(invalid_argument("--pool-blocks " + std::to_string(pool_blocks) +
                                                " cannot hold a " + std::to_string(tokens) +
                                                "-token prompt"));
   }
   // Touched before registration so that page faults are not timed.
-  std::vector<std::uint8_t> source(shape.total_bytes(), 0x5a);
-  std::vector<std::uint8_t> destination(shape.total_bytes(), 0);
+  std::vector<std::uint8_t> source(layout.total_bytes(), 0x5a);
+  std::vector<std::uint8_t> destination(layout.total_bytes(), 0);
   std::printf(
       "model %s: %d layers, %d kv heads, head_dim %d, block 16, %s; pool %d blocks (%.2f GB each "
       "side)\n",
-      config_path.c_str(), shape.num_layers, shape.num_kv_heads, shape.head_dim,
-      std::string(pdserve::dtype_name(shape.dtype)).c_str(), pool_blocks,
-      static_cast<double>(shape.total_bytes()) / 1e9);
+      config_path.c_str(), layout.num_layers, layout.num_kv_heads, layout.head_dim,
+      std::string(pdserve::dtype_name(layout.dtype)).c_str(), pool_blocks,
+      static_cast<double>(layout.total_bytes()) / 1e9);
   std::printf(
       "| transports | tokens | blocks | layout | puts | MB | best ms | median ms | best GB/s | "
       "median GB/s |\n"
@@ -133,7 +127,7 @@ int run(const std::string& config_path, const std::string& dtype_name,
     Result<kv_transfer::PeerId> peer = (*sender)->connect(*descriptor);
     if (!peer.ok()) return report_cli_error(peer.status());
     for (int tokens : prompt_tokens) {
-      const int blocks = (tokens + shape.block_size - 1) / shape.block_size;
+      const int blocks = (tokens + layout.block_size - 1) / layout.block_size;
       std::vector<int> all(static_cast<size_t>(pool_blocks));
       std::iota(all.begin(), all.end(), 0);
       const std::vector<int> contiguous(all.begin(), all.begin() + blocks);
@@ -144,8 +138,8 @@ int run(const std::string& config_path, const std::string& dtype_name,
       scattered_destination.resize(static_cast<size_t>(blocks));
       for (bool scattered : {false, true}) {
         const std::vector<BlockCopy> copies =
-            scattered ? block_copies(shape, scattered_source, scattered_destination)
-                      : block_copies(shape, contiguous, contiguous);
+            scattered ? block_copies(layout, scattered_source, scattered_destination)
+                      : block_copies(layout, contiguous, contiguous);
         std::uint64_t bytes = 0;
         for (const BlockCopy& copy : copies) bytes += copy.bytes;
         Result<Timing> timing = time_transfers(**sender, **receiver, *peer, copies, repeats);

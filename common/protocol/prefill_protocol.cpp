@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/core/dtype.h"
 #include "common/core/json_depth.h"
 #include "common/core/json_fields.h"
 
@@ -140,6 +141,11 @@ const char* event_name(PrefillEvent::Kind kind) {
 }
 
 }  // namespace
+
+KvBlockLayout kv_block_layout(const KvLayout& pool) {
+  return {pool.num_layers, pool.block_size, pool.num_kv_heads, pool.head_dim,
+          std::string(dtype_name(pool.dtype))};
+}
 
 std::string KvBlockLayout::to_string() const {
   return std::to_string(num_layers) + " layers x " + std::to_string(block_size) + " tokens x " +

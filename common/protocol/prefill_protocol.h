@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/core/kv_layout.h"
 #include "common/core/status.h"
 #include "common/engine/remote_kv.h"
 #include "common/sampling/sampler.h"
@@ -40,6 +41,9 @@ struct KvBlockLayout {
   bool operator==(const KvBlockLayout&) const = default;
   std::string to_string() const;
 };
+
+// The wire form of a pool's blocks (its size travels apart, as kv.num_blocks).
+KvBlockLayout kv_block_layout(const KvLayout& pool);
 
 struct PrefillWork {
   std::string request_id;

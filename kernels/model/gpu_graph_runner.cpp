@@ -15,10 +15,10 @@ Result<std::unique_ptr<DecodeGraphRunner>> DecodeGraphRunner::create(Backend& ba
                                                                      ForwardContext& context,
                                                                      int scratch_block) {
   PDS_ASSIGN_OR_RETURN(cudaStream_t stream, cuda_stream_of(backend));
-  if (scratch_block < 0 || scratch_block >= cache.shape().num_blocks) {
+  if (scratch_block < 0 || scratch_block >= cache.layout().num_blocks) {
     return invalid_argument("decode graphs: scratch block " + std::to_string(scratch_block) +
                             " is outside the KV pool of " +
-                            std::to_string(cache.shape().num_blocks) + " blocks");
+                            std::to_string(cache.layout().num_blocks) + " blocks");
   }
   std::unique_ptr<DecodeGraphRunner> runner(
       new DecodeGraphRunner(model, cache, context, stream, scratch_block));

@@ -1,33 +1,19 @@
 // The paged KV pool of one node: a single backend allocation holding K then V for every
-// layer, laid out [layers][blocks][block_size][kv_heads][head_dim]. One allocation so that the
-// KV transfer layer can register it once.
+// layer, as common/core/kv_layout.h describes. One allocation so that the KV transfer layer
+// can register it once.
 #pragma once
 
 #include <optional>
 #include <string_view>
 
+#include "common/core/kv_layout.h"
 #include "common/model/model_config.h"
 #include "kernels/backend.h"
 
 namespace pdserve {
 
-struct KvCacheShape {
-  int num_layers = 0;
-  int num_blocks = 0;
-  int block_size = 16;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  DType dtype = DType::kF32;
-
-  // K and V of one token across all layers.
-  size_t bytes_per_token() const;
-  size_t bytes_per_block() const { return bytes_per_token() * static_cast<size_t>(block_size); }
-  size_t total_bytes() const { return bytes_per_block() * static_cast<size_t>(num_blocks); }
-};
-
-// The shape of a pool of `num_blocks` blocks for `config`.
-KvCacheShape kv_cache_shape_for(const ModelConfig& config, int num_blocks, int block_size,
-                                DType dtype);
+// The layout of a pool of `num_blocks` blocks for `config`.
+KvLayout kv_layout_for(const ModelConfig& config, int num_blocks, int block_size, DType dtype);
 // How many blocks fit in `memory_bytes` (at least 0).
 int kv_blocks_for_memory(const ModelConfig& config, size_t memory_bytes, int block_size,
                          DType dtype);
@@ -39,9 +25,9 @@ Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name);
 class KvCache {
  public:
   // ResourceExhausted when the backend cannot allocate it; InvalidArgument for a bad shape.
-  static Result<KvCache> create(Backend& backend, const KvCacheShape& shape);
+  static Result<KvCache> create(Backend& backend, const KvLayout& layout);
 
-  const KvCacheShape& shape() const { return shape_; }
+  const KvLayout& layout() const { return layout_; }
   KvCacheView view() const;
   void* data() const { return buffer_.data(); }
   // Where the pool lives (host memory for the CPU backend, device memory for CUDA).
@@ -49,10 +35,10 @@ class KvCache {
   size_t size_bytes() const { return buffer_.size(); }
 
  private:
-  KvCache(KvCacheShape shape, DeviceKind device, DeviceBuffer buffer)
-      : shape_(shape), device_(device), buffer_(std::move(buffer)) {}
+  KvCache(KvLayout layout, DeviceKind device, DeviceBuffer buffer)
+      : layout_(layout), device_(device), buffer_(std::move(buffer)) {}
 
-  KvCacheShape shape_;
+  KvLayout layout_;
   DeviceKind device_;
   DeviceBuffer buffer_;
 };

@@ -17,7 +17,7 @@ Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(
   }
   PDS_ASSIGN_OR_RETURN(
       KvCache cache,
-      KvCache::create(backend, kv_cache_shape_for(model.config(), config.num_blocks,
+      KvCache::create(backend, kv_layout_for(model.config(), config.num_blocks,
                                                   config.block_size, config.kv_dtype)));
   PDS_ASSIGN_OR_RETURN(
       ForwardContext context,

@@ -179,16 +179,16 @@ Status Qwen3Model::prepare_batch(std::span<const SequenceSlice> slices, const Kv
                                  ForwardContext& context) const {
   const ModelConfig& config = weights_.config;
   const KvCacheView kv = cache.view();
-  if (kv.num_layers != config.num_hidden_layers || kv.num_kv_heads != config.num_key_value_heads ||
-      kv.head_dim != config.head_dim || kv.block_size != context.block_size_) {
+  if (kv.layout.num_layers != config.num_hidden_layers || kv.layout.num_kv_heads != config.num_key_value_heads ||
+      kv.layout.head_dim != config.head_dim || kv.layout.block_size != context.block_size_) {
     return invalid_argument("forward: the KV cache does not match the model or the context");
   }
   BatchLimits limits;
   limits.max_num_tokens = context.limits_.max_num_tokens;
   limits.max_num_seqs = context.limits_.max_num_seqs;
   limits.max_blocks_per_seq = context.max_blocks_per_seq_;
-  limits.block_size = kv.block_size;
-  limits.num_blocks = kv.num_blocks;
+  limits.block_size = kv.layout.block_size;
+  limits.num_blocks = kv.layout.num_blocks;
   limits.vocab_size = config.vocab_size;
   limits.max_position_embeddings =
       std::min(config.max_position_embeddings, context.limits_.max_model_len);

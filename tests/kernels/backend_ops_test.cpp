@@ -245,7 +245,8 @@ struct AttentionFixture {
     batch.block_tables = block_tables.data();
     batch.positions = positions.data();
     batch.slot_mapping = slots.data();
-    cache = {k_bytes.data(), v_bytes.data(), kv_dtype, 1, num_blocks, block_size, num_kv_heads, head_dim};
+    cache = {k_bytes.data(), v_bytes.data(),
+             KvLayout{1, num_blocks, block_size, num_kv_heads, head_dim, kv_dtype}};
   }
 
   // Fills the cached (not new) positions of every sequence with random K/V.

@@ -153,7 +153,7 @@ class Qwen3Golden : public ::testing::TestWithParam<std::string> {
         ForwardContext::create(*under_test_->backend, config, limits, kBlockSize).value());
     cache_ = std::make_unique<KvCache>(
         KvCache::create(*under_test_->backend,
-                        kv_cache_shape_for(config, 32, kBlockSize, DType::kF32))
+                        kv_layout_for(config, 32, kBlockSize, DType::kF32))
             .value());
   }
 
@@ -212,7 +212,7 @@ TEST_P(Qwen3Golden, Bfloat16KvCacheStaysCloseToTheReference) {
   const ModelConfig& config = under_test_->model->config();
   cache_ = std::make_unique<KvCache>(
       KvCache::create(*under_test_->backend,
-                      kv_cache_shape_for(config, 32, kBlockSize, DType::kBF16))
+                      kv_layout_for(config, 32, kBlockSize, DType::kBF16))
           .value());
   const double max_error = prefill_then_decode(kBf16KvAbsTol, kBf16KvRelTol);
   std::printf("%s (bf16 KV): max |logit - reference| = %.3g\n", golden_.name.c_str(), max_error);

@@ -355,8 +355,9 @@ TEST_P(CudaPagedAttention, NormRopeKvWriteAndAttentionMatchTheCpu) {
 
     // CPU reference (float32 pool holding the bf16 values).
     std::vector<float> cpu_k_pool = k_pool, cpu_v_pool = v_pool, cpu_q = q, cpu_k = k, cpu_v = v;
-    KvCacheView cpu_cache{cpu_k_pool.data(), cpu_v_pool.data(), DType::kF32,    num_layers,
-                          b.num_blocks,      s.block_size,      s.num_kv_heads, s.head_dim};
+    KvCacheView cpu_cache{cpu_k_pool.data(), cpu_v_pool.data(),
+                          KvLayout{num_layers, b.num_blocks, s.block_size, s.num_kv_heads,
+                                   s.head_dim, DType::kF32}};
     rope.q_norm_weight = {q_norm.data(), DType::kF32, s.head_dim};
     rope.k_norm_weight = {k_norm.data(), DType::kF32, s.head_dim};
     const AttentionBatch cpu_batch = host_view(b, num_seqs);
@@ -387,7 +388,7 @@ TEST_P(CudaPagedAttention, NormRopeKvWriteAndAttentionMatchTheCpu) {
     KvCacheView cache = cpu_cache;
     cache.k = dk_pool.data();
     cache.v = dv_pool.data();
-    cache.dtype = kv_dtype;
+    cache.layout.dtype = kv_dtype;
     rope.q_norm_weight = dq_norm.vector();
     rope.k_norm_weight = dk_norm.vector();
     ASSERT_TRUE(
@@ -455,9 +456,9 @@ TEST_P(CudaModel, GreedyTokensMatchTheCpuInFloat32) {
   ForwardContext cuda_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
   ForwardContext cpu_context = ForwardContext::create(*cpu, config, limits, kBlockSize).value();
   KvCache cuda_cache =
-      KvCache::create(*cuda, kv_cache_shape_for(config, 40, kBlockSize, DType::kBF16)).value();
+      KvCache::create(*cuda, kv_layout_for(config, 40, kBlockSize, DType::kBF16)).value();
   KvCache cpu_cache =
-      KvCache::create(*cpu, kv_cache_shape_for(config, 40, kBlockSize, DType::kF32)).value();
+      KvCache::create(*cpu, kv_layout_for(config, 40, kBlockSize, DType::kF32)).value();
 
   std::vector<int32_t> table(32);
   std::iota(table.begin(), table.end(), 3);
@@ -528,9 +529,9 @@ TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
   ForwardContext eager_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
   ForwardContext graph_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
   KvCache eager_cache =
-      KvCache::create(*cuda, kv_cache_shape_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
+      KvCache::create(*cuda, kv_layout_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
   KvCache graph_cache =
-      KvCache::create(*cuda, kv_cache_shape_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
+      KvCache::create(*cuda, kv_layout_for(config, kBlocks, kBlockSize, DType::kBF16)).value();
   std::unique_ptr<DecodeGraphRunner> runner =
       std::move(DecodeGraphRunner::create(*cuda, *model, graph_cache, graph_context, kBlocks - 1))
           .value();

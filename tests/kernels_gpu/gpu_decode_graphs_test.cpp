@@ -158,8 +158,9 @@ TEST(PadDecodeBatch, RealSequencesGetTheSameAttentionOutputAndKvWhenPadded) {
         new_v[static_cast<size_t>(t * token_elements + j)] = normal(input_rng);
       }
     }
-    KvCacheView cache{k.data(),      v.data(),      DType::kF32, 1,
-                      F::kNumBlocks, F::kBlockSize, F::kKvHeads, F::kHeadDim};
+    KvCacheView cache{k.data(), v.data(),
+                      KvLayout{1, F::kNumBlocks, F::kBlockSize, F::kKvHeads, F::kHeadDim,
+                               DType::kF32}};
     QkNormRopeParams rope;
     rope.q_norm_weight = {norm_weight.data(), DType::kF32, F::kHeadDim};
     rope.k_norm_weight = rope.q_norm_weight;

@@ -21,12 +21,8 @@ constexpr int kHeads = 2;
 constexpr int kHeadDim = 3;
 constexpr int kElement = 4;
 
-PoolLayout layout_of(int num_blocks) {
-  PoolLayout layout;
-  layout.block = {kLayers, kBlockSize, kHeads, kHeadDim, "float32"};
-  layout.num_blocks = num_blocks;
-  layout.element_bytes = kElement;
-  return layout;
+KvLayout layout_of(int num_blocks) {
+  return KvLayout{kLayers, num_blocks, kBlockSize, kHeads, kHeadDim, DType::kF32};
 }
 
 std::vector<std::byte> random_pool(int num_blocks, unsigned seed) {
@@ -70,7 +66,7 @@ uint64_t oracle(const std::vector<std::byte>& pool, int num_blocks, int block, i
 
 TEST(KvChecksum, CoversEachLayersKThenVOfTheSlotsTheBlockHolds) {
   const std::vector<std::byte> pool = random_pool(5, 1);
-  const PoolLayout layout = layout_of(5);
+  const KvLayout layout = layout_of(5);
   for (int block = 0; block < 5; ++block) {
     for (int tokens = 1; tokens <= kBlockSize; ++tokens) {
       EXPECT_EQ(block_checksum(pool.data(), layout, block, tokens), oracle(pool, 5, block, tokens))
@@ -81,7 +77,7 @@ TEST(KvChecksum, CoversEachLayersKThenVOfTheSlotsTheBlockHolds) {
 
 TEST(KvChecksum, EveryCoveredByteCountsAndNoOtherDoes) {
   std::vector<std::byte> pool = random_pool(5, 2);
-  const PoolLayout layout = layout_of(5);
+  const KvLayout layout = layout_of(5);
   constexpr int kBlock = 3;
   constexpr int kTokens = 2;  // a partial last block
   const uint64_t clean = block_checksum(pool.data(), layout, kBlock, kTokens);
@@ -111,8 +107,8 @@ TEST(KvChecksum, EveryCoveredByteCountsAndNoOtherDoes) {
 TEST(KvChecksum, AgreesAcrossPoolsBlockIdsAndStaleSlots) {
   const std::vector<std::byte> sender = random_pool(5, 3);
   std::vector<std::byte> receiver = random_pool(8, 4);
-  const PoolLayout from = layout_of(5);
-  const PoolLayout to = layout_of(8);
+  const KvLayout from = layout_of(5);
+  const KvLayout to = layout_of(8);
   constexpr int kTokens = 3;
   for (int layer = 0; layer < kLayers; ++layer) {
     for (bool value_half : {false, true}) {
@@ -128,7 +124,7 @@ TEST(KvChecksum, AgreesAcrossPoolsBlockIdsAndStaleSlots) {
 
 TEST(KvChecksum, APromptsBlocksAreFullExceptItsLast) {
   const std::vector<std::byte> pool = random_pool(5, 5);
-  const PoolLayout layout = layout_of(5);
+  const KvLayout layout = layout_of(5);
   // A 10-token prompt: blocks 0-1 full, block 2 holds 2 tokens; block 0 is cached on the
   // receiver, so blocks 1 and 2 are sent, here in pool blocks 4 and 0.
   const std::vector<int32_t> blocks = {4, 0};

@@ -134,9 +134,8 @@ struct Decode {
     options.transfer_timeout = kTransferTimeout;
     options.release_grace = kGrace;
     options.verify_checksums = verify;
-    KvBlockLayout layout{2, 16, 1, 4, "float32"};
     auto created = RemotePrefillClient::create(
-        options, {"descriptor", 8, layout},
+        options, {"descriptor", KvLayout{2, 8, 16, 1, 4, DType::kF32}},
         [this](std::span<const int32_t> blocks, int first_block, int num_prompt_tokens) {
           EXPECT_EQ(std::vector<int32_t>(blocks.begin(), blocks.end()),
                     (std::vector<int32_t>{3, 5}));

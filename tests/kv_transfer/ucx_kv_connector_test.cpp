@@ -33,12 +33,8 @@ using std::chrono::milliseconds;
 constexpr auto kTransferTimeout = milliseconds(1500);
 constexpr auto kGrace = milliseconds(500);
 
-PoolLayout test_layout() {
-  PoolLayout layout;
-  layout.block = {2, 16, 1, 4, "float32"};
-  layout.num_blocks = 8;
-  layout.element_bytes = 4;
-  return layout;
+KvLayout test_layout() {
+  return KvLayout{2, 8, 16, 1, 4, DType::kF32};
 }
 
 struct Decode {
@@ -47,7 +43,7 @@ struct Decode {
   std::vector<KvEvent> events;
 
   explicit Decode(int test_corrupt_every = 0) {
-    const PoolLayout layout = test_layout();
+    const KvLayout layout = test_layout();
     pool.assign(layout.offset(0, 0, true) * 2 / sizeof(float), 0.0f);
     UcxKvConnectorOptions options;
     options.transports = "tcp";
@@ -98,7 +94,7 @@ class ExportingPrefillNode {
   static constexpr int32_t kLocalBlocks[] = {1, 2};
 
   ExportingPrefillNode() {
-    const PoolLayout layout = test_layout();
+    const KvLayout layout = test_layout();
     pool_.resize(layout.offset(0, 0, true) * 2 / sizeof(float));
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> value(-2.0f, 2.0f);
@@ -169,11 +165,11 @@ class ExportingPrefillNode {
 // The prompt's 20 tokens as they lie in the decode pool's blocks 3 and 5 and the prefill
 // pool's blocks 1 and 2.
 bool prompt_kv_equal(const float* decode, const float* prefill) {
-  const PoolLayout layout = test_layout();
+  const KvLayout layout = test_layout();
   const int32_t decode_blocks[] = {3, 5};
   const int tokens[] = {16, 4};
   for (int i = 0; i < 2; ++i) {
-    for (int layer = 0; layer < layout.block.num_layers; ++layer) {
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
       for (bool value_half : {false, true}) {
         const size_t bytes = static_cast<size_t>(tokens[i]) * layout.token_bytes();
         if (std::memcmp(reinterpret_cast<const std::byte*>(decode) +

@@ -82,7 +82,7 @@ std::vector<int32_t> generate_alone(const Prompt& prompt) {
   constexpr int kBlockSize = 16;
   const int context_len = static_cast<int>(prompt.tokens.size()) + prompt.max_tokens;
   const int blocks = (context_len + kBlockSize - 1) / kBlockSize;
-  KvCache cache = KvCache::create(backend, kv_cache_shape_for(config, blocks, kBlockSize,
+  KvCache cache = KvCache::create(backend, kv_layout_for(config, blocks, kBlockSize,
                                                               backend.activation_dtype()))
                       .value();
   ForwardLimits limits;
@@ -188,7 +188,7 @@ class Results {
 
 double gib_for_blocks(int num_blocks, int block_size) {
   const LoadedModel& loaded = tiny_model().loaded;
-  const KvCacheShape shape = kv_cache_shape_for(loaded.model->config(), num_blocks, block_size,
+  const KvLayout shape = kv_layout_for(loaded.model->config(), num_blocks, block_size,
                                                 loaded.backend->activation_dtype());
   return static_cast<double>(shape.total_bytes()) / static_cast<double>(1ull << 30);
 }

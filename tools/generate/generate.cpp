@@ -181,7 +181,7 @@ Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(
       KvCache cache,
       KvCache::create(*loaded.backend,
-                      kv_cache_shape_for(config, blocks_needed, options.block_size, kv_dtype)));
+                      kv_layout_for(config, blocks_needed, options.block_size, kv_dtype)));
   ForwardLimits limits;
   limits.max_num_tokens =
       std::max(1, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
