@@ -872,9 +872,10 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       engine_request.skip_special_tokens = req.skip_special_tokens;
       engine_request.report_sampler_state = resumable;
       if (resume && !resume->output_token_ids.empty()) {
-        // Prefilled here over prompt + the delivered tokens: no remote prefill.
+        // Prompt + the delivered tokens: prefilled by a prefill node too (the hook decides).
         engine_request.resume = ResumedOutput{resume->output_token_ids, *resume->sampler_state};
-      } else if (request_hook_) {
+      }
+      if (request_hook_) {
         const Status hooked = request_hook_(request, engine_request);
         if (!hooked.ok()) return reject(api_error_from_status(hooked));
       }

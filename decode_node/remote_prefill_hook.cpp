@@ -33,7 +33,10 @@ ApiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy) {
     if (source.prefill_urls.empty()) {
       return invalid_argument(std::string(kPrefillHeader) + " names no prefill node");
     }
-    if (static_cast<int>(request.prompt_tokens.size()) <= policy.local_prefill_max_tokens) {
+    // A resumed stream prefills its delivered tokens with its prompt (all but the last).
+    const size_t to_prefill = request.prompt_tokens.size() +
+                              (request.resume ? request.resume->output_tokens.size() - 1 : 0);
+    if (static_cast<int>(to_prefill) <= policy.local_prefill_max_tokens) {
       return Status::ok_status();  // short enough to prefill here
     }
     request.kv_import = std::move(source);

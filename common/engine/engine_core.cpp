@@ -12,6 +12,21 @@
 namespace pdserve {
 namespace {
 
+// What a resumed stream asks a prefill node for: the KV of its prompt and of its delivered
+// tokens but the last (whose KV its next decode step writes). The engine keeps its own sampler
+// and does not use the prefill node's token, so that token is sampled greedily.
+InferenceRequest resumed_import(const InferenceRequest& request) {
+  InferenceRequest work;
+  work.id = request.id;
+  work.prompt_tokens = request.prompt_tokens;
+  const std::vector<int32_t>& delivered = request.resume->output_tokens;
+  work.prompt_tokens.insert(work.prompt_tokens.end(), delivered.begin(), delivered.end() - 1);
+  work.sampling.temperature = 0.0f;
+  work.sampling.max_tokens = 1;
+  work.kv_import = request.kv_import;
+  return work;
+}
+
 SteadyTime now() {
   return std::chrono::steady_clock::now();
 }
@@ -65,8 +80,8 @@ Status EngineCore::validate(const InferenceRequest& request) const {
   if (request.kv_export && request.kv_import) {
     return invalid_argument(where + " both exports and imports its prompt's KV");
   }
-  if (request.resume && (request.kv_export || request.kv_import)) {
-    return invalid_argument(where + " resumes a stream, which is prefilled here");
+  if (request.resume && request.kv_export) {
+    return invalid_argument(where + " resumes a stream, which exports nothing");
   }
   if (request.resume && request.resume->output_tokens.empty()) {
     return invalid_argument(where + " resumes a stream without its output tokens");
@@ -119,7 +134,7 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   }
   const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
   if (request.kv_import) return add_imported(request, rng, sink);
-  if (request.resume) return add_resumed(request, sink);
+  if (request.resume) return add_resumed(request, rng, sink);
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_request(request.prompt_tokens, request.sampling));
   requests_.emplace(seq_id,
@@ -128,13 +143,8 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   return Status::ok_status();
 }
 
-Status EngineCore::add_resumed(InferenceRequest& request, DeltaSink& sink) {
-  const ResumedOutput& resume = *request.resume;
-  PDS_ASSIGN_OR_RETURN(const SamplerRng rng, SamplerRng::from_state(resume.sampler_state));
-  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
-                       scheduler_.add_resumed_request(request.prompt_tokens, resume.output_tokens,
-                                                      request.sampling));
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& resume) {
+  PDS_ASSIGN_OR_RETURN(state.rng, SamplerRng::from_state(resume.sampler_state));
   // The detokenizer and the stop-string matcher catch up on what was streamed before, so the
   // next delta starts where the client's text ends (held-back bytes included).
   std::string text;
@@ -145,37 +155,73 @@ Status EngineCore::add_resumed(InferenceRequest& request, DeltaSink& sink) {
     text += state.stop_matcher.push(*piece);
   }
   if (state.stop_matcher.match()) {
-    const Status aborted = scheduler_.abort(seq_id);
-    PDS_CHECK(aborted.ok(), aborted.to_string());
-    return invalid_argument("request '" + request.id +
+    return invalid_argument("request '" + state.id +
                             "' resumes a stream whose output already contains a stop string");
   }
+  state.resumed = true;
   state.completion_tokens = static_cast<int>(resume.output_tokens.size());
   state.resumed_text = std::move(text);
+  return Status::ok_status();
+}
+
+Status EngineCore::add_resumed(InferenceRequest& request, const SamplerRng& rng,
+                               DeltaSink& sink) {
+  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
+                       scheduler_.add_resumed_request(request.prompt_tokens,
+                                                      request.resume->output_tokens,
+                                                      request.sampling));
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
+    const Status aborted = scheduler_.abort(seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+    return caught;
+  }
   requests_.emplace(seq_id, std::move(state));
   ids_.emplace(std::move(request.id), seq_id);
   return Status::ok_status();
 }
 
 Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink) {
+  const std::span<const int32_t> resumed_output =
+      request.resume ? std::span<const int32_t>(request.resume->output_tokens)
+                     : std::span<const int32_t>();
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
-                       scheduler_.add_imported_request(request.prompt_tokens, request.sampling));
+                       scheduler_.add_imported_request(request.prompt_tokens, request.sampling,
+                                                       resumed_output));
   const Sequence& seq = *scheduler_.find(seq_id);
+  const auto abort_sequence = [&] {
+    const Status aborted = scheduler_.abort(seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  };
+  if (request.resume && seq.num_computed_tokens() >= seq.num_tokens() - 1) {
+    // Every token but the last is cached here: nothing to import.
+    abort_sequence();
+    request.kv_import.reset();
+    return add_resumed(request, rng, sink);
+  }
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  if (request.resume) {
+    if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
+      abort_sequence();
+      return caught;
+    }
+  }
   Status pinned = scheduler_.block_manager().pin(seq_id);
   PDS_CHECK(pinned.ok(), pinned.to_string());
   const std::vector<int32_t> table(scheduler_.block_manager().block_table(seq_id).begin(),
                                    scheduler_.block_manager().block_table(seq_id).end());
-  const Status started = capture_status(
-      [&] { return connector_->start_import(request, table, seq.num_computed_tokens()); });
+  const Status started = capture_status([&] {
+    return connector_->start_import(request.resume ? resumed_import(request) : request, table,
+                                    seq.num_computed_tokens());
+  });
   if (!started.ok()) {
-    const Status aborted = scheduler_.abort(seq_id);
-    PDS_CHECK(aborted.ok(), aborted.to_string());
+    abort_sequence();
     unpin(seq_id);
     return started;
   }
   imports_.emplace(request.id, seq_id);
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
-  state.cached_prompt_tokens = seq.num_computed_tokens();
+  state.cached_prompt_tokens =
+      std::min(seq.num_computed_tokens(), static_cast<int>(request.prompt_tokens.size()));
   requests_.emplace(seq_id, std::move(state));
   ids_.emplace(request.id, seq_id);
   return Status::ok_status();
@@ -222,6 +268,12 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
   if (id == ids_.end()) return;  // aborted meanwhile
   const SeqId seq_id = id->second;
   RequestState& state = requests_.at(seq_id);
+  if (state.resumed) {
+    // The stream goes on from its delivered tokens: the prefill node's token is not used.
+    result.stats.local_cached_tokens = state.cached_prompt_tokens;
+    state.remote_prefill = result.stats;
+    return;
+  }
   Result<SamplerRng> rng = SamplerRng::from_state(result.rng_state);
   if (!rng.ok()) {
     abort(request_id, rng.status().with_context("the prefill node's sampler state"));

@@ -90,14 +90,19 @@ class EngineCore {
     std::optional<RemotePrefillStats> remote_prefill;
     bool report_sampler_state = false;
     std::optional<std::string> resumed_text;  // until the first delta carries it
+    bool resumed = false;                     // a stream resumed from another node
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
              KvConnector* connector);
 
+  // A remote prefill; for a resumed stream, of its prompt and delivered tokens (a prefix
+  // cached here in full leaves nothing to import: it is added as add_resumed does).
   Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
-  // A stream resumed from another node: queued with its earlier output, the sampler where it
-  // stopped, and the text state caught up (InferenceRequest::resume).
-  Status add_resumed(InferenceRequest& request, DeltaSink& sink);
+  // A stream resumed from another node, prefilled here: queued with its earlier output.
+  Status add_resumed(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
+  // A resumed stream's state: the sampler where it stopped, the text state caught up
+  // (InferenceRequest::resume). InvalidArgument when its output already holds a stop string.
+  Status catch_up_resumed(RequestState& state, const ResumedOutput& resume);
   void apply_connector_events();
   // Streams the remotely sampled first token; the sequence keeps awaiting its KV.
   void import_first_token(const std::string& request_id, RemotePrefillResult result);

@@ -48,7 +48,8 @@ Scheduler::Scheduler(SchedulerConfig config, BlockManager block_manager)
     : config_(std::move(config)), block_manager_(std::move(block_manager)) {}
 
 Result<std::unique_ptr<Sequence>> Scheduler::make_sequence(std::vector<int32_t> prompt_tokens,
-                                                           SamplingParams params) {
+                                                           SamplingParams params,
+                                                           std::span<const int32_t> output_tokens) {
   if (prompt_tokens.empty()) return invalid_argument("the prompt is empty");
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
     if (prompt_tokens[i] < 0 || prompt_tokens[i] >= config_.vocab_size) {
@@ -75,22 +76,9 @@ Result<std::unique_ptr<Sequence>> Scheduler::make_sequence(std::vector<int32_t> 
                         std::to_string(config_.num_blocks));
   }
   const SeqId seq_id = next_seq_id_;
-  return std::make_unique<Sequence>(seq_id, std::move(prompt_tokens), std::move(params),
-                                    std::move(stop_checker), static_cast<uint64_t>(seq_id),
-                                    std::chrono::steady_clock::now());
-}
-
-Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                       make_sequence(std::move(prompt_tokens), std::move(params)));
-  return enqueue(std::move(seq));
-}
-
-Result<SeqId> Scheduler::add_resumed_request(std::vector<int32_t> prompt_tokens,
-                                             std::span<const int32_t> output_tokens,
-                                             SamplingParams params) {
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                       make_sequence(std::move(prompt_tokens), std::move(params)));
+  auto seq = std::make_unique<Sequence>(seq_id, std::move(prompt_tokens), std::move(params),
+                                        std::move(stop_checker), static_cast<uint64_t>(seq_id),
+                                        std::chrono::steady_clock::now());
   for (size_t i = 0; i < output_tokens.size(); ++i) {
     const int32_t token = output_tokens[i];
     if (token < 0 || token >= config_.vocab_size) {
@@ -103,6 +91,20 @@ Result<SeqId> Scheduler::add_resumed_request(std::vector<int32_t> prompt_tokens,
                               " ends the sequence: there is nothing left to generate");
     }
   }
+  return seq;
+}
+
+Result<SeqId> Scheduler::add_request(std::vector<int32_t> prompt_tokens, SamplingParams params) {
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       make_sequence(std::move(prompt_tokens), std::move(params)));
+  return enqueue(std::move(seq));
+}
+
+Result<SeqId> Scheduler::add_resumed_request(std::vector<int32_t> prompt_tokens,
+                                             std::span<const int32_t> output_tokens,
+                                             SamplingParams params) {
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
+                       make_sequence(std::move(prompt_tokens), std::move(params), output_tokens));
   return enqueue(std::move(seq));
 }
 
@@ -118,9 +120,10 @@ Result<SeqId> Scheduler::enqueue(std::unique_ptr<Sequence> seq) {
 }
 
 Result<SeqId> Scheduler::add_imported_request(std::vector<int32_t> prompt_tokens,
-                                              SamplingParams params) {
+                                              SamplingParams params,
+                                              std::span<const int32_t> output_tokens) {
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                       make_sequence(std::move(prompt_tokens), std::move(params)));
+                       make_sequence(std::move(prompt_tokens), std::move(params), output_tokens));
   if (static_cast<int>(running_.size()) + num_awaiting_kv_ >= config_.max_num_seqs) {
     return resource_exhausted("the node already holds " + std::to_string(config_.max_num_seqs) +
                               " sequences (max_num_seqs)");
@@ -161,12 +164,13 @@ Result<SequenceUpdate> Scheduler::accept_remote_first_token(SeqId seq_id, int32_
 Status Scheduler::complete_import(SeqId seq_id) {
   auto it = sequences_.find(seq_id);
   if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv ||
-      it->second->num_output_tokens() != 1) {
+      it->second->num_output_tokens() < 1) {
     return failed_precondition(seq_name(seq_id) + " is not awaiting KV after its first token");
   }
   Sequence& seq = *it->second;
   --num_awaiting_kv_;
-  seq.set_num_computed_tokens(seq.num_prompt_tokens());
+  // The last token's KV is written by its decode step.
+  seq.set_num_computed_tokens(seq.num_tokens() - 1);
   block_manager_.cache_computed_blocks(seq);
   if (seq.finish_reason() != FinishReason::kNone) {
     seq.set_status(SequenceStatus::kFinished);

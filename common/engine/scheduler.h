@@ -88,9 +88,12 @@ class Scheduler {
   // Disaggregation, decode side: a request whose prompt is prefilled on another node. It gets
   // its blocks at once (prefix-cache hits are reused and counted as computed) and waits
   // outside the queues, status kAwaitingKv, until complete_import() or abort().
+  // `output_tokens`: a resumed stream's delivered tokens (see add_resumed_request), whose KV,
+  // but for the last token's, is imported with the prompt's.
   // ResourceExhausted when the pool or the sequence cap cannot take it now (the caller can
-  // route the request elsewhere); otherwise add_request()'s errors.
-  Result<SeqId> add_imported_request(std::vector<int32_t> prompt_tokens, SamplingParams params);
+  // route the request elsewhere); otherwise add_request()'s and add_resumed_request()'s errors.
+  Result<SeqId> add_imported_request(std::vector<int32_t> prompt_tokens, SamplingParams params,
+                                     std::span<const int32_t> output_tokens = {});
   // Queues a sequence that already has `output_tokens` (a stream resumed from another node):
   // like a preempted one, it is prefilled over all its tokens and then samples the next.
   // InvalidArgument when an output token is out of the vocabulary or would have ended the
@@ -103,9 +106,10 @@ class Scheduler {
   // FailedPrecondition unless the sequence awaits KV without a first token; InvalidArgument
   // for a token outside the vocabulary. Nothing changes on error.
   Result<SequenceUpdate> accept_remote_first_token(SeqId seq_id, int32_t first_token);
-  // The prompt's KV has arrived: its full blocks enter the prefix cache and the sequence joins
-  // the running batch, or, finished by its first token, is retired (blocks freed, deferred
-  // while pinned). FailedPrecondition unless it awaits KV and has its first token.
+  // The KV of every token but the last has arrived: its full blocks enter the prefix cache and
+  // the sequence joins the running batch, or, finished by its first token, is retired (blocks
+  // freed, deferred while pinned). FailedPrecondition unless it awaits KV and has an output
+  // token (its first, or a resumed stream's).
   Status complete_import(SeqId seq_id);
 
   // The remote prefill failed (every prefill node failed, or the KV failed its checksum) and
@@ -157,9 +161,10 @@ class Scheduler {
   void retire(SeqId seq_id);
   // Puts a new sequence at the back of the waiting queue, unless the queue is full.
   Result<SeqId> enqueue(std::unique_ptr<Sequence> seq);
-  // The checks and the Sequence common to add_request and add_imported_request.
+  // The checks and the Sequence common to every add_*, with a resumed stream's output tokens.
   Result<std::unique_ptr<Sequence>> make_sequence(std::vector<int32_t> prompt_tokens,
-                                                  SamplingParams params);
+                                                  SamplingParams params,
+                                                  std::span<const int32_t> output_tokens = {});
   void insert_running(Sequence& seq);
 
   SchedulerConfig config_;

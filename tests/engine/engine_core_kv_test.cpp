@@ -44,6 +44,7 @@ class ScriptedConnector : public KvConnector {
     std::string request_id;
     std::vector<int32_t> block_table;
     int num_cached_tokens = 0;
+    std::vector<int32_t> tokens;  // whose KV is asked for
   };
 
   void set_wakeup(std::function<void()>) override {}
@@ -63,7 +64,8 @@ class ScriptedConnector : public KvConnector {
   }
   Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
                       int num_cached_tokens) override {
-    started.push_back({request.id, {block_table.begin(), block_table.end()}, num_cached_tokens});
+    started.push_back({request.id, {block_table.begin(), block_table.end()}, num_cached_tokens,
+                       request.prompt_tokens});
     return Status::ok_status();
   }
   void cancel_import(const std::string& request_id) override { cancelled.push_back(request_id); }
@@ -413,6 +415,56 @@ TEST_F(EngineCoreKvTest, RefetchedKvCountsItsMismatchesAndOnlyALastFailurePrefil
   EXPECT_EQ(stats.kv_refetches_total, 2);
   EXPECT_EQ(stats.remote_prefill_fallbacks_total, 1);
   for (const char* id : {"refetched", "corrupt-everywhere"}) connector_.released(id);
+  drain();
+  expect_all_released();
+}
+
+// Issue #15 item 10: a stream resumed here after its decode node failed is prefilled by a
+// prefill node too: the import asks for the KV of the prompt and of the delivered tokens but
+// the last, the prefill node's own token is not used, and once the KV lands the stream goes
+// on with the tokens an uninterrupted run gives, with no local prefill. When that import
+// fails, the stream is prefilled here over the same tokens and goes on the same way.
+TEST_F(EngineCoreKvTest, AResumedStreamImportsItsDeliveredTokensAndGoesOnIdentically) {
+  const std::vector<int32_t> delivered(script_.begin(), script_.begin() + 3);
+  for (const char* id : {"resumed", "resumed-lost"}) {
+    InferenceRequest r;
+    r.id = id;
+    for (int i = 0; i < kPromptLen; ++i) r.prompt_tokens.push_back(kPromptStart + i);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 6;
+    r.kv_import.emplace();
+    r.kv_import->prefill_urls = {"http://prefill"};
+    r.resume = ResumedOutput{delivered, SamplerRng(0).state()};
+    const Status added = core_->add(std::move(r), sink(id));
+    ASSERT_TRUE(added.ok()) << added.to_string();
+  }
+  ASSERT_EQ(connector_.started.size(), 2u);
+  std::vector<int32_t> expected_work;
+  for (int i = 0; i < kPromptLen; ++i) expected_work.push_back(kPromptStart + i);
+  expected_work.insert(expected_work.end(), delivered.begin(), delivered.end() - 1);
+  EXPECT_EQ(connector_.started[0].tokens, expected_work);
+  EXPECT_EQ(connector_.started[0].block_table.size(), 4u) << "13 tokens in blocks of 4";
+
+  connector_.first_token("resumed", kImEnd);  // would end the stream if it were used
+  connector_.ready("resumed");
+  connector_.failed("resumed-lost");
+  drain();
+  const std::vector<int32_t> rest(script_.begin() + 3, script_.begin() + 6);
+  for (const char* id : {"resumed", "resumed-lost"}) {
+    SCOPED_TRACE(id);
+    const Stream& stream = streams_[id];
+    ASSERT_EQ(stream.finals, 1);
+    EXPECT_TRUE(stream.last().error.ok()) << stream.last().error.to_string();
+    EXPECT_EQ(stream.tokens(), rest);
+    EXPECT_EQ(stream.last().completion_tokens, 6);
+    EXPECT_EQ(stream.last().finish_reason, FinishReason::kLength);
+    ASSERT_TRUE(stream.deltas.front().resumed_text.has_value());
+    EXPECT_EQ(*stream.deltas.front().resumed_text, tokenizer().decode(delivered).value());
+  }
+  ASSERT_TRUE(streams_["resumed"].last().remote_prefill.has_value());
+  EXPECT_EQ(streams_["resumed"].last().remote_prefill->prefill_url, "http://prefill");
+  EXPECT_EQ(core_->stats().remote_prefill_fallbacks_total, 1);
+  for (const char* id : {"resumed", "resumed-lost"}) connector_.released(id);
   drain();
   expect_all_released();
 }

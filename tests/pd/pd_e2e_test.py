@@ -338,8 +338,11 @@ def run_streams(base_url, streams, stagger=0.0):
 def cut_streams(cluster, streams, uninterrupted, sig, what):
     """Starts `streams` staggered (so each is cut at another point), stops the decode node
     with the most of them after 2.5 s with `sig`, and checks every stream against its
-    uninterrupted run. Returns the URL of the stopped node."""
+    uninterrupted run, and that every stream, resumed ones included, was prefilled on a prefill
+    node. Returns the URL of the stopped node."""
     resumes_before = metric(cluster.proxy, "pdserve:proxy_stream_resumes_total")
+    remote = "pdserve:remote_prefill_time_seconds_count"
+    remote_before = {n["url"]: metric(n["url"], remote) for n in cluster.nodes() if n["role"] == "decode"}
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(streams)) as pool:
         futures = [pool.submit(stream_text, cluster.proxy, r, i * 0.4) for i, r in enumerate(streams)]
         time.sleep(2.5)
@@ -368,6 +371,12 @@ def cut_streams(cluster, streams, uninterrupted, sig, what):
     resumed = metric(cluster.proxy, "pdserve:proxy_stream_resumes_total") - resumes_before
     if resumed < 1:
         raise AssertionError(f"{what}: {on_victim} streams were on the stopped node, none was resumed")
+    # Every stream ended on the other node; a resumed one imported prompt + delivered tokens.
+    survivor = next(url for url in remote_before if url != victim["url"])
+    remote_prefills = metric(survivor, remote) - remote_before[survivor]
+    if remote_prefills < len(streams):
+        raise AssertionError(f"{what}: {len(streams)} streams ended on the other node, only "
+                             f"{int(remote_prefills)} were prefilled on a prefill node")
     print(f"ok: {what} of a decode node with {on_victim} of {len(streams)} streams (1 greedy, 3 seeded) "
           f"mid-stream: {int(resumed)} resumed on the other node, every stream identical to its "
           f"uninterrupted run, no error event; longest gap {max(o['gap'] for o in outcomes):.1f} s", flush=True)
