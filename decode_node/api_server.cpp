@@ -741,6 +741,18 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     resume_field = nlohmann::json::parse(field->dump());
     body.value().erase(field);
   }
+  // Test only: the output's first tokens (ApiOptions::test_scripted_output).
+  std::vector<int32_t> scripted_output;
+  if (const auto field = body.value().find("pdserve_test_output");
+      options_.test_scripted_output && field != body.value().end()) {
+    if (!field->is_string()) {
+      return reject(invalid_request("pdserve_test_output must be a string", "pdserve_test_output"));
+    }
+    Result<std::vector<int32_t>> ids = tokenizer_.encode(field->get<std::string>());
+    if (!ids.ok()) return reject(invalid_request(ids.status().message(), "pdserve_test_output"));
+    scripted_output = std::move(ids).value();
+    body.value().erase(field);
+  }
   const bool strict = options_.strict_request_fields;
   ApiResult<GenerationRequest> parsed =
       chat ? parse_chat_completion_request(body.value(), model.vocab_size, strict)
@@ -851,6 +863,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     ApiResult<SamplingParams> sampling =
         req.resolved_sampling(model.generation_defaults, max_tokens.value(), model.vocab_size);
     if (!sampling.ok()) return reject(sampling.error());
+    sampling.value().scripted_output = scripted_output;
     for (int sample = 0; sample < req.n; ++sample) {
       Generation::Choice choice;
       choice.counts_prompt = sample == 0;

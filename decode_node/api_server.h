@@ -48,6 +48,9 @@ struct ApiOptions {
   // Unknown request fields: a 400 (true) or ignored with one log line (false, as vLLM).
   bool strict_request_fields = false;
   AccessPolicy access;
+  // Test only (PDSERVE_TEST_SCRIPTED_OUTPUT=1): a request's `pdserve_test_output` text becomes
+  // the first tokens of its output (SamplingParams::scripted_output). Off, it is an unknown field.
+  bool test_scripted_output = false;
 };
 
 class ApiServer {

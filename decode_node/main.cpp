@@ -6,7 +6,9 @@
 // generates the rest; prompts of at most --local-prefill-max-tokens it prefills itself.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "common/chat/chat_template.h"
 #include "common/core/cli.h"
@@ -26,6 +28,13 @@ struct Options {
   ApiOptions api;
 };
 
+// PDSERVE_TEST_SCRIPTED_OUTPUT=1 (tests only, decode_node/README.md): requests may script
+// their output (ApiOptions::test_scripted_output).
+bool test_scripted_output_enabled() {
+  const char* value = std::getenv("PDSERVE_TEST_SCRIPTED_OUTPUT");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
 Status run(const Options& options) {
   const sigset_t signals = block_shutdown_signals();
   const bool disaggregated = options.kv_transfer || !options.node.proxy_url.empty();
@@ -37,6 +46,7 @@ Status run(const Options& options) {
       ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
   ApiOptions api_options = options.api;
   api_options.access.cluster_token = options.node.cluster_token;
+  api_options.test_scripted_output = test_scripted_output_enabled();
   ApiServer api(*node->engine, node->tokenizer, chat_template, api_options);
   if (disaggregated) {
     RemotePrefillPolicy policy;

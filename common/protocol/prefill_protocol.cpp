@@ -34,6 +34,7 @@ Json sampling_to_json(const SamplingParams& params) {
     for (const LogitBias& entry : params.logit_bias) bias.push_back({entry.token, entry.bias});
     json["logit_bias"] = std::move(bias);
   }
+  if (!params.scripted_output.empty()) json["scripted_output"] = params.scripted_output;
   return json;
 }
 
@@ -74,6 +75,7 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
   const uint64_t seed = reader.get<uint64_t>("seed", 0, /*required=*/false);
   if (sampling_has_seed) params.seed = seed;
   params.logit_bias = logit_bias_from_json(json, reader);
+  if (json.contains("scripted_output")) params.scripted_output = reader.get_ids("scripted_output");
   return params;
 }
 

@@ -301,7 +301,9 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, const Sampli
   PDS_ASSIGN_OR_RETURN(Processed processed, process_logits(logits, params, prompt_tokens,
                                                            output_tokens, banned_token_ids));
   SampleResult result{processed.best, 0.0f, {}};
-  if (params.temperature >= kGreedyTemperature) {
+  if (output_tokens.size() < params.scripted_output.size()) {
+    result.token = params.scripted_output[output_tokens.size()];
+  } else if (params.temperature >= kGreedyTemperature) {
     select_candidates(processed, params);
     result.token = draw(rng);
   }

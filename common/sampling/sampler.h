@@ -34,6 +34,8 @@
 //  6. One draw u = rng.next_unit() in [0, 1); walking the kept tokens in ascending id order
 //     while summing their weights in double, the first token whose running sum exceeds
 //     u * (total kept weight) is chosen.
+// Test only: while output_tokens.size() is below params.scripted_output.size(), the result is
+// its next token instead of steps 4 to 6 (no draw); logprobs are still step 1's.
 #pragma once
 
 #include <cstdint>

@@ -61,12 +61,16 @@ Status SamplingParams::validate(int vocab_size) const {
     return out_of_range_parameter("min_tokens", std::to_string(min_tokens),
                                   "[0, max_tokens = " + std::to_string(max_tokens) + "]");
   }
-  for (size_t i = 0; i < stop_token_ids.size(); ++i) {
-    int32_t id = stop_token_ids[i];
-    if (id < 0 || id >= vocab_size) {
-      return invalid_argument("sampling parameter stop_token_ids[" + std::to_string(i) +
-                              "] = " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(vocab_size) + ")");
+  for (const auto& [name, ids] : {std::pair{"stop_token_ids", &stop_token_ids},
+                                  std::pair{"scripted_output", &scripted_output}}) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      int32_t id = (*ids)[i];
+      if (id < 0 || id >= vocab_size) {
+        return invalid_argument(std::string("sampling parameter ") + name + "[" +
+                                std::to_string(i) + "] = " + std::to_string(id) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab_size) +
+                                ")");
+      }
     }
   }
   std::set<int32_t> biased;

@@ -37,13 +37,17 @@ struct SamplingParams {
   // OpenAI's logit_bias: added to the token's logit before penalties and sampling; ids are
   // distinct, biases finite and in [-kMaxLogitBias, kMaxLogitBias].
   std::vector<LogitBias> logit_bias;
+  // Test only (PDSERVE_TEST_SCRIPTED_OUTPUT, decode_node/README.md): output token k is
+  // scripted_output[k] while k is below its size, whatever the logits; sampling goes on after.
+  // Drives the whole serving path to known text with a model of random weights.
+  std::vector<int32_t> scripted_output;
 
   // InvalidArgument naming the first parameter out of range: a negative or non-finite
   // temperature, top_p outside (0, 1], top_k < -1, min_p outside [0, 1], a repetition_penalty
   // that is not a positive finite number, presence/frequency penalties outside [-2, 2],
   // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], a stop
-  // token id outside [0, vocab_size), or a logit_bias entry whose id is outside it, repeated, or
-  // whose bias is out of range.
+  // or scripted token id outside [0, vocab_size), or a logit_bias entry whose id is outside it,
+  // repeated, or whose bias is out of range.
   Status validate(int vocab_size) const;
 };
 

@@ -132,6 +132,26 @@ TEST(PrefillWorkTest, LogitBiasSurvivesARoundTripAndMalformedOnesAreRefused) {
   EXPECT_NE(parsed.status().message().find("logit_bias"), std::string::npos);
 }
 
+TEST(PrefillWorkTest, AScriptedOutputTravelsWithTheSampling) {
+  PrefillWork work;
+  work.request_id = "r";
+  work.prompt_token_ids = {1, 2, 3};
+  work.kv_descriptor = "AAAA";
+  work.kv_num_blocks = 8;
+  work.kv_layout = {2, 16, 8, 128, "float32"};
+  work.block_ids = {5};
+  work.sampling.scripted_output = {151657, 198};
+  Result<PrefillWork> parsed = parse_prefill_work(prefill_work_to_json(work).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->sampling.scripted_output, work.sampling.scripted_output);
+  work.sampling.scripted_output.clear();
+  const nlohmann::json plain = prefill_work_to_json(work);
+  EXPECT_FALSE(plain["sampling"].contains("scripted_output"));
+  parsed = parse_prefill_work(plain.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_TRUE(parsed->sampling.scripted_output.empty());
+}
+
 // Replaces `from` (which must occur) in the event's line by `to`.
 std::string edited(const PrefillEvent& event, const std::string& from, const std::string& to) {
   std::string line = line_of(event);

@@ -312,6 +312,29 @@ TEST(Sampler, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
   }
 }
 
+TEST(Sampler, ScriptedOutputReplacesTheDrawUntilItRunsOut) {
+  const std::vector<float> logits = random_logits(kQwenVocab, 21);
+  const std::vector<double> expected = log_softmax(logits);
+  SamplingParams params = random_params(0.0f);  // greedy: the argmax unless scripted
+  params.want_logprobs = true;
+  params.scripted_output = {7, 151645, 7};
+  const int32_t argmax =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  ASSERT_NE(argmax, 7);
+  Sampler sampler;
+  SamplerRng rng(3);
+  std::vector<int32_t> output;
+  for (int32_t want : {7, 151645, 7, argmax}) {
+    Result<SampleResult> result = sampler.sample(logits, params, {}, output, rng);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    EXPECT_EQ(result->token, want) << "output position " << output.size();
+    EXPECT_NEAR(result->logprob, expected[want], 1e-5);  // the raw logprob of what was taken
+    output.push_back(result->token);
+  }
+  params.scripted_output = {static_cast<int32_t>(kQwenVocab)};
+  EXPECT_FALSE(sampler.sample(logits, params, {}, {}, rng).ok()) << "ids outside the vocabulary";
+}
+
 TEST(Sampler, LogprobsOnlyWhenRequestedAndTiesGoToTheLowerId) {
   const std::vector<float> logits = {1.0f, 2.0f, 2.0f, 0.0f};
   Sampler sampler;
