@@ -482,6 +482,11 @@ void ApiServer::register_routes(http::Router& router) {
              });
 }
 
+void ApiServer::reply_error(http::ResponseChannel& channel, const ApiError& error) {
+  count_response(error.http_status);
+  channel.send(http::api_error_response(error));
+}
+
 void ApiServer::count_response(int status) {
   metrics_
       .counter("pdserve:http_requests_total", "HTTP responses by status code.",
@@ -595,22 +600,14 @@ void ApiServer::handle_model(const http::HttpRequest& request,
   // The id may hold a slash ("Qwen/Qwen3-0.6B"), sent as is or percent-encoded.
   const std::string id = percent_decoded(
       std::string_view(request.path).substr(std::string_view("/v1/models/").size()));
-  if (id != service_.model_info().name) {
-    const ApiError error = model_not_found(id);
-    count_response(error.http_status);
-    channel->send(http::api_error_response(error));
-    return;
-  }
+  if (id != service_.model_info().name) return reply_error(*channel, model_not_found(id));
   count_response(200);
   channel->send(json_response(200, to_json_text(model_card())));
 }
 
 void ApiServer::handle_tokenize(const http::HttpRequest& request,
                                 const std::shared_ptr<http::ResponseChannel>& channel) {
-  const auto reject = [&](const ApiError& error) {
-    count_response(error.http_status);
-    channel->send(http::api_error_response(error));
-  };
+  const auto reject = [&](const ApiError& error) { reply_error(*channel, error); };
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());
@@ -648,10 +645,7 @@ void ApiServer::handle_tokenize(const http::HttpRequest& request,
 
 void ApiServer::handle_detokenize(const http::HttpRequest& request,
                                   const std::shared_ptr<http::ResponseChannel>& channel) {
-  const auto reject = [&](const ApiError& error) {
-    count_response(error.http_status);
-    channel->send(http::api_error_response(error));
-  };
+  const auto reject = [&](const ApiError& error) { reply_error(*channel, error); };
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());
@@ -725,10 +719,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
                                   const std::shared_ptr<http::ResponseChannel>& channel,
                                   bool chat) {
   const SteadyTime arrival = std::chrono::steady_clock::now();
-  const auto reject = [&](const ApiError& error) {
-    count_response(error.http_status);
-    channel->send(http::api_error_response(error));
-  };
+  const auto reject = [&](const ApiError& error) { reply_error(*channel, error); };
   const ModelInfo& model = service_.model_info();
   ApiResult<nlohmann::ordered_json> body = parse_json_body(request.body);
   if (!body.ok()) return reject(body.error());

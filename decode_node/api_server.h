@@ -84,6 +84,8 @@ class ApiServer {
   nlohmann::ordered_json model_card() const;
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
   void count_response(int status);
+  // Counts and sends an OpenAI error body.
+  void reply_error(http::ResponseChannel& channel, const ApiError& error);
   void record_finished(const SequenceDelta& delta);
   // Prefill, decode and inference times; for remotely prefilled requests the remote prefill,
   // the wait for the KV and the transfer. `delta` is final and has timings.finished.
