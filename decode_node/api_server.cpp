@@ -340,7 +340,7 @@ struct ApiServer::Generation {
   }
 
   // Called with the mutex held, once every choice has finished.
-  nlohmann::ordered_json timeline() {
+  nlohmann::ordered_json timeline_json() {
     RequestTimelineInput input;
     input.request_id = meta.id;
     input.trace_id = trace_id;
@@ -350,7 +350,7 @@ struct ApiServer::Generation {
     input.token_times = std::move(first_choice_token_times);
     std::ranges::sort(finished_choices, {}, &ChoiceTimeline::index);
     input.choices = std::move(finished_choices);
-    return request_timeline_json(input);
+    return build_request_timeline(input).to_json();
   }
 
   void finish() {
@@ -366,10 +366,11 @@ struct ApiServer::Generation {
     if (stream) {
       if (stream_options.include_usage) {
         nlohmann::ordered_json chunk = usage_chunk(meta, chat, usage);
-        if (wants_timeline) chunk["usage"]["pdserve_timeline"] = timeline();
+        if (wants_timeline) chunk["usage"][kTimelineUsageField] = timeline_json();
         write_event(chunk);
       } else if (wants_timeline) {
-        channel->write(": pdserve_timeline " + to_json_text(timeline()) + "\n\n");
+        channel->write(std::string(kTimelineCommentPrefix) + to_json_text(timeline_json()) +
+                       "\n\n");
       }
       channel->write(sse_done());
       channel->end_stream();
@@ -388,7 +389,7 @@ struct ApiServer::Generation {
                        requested_logprobs(choice), choice.finish_reason, std::move(calls)});
       }
       nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
-      if (wants_timeline) body["usage"]["pdserve_timeline"] = timeline();
+      if (wants_timeline) body["usage"][kTimelineUsageField] = timeline_json();
       channel->send(json_response(200, to_json_text(body)));
     } else {
       std::vector<CompletionChoice> out;
@@ -398,7 +399,7 @@ struct ApiServer::Generation {
                        choice.finish_reason});
       }
       nlohmann::ordered_json body = completion_response(meta, out, usage);
-      if (wants_timeline) body["usage"]["pdserve_timeline"] = timeline();
+      if (wants_timeline) body["usage"][kTimelineUsageField] = timeline_json();
       channel->send(json_response(200, to_json_text(body)));
     }
     channel.reset();

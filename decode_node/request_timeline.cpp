@@ -7,59 +7,49 @@
 namespace pdserve {
 namespace {
 
-using Json = nlohmann::ordered_json;
-
 // Spans of one request under construction, with the decode node's name and the origin.
 class SpanList {
  public:
   explicit SpanList(const RequestTimelineInput& input) : input_(input) {}
 
-  Json& add(std::string name, const std::string& node, double start_ms, double end_ms, int index) {
-    Json span;
-    span["name"] = std::move(name);
-    span["node"] = node;
-    span["start_ms"] = start_ms;
-    span["end_ms"] = end_ms;
-    span["args"] = Json{{"index", index}};
-    spans_.push_back(std::move(span));
-    return spans_.back()["args"];
+  TimelineArgs& add(std::string name, const std::string& node, double start_ms, double end_ms,
+                    int index) {
+    spans_.push_back({std::move(name), node, start_ms, end_ms, {{"index", int64_t{index}}}});
+    return spans_.back().args;
   }
-  Json& add_here(std::string name, SteadyTime start, SteadyTime end, int index) {
+  TimelineArgs& add_here(std::string name, SteadyTime start, SteadyTime end, int index) {
     return add(std::move(name), input_.node, ms(start), ms(end), index);
   }
   double ms(SteadyTime time) const { return milliseconds_after(input_.arrival, time); }
 
   // In start order (ties: the longer span, its parent, first).
-  Json take() {
-    std::stable_sort(spans_.begin(), spans_.end(), [](const Json& a, const Json& b) {
-      const double a_start = a["start_ms"].get<double>();
-      const double b_start = b["start_ms"].get<double>();
-      if (a_start != b_start) return a_start < b_start;
-      return a["end_ms"].get<double>() > b["end_ms"].get<double>();
-    });
-    Json out = Json::array();
-    for (Json& span : spans_) out.push_back(std::move(span));
-    return out;
+  std::vector<RequestTimelineSpan> take() {
+    std::stable_sort(spans_.begin(), spans_.end(),
+                     [](const RequestTimelineSpan& a, const RequestTimelineSpan& b) {
+                       if (a.start_ms != b.start_ms) return a.start_ms < b.start_ms;
+                       return a.end_ms > b.end_ms;
+                     });
+    return std::move(spans_);
   }
 
  private:
   const RequestTimelineInput& input_;
-  std::vector<Json> spans_;
+  std::vector<RequestTimelineSpan> spans_;
 };
 
 // The prefill node's span args travel as doubles; counts are written as integers again.
-Json arg_json(double value) {
+TimelineArgValue count_or_measurement(double value) {
   if (std::nearbyint(value) == value && std::fabs(value) < 9e15) {
-    return Json(static_cast<int64_t>(value));
+    return static_cast<int64_t>(value);
   }
-  return Json(value);
+  return value;
 }
 
 void add_prefill_chunks(SpanList& spans, const ChoiceTimeline& choice) {
   for (const PrefillChunkTiming& chunk : choice.timings.prefill_chunks) {
-    Json& args = spans.add_here("prefill.chunk", chunk.start, chunk.end, choice.index);
-    args["prompt_tokens"] = chunk.prompt_tokens;
-    args["batch_tokens"] = chunk.batch_tokens;
+    TimelineArgs& args = spans.add_here("prefill.chunk", chunk.start, chunk.end, choice.index);
+    args["prompt_tokens"] = int64_t{chunk.prompt_tokens};
+    args["batch_tokens"] = int64_t{chunk.batch_tokens};
   }
 }
 
@@ -80,8 +70,8 @@ void add_remote_prefill(SpanList& spans, const ChoiceTimeline& choice,
   const RequestTimings& timings = choice.timings;
   const SteadyTime no_time{};
   if (remote.work_posted != no_time && remote.first_token_received != no_time) {
-    Json& args = spans.add_here("prefill.remote", remote.work_posted, remote.first_token_received,
-                                choice.index);
+    TimelineArgs& args = spans.add_here("prefill.remote", remote.work_posted,
+                                        remote.first_token_received, choice.index);
     args["prefill_url"] = remote.prefill_url;
   }
   if (remote.work_posted != no_time && remote.head_received != no_time) {
@@ -89,9 +79,9 @@ void add_remote_prefill(SpanList& spans, const ChoiceTimeline& choice,
                                               spans.ms(remote.head_received), remote.head_sent_ms);
     const std::string node = "prefill " + remote.prefill_url;
     for (const TimelineSpan& span : remote.spans) {
-      Json& args =
+      TimelineArgs& args =
           spans.add(span.name, node, receipt + span.start_ms, receipt + span.end_ms, choice.index);
-      for (const auto& [key, value] : span.args) args[key] = arg_json(value);
+      for (const auto& [key, value] : span.args) args[key] = count_or_measurement(value);
     }
   }
   // Chunks computed here too (only when the import fell back to a local prefill).
@@ -118,14 +108,14 @@ void add_decode_steps(SpanList& spans, const ChoiceTimeline& choice) {
     start = timings.first_token;
   }
   if (!start) return;
-  Json& args = spans.add_here("decode.steps", *start, *timings.finished, choice.index);
-  args["tokens"] = choice.completion_tokens - 1;
+  TimelineArgs& args = spans.add_here("decode.steps", *start, *timings.finished, choice.index);
+  args["tokens"] = int64_t{choice.completion_tokens - 1};
 }
 
 // The part of the transfer after the prefill node's last forward step: what the transfer adds
 // to the request once the prompt is computed (with layer-by-layer sending most of it is
-// hidden under the forward). Null without both spans.
-Json exposed_transfer_ms(const RemotePrefillStats& remote) {
+// hidden under the forward). None without both spans.
+std::optional<double> exposed_transfer_ms(const RemotePrefillStats& remote) {
   std::optional<double> transfer_end;
   std::optional<double> forward_end;
   for (const TimelineSpan& span : remote.spans) {
@@ -133,28 +123,23 @@ Json exposed_transfer_ms(const RemotePrefillStats& remote) {
     if (span.name == "prefill.chunk")
       forward_end = std::max(forward_end.value_or(0.0), span.end_ms);
   }
-  if (!transfer_end || !forward_end) return nullptr;
+  if (!transfer_end || !forward_end) return std::nullopt;
   return std::max(0.0, *transfer_end - *forward_end);
 }
 
-Json kv_transfer_json(const RemotePrefillStats& remote) {
-  Json out;
-  out["bytes"] = remote.transfer_bytes;
-  out["blocks"] = remote.transfer_blocks;
-  out["ms"] = remote.transfer_seconds * 1000.0;
+KvTransferSummary kv_transfer_summary(const RemotePrefillStats& remote) {
+  KvTransferSummary out;
+  out.bytes = remote.transfer_bytes;
+  out.blocks = remote.transfer_blocks;
+  out.ms = remote.transfer_seconds * 1000.0;
   // Only a transfer that did not wait for the forward measures the link.
-  out["gb_per_s"] =
-      remote.transfer_layers_overlapped == 0 && remote.transfer_seconds > 0
-          ? Json(static_cast<double>(remote.transfer_bytes) / remote.transfer_seconds / 1e9)
-          : Json(nullptr);
-  out["exposed_ms"] = exposed_transfer_ms(remote);
-  out["layers"] = remote.transfer_layers;
-  out["layers_overlapped"] = remote.transfer_layers_overlapped;
+  if (remote.transfer_layers_overlapped == 0 && remote.transfer_seconds > 0) {
+    out.gb_per_s = static_cast<double>(remote.transfer_bytes) / remote.transfer_seconds / 1e9;
+  }
+  out.exposed_ms = exposed_transfer_ms(remote);
+  out.layers = remote.transfer_layers;
+  out.layers_overlapped = remote.transfer_layers_overlapped;
   return out;
-}
-
-Json optional_number(const std::optional<double>& value) {
-  return value ? Json(*value) : Json(nullptr);
 }
 
 }  // namespace
@@ -174,7 +159,7 @@ std::optional<double> time_per_output_token_ms(double ttft_ms, double e2e_ms, in
   return (e2e_ms - ttft_ms) / (output_tokens - 1);
 }
 
-Json request_timeline_json(const RequestTimelineInput& input) {
+RequestTimeline build_request_timeline(const RequestTimelineInput& input) {
   SpanList spans(input);
   for (const ChoiceTimeline& choice : input.choices) {
     spans.add_here("decode.request", input.arrival, choice.final_delta, choice.index);
@@ -186,30 +171,24 @@ Json request_timeline_json(const RequestTimelineInput& input) {
     add_decode_steps(spans, choice);
   }
 
-  Json tokens_ms = Json::array();
-  for (SteadyTime time : input.token_times) tokens_ms.push_back(spans.ms(time));
+  RequestTimeline timeline;
+  timeline.request_id = input.request_id;
+  timeline.trace_id = input.trace_id;
+  timeline.origin = TimelineOrigin::kDecode;
+  timeline.head_sent_ms = spans.ms(input.head_sent);
+  timeline.spans = spans.take();
+  for (SteadyTime time : input.token_times) timeline.tokens_ms.push_back(spans.ms(time));
   const int output_tokens = static_cast<int>(input.token_times.size());
-  const bool has_tokens = !input.token_times.empty();
-  const double ttft = has_tokens ? spans.ms(input.token_times.front()) : 0.0;
-  const double e2e = input.choices.empty() ? 0.0 : spans.ms(input.choices.front().final_delta);
-
-  Json timeline;
-  timeline["version"] = 1;
-  timeline["request_id"] = input.request_id;
-  timeline["trace_id"] = input.trace_id;
-  timeline["origin"] = "decode";
-  timeline["sync"] = Json{{"head_sent_ms", spans.ms(input.head_sent)}};
-  timeline["spans"] = spans.take();
-  timeline["tokens_ms"] = std::move(tokens_ms);
-  timeline["output_tokens"] = output_tokens;
-  timeline["ttft_ms"] = has_tokens ? Json(ttft) : Json(nullptr);
-  timeline["tpot_ms"] = optional_number(time_per_output_token_ms(ttft, e2e, output_tokens));
-  timeline["e2e_ms"] = e2e;
+  timeline.output_tokens = output_tokens;
+  if (!input.token_times.empty()) timeline.ttft_ms = timeline.tokens_ms.front();
+  timeline.e2e_ms = input.choices.empty() ? 0.0 : spans.ms(input.choices.front().final_delta);
+  timeline.tpot_ms =
+      time_per_output_token_ms(timeline.ttft_ms.value_or(0.0), timeline.e2e_ms, output_tokens);
   // Only once the KV has landed are the transfer's figures known (a request ended by its first
   // token does not wait for them).
   if (!input.choices.empty() && input.choices.front().remote_prefill &&
       input.choices.front().timings.kv_ready) {
-    timeline["kv_transfer"] = kv_transfer_json(*input.choices.front().remote_prefill);
+    timeline.kv_transfer = kv_transfer_summary(*input.choices.front().remote_prefill);
   }
   return timeline;
 }

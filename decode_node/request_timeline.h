@@ -1,18 +1,17 @@
-// The per-request timeline the decode node returns as `usage.pdserve_timeline` (the format
-// shared with the proxy: docs/TRACING.md): its spans, the time each output token of choice 0
-// left the node, TTFT/TPOT/e2e, the KV transfer, and when the HTTP head went out (for the
-// proxy's clock alignment). All times are ms after the decode node's
-// arrival of the HTTP request, on its steady clock; the prefill node's spans (ms after its
-// receipt of the work) are shifted by the NTP-style estimate of that receipt.
+// Builds the per-request timeline the decode node returns as `usage.pdserve_timeline` (the
+// typed message RequestTimeline, common/protocol/request_timeline.h; docs/TRACING.md): its
+// spans, the time each output token of choice 0 left the node, TTFT/TPOT/e2e, the KV transfer,
+// and when the HTTP head went out (for the proxy's clock alignment). All times are ms after the
+// decode node's arrival of the HTTP request, on its steady clock; the prefill node's spans (ms
+// after its receipt of the work) are shifted by the NTP-style estimate of that receipt.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/engine/inference_service.h"
+#include "common/protocol/request_timeline.h"
 
 namespace pdserve {
 
@@ -47,9 +46,8 @@ double aligned_receipt_ms(double sent_ms, double head_received_ms, double head_s
 // (e2e - ttft) / (output_tokens - 1); nullopt below two tokens.
 std::optional<double> time_per_output_token_ms(double ttft_ms, double e2e_ms, int output_tokens);
 
-// The timeline object (version 1, origin "decode"). For n > 1 or several prompts the spans
-// appear per choice (args.index); tokens_ms, output_tokens, ttft, tpot, e2e and kv_transfer
-// describe choice 0.
-nlohmann::ordered_json request_timeline_json(const RequestTimelineInput& input);
+// The timeline with origin "decode". For n > 1 or several prompts the spans appear per choice
+// (args.index); tokens_ms, output_tokens, ttft, tpot, e2e and kv_transfer describe choice 0.
+RequestTimeline build_request_timeline(const RequestTimelineInput& input);
 
 }  // namespace pdserve

@@ -43,14 +43,6 @@ size_t ipv4_length(std::string_view text, size_t at) {
   return i - at;
 }
 
-void redact_strings(Json& value) {
-  if (value.is_string()) {
-    value = redact_addresses(value.get_ref<const std::string&>());
-  } else if (value.is_structured()) {
-    for (Json& item : value) redact_strings(item);
-  }
-}
-
 }  // namespace
 
 std::string redact_addresses(std::string_view text) {
@@ -85,21 +77,18 @@ std::string redact_addresses(std::string_view text) {
   return out;
 }
 
-Json redact_timeline(const Json& timeline) {
-  Json redacted = timeline;
-  if (auto spans = redacted.find("spans"); spans != redacted.end() && spans->is_array()) {
-    for (Json& span : *spans) {
-      if (!span.is_object()) continue;
-      if (auto node = span.find("node"); node != span.end() && node->is_string()) {
-        const std::string& name = node->get_ref<const std::string&>();
-        *node = name.substr(0, name.find(' '));
-      }
-      if (auto args = span.find("args"); args != span.end() && args->is_object()) {
-        for (const char* key : {"decode", "prefill", "prefill_url"}) args->erase(key);
-      }
+RequestTimeline redact_timeline(const RequestTimeline& timeline) {
+  RequestTimeline redacted = timeline;
+  redacted.request_id = redact_addresses(redacted.request_id);
+  redacted.trace_id = redact_addresses(redacted.trace_id);
+  for (RequestTimelineSpan& span : redacted.spans) {
+    span.name = redact_addresses(span.name);
+    span.node = redact_addresses(span.node.substr(0, span.node.find(' ')));
+    for (const char* key : {"decode", "prefill", "prefill_url"}) span.args.erase(key);
+    for (auto& [key, value] : span.args) {
+      if (auto* text = std::get_if<std::string>(&value)) *text = redact_addresses(*text);
     }
   }
-  redact_strings(redacted);
   return redacted;
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include "common/protocol/request_timeline.h"
 
 namespace pdserve::proxy {
 
@@ -20,7 +20,7 @@ std::string redact_addresses(std::string_view text);
 // A timeline (docs/TRACING.md) for a client without the token: each span's node is its role
 // alone ("decode", "prefill", "proxy"), node ids and URLs leave the span args, and every other
 // string has its addresses redacted.
-nlohmann::json redact_timeline(const nlohmann::json& timeline);
+RequestTimeline redact_timeline(const RequestTimeline& timeline);
 
 // An OpenAI error body (or an SSE error event's data) with the addresses in its message
 // redacted; a body that is not such an object has its addresses redacted as text.

@@ -80,22 +80,20 @@ int ChromeTraceBuilder::new_thread(int pid, const std::string& name, Json& event
 }
 
 void ChromeTraceBuilder::add(const RecordedTimeline& request, Json& events) {
-  const Json& timeline = request.timeline;
-  const std::string request_id = timeline.value("request_id", "");
-  const std::string trace_id = timeline.value("trace_id", "");
-  const Json ids = {{"request_id", request_id}, {"trace_id", trace_id}};
+  const RequestTimeline& timeline = request.timeline;
+  const Json ids = {{"request_id", timeline.request_id}, {"trace_id", timeline.trace_id}};
 
   // The client's view: E2E with TTFT nested.
   const int requests_pid = pid_for("requests", events);
-  const int request_tid = new_thread(requests_pid, request_id, events);
-  const double e2e = std::max(0.0, timeline.value("e2e_ms", 0.0));
+  const int request_tid = new_thread(requests_pid, timeline.request_id, events);
+  const double e2e = std::max(0.0, timeline.e2e_ms);
   Json e2e_args = ids;
-  e2e_args["output_tokens"] = timeline.value("output_tokens", 0);
-  e2e_args["tpot_ms"] = timeline.value("tpot_ms", Json(nullptr));
+  e2e_args["output_tokens"] = timeline.output_tokens;
+  e2e_args["tpot_ms"] = timeline.tpot_ms ? Json(*timeline.tpot_ms) : Json(nullptr);
   events.push_back(
       complete_event({"E2E", 0.0, e2e, e2e_args}, requests_pid, request_tid, request.arrival_us));
-  if (const auto ttft = timeline.find("ttft_ms"); ttft != timeline.end() && ttft->is_number()) {
-    const double ttft_ms = std::clamp(ttft->get<double>(), 0.0, e2e);
+  if (timeline.ttft_ms) {
+    const double ttft_ms = std::clamp(*timeline.ttft_ms, 0.0, e2e);
     events.push_back(
         complete_event({"TTFT", 0.0, ttft_ms, ids}, requests_pid, request_tid, request.arrival_us));
   }
@@ -103,21 +101,19 @@ void ChromeTraceBuilder::add(const RecordedTimeline& request, Json& events) {
   // Each node's spans, in the order the nodes first appear.
   std::vector<std::string> nodes;
   std::map<std::string, std::vector<Span>> by_node;
-  for (const Json& span : timeline.value("spans", Json::array())) {
-    const std::string node = span.value("node", "unknown");
-    if (!by_node.contains(node)) nodes.push_back(node);
-    Json args = span.value("args", Json::object());
-    if (!args.is_object()) args = {{"value", args}};
+  for (const RequestTimelineSpan& span : timeline.spans) {
+    if (!by_node.contains(span.node)) nodes.push_back(span.node);
+    Json args = timeline_args_json(span.args);
     args.update(ids);
-    by_node[node].push_back(
-        {span.value("name", ""), span.value("start_ms", 0.0), span.value("end_ms", 0.0), args});
+    by_node[span.node].push_back({span.name, span.start_ms, span.end_ms, std::move(args)});
   }
   for (const std::string& node : nodes) {
     const int pid = pid_for(node, events);
     const std::vector<std::vector<Span>> lanes = nest_into_lanes(std::move(by_node[node]));
     for (size_t lane = 0; lane < lanes.size(); ++lane) {
       const std::string thread =
-          lane == 0 ? request_id : request_id + " (overlap " + std::to_string(lane) + ")";
+          lane == 0 ? timeline.request_id
+                    : timeline.request_id + " (overlap " + std::to_string(lane) + ")";
       const int tid = new_thread(pid, thread, events);
       for (const Span& span : lanes[lane]) {
         events.push_back(complete_event(span, pid, tid, request.arrival_us));

@@ -13,12 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/protocol/request_timeline.h"
+
 namespace pdserve::proxy {
 
 // One finished request as the proxy keeps it.
 struct RecordedTimeline {
-  nlohmann::json timeline;  // aligned (origin "proxy"), see align_timeline()
-  double arrival_us = 0.0;  // the proxy's arrival on its steady clock
+  RequestTimeline timeline;  // aligned (origin "proxy"), see align_timeline()
+  double arrival_us = 0.0;   // the proxy's arrival on its steady clock
 };
 
 // Turns timelines into events, giving pids and tids that stay unique across calls (so a file

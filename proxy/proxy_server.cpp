@@ -520,7 +520,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
             .observe(seconds_since(ex->arrival));
         if (ex->streaming) {
           if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
-          const std::optional<Json> aligned =
+          const std::optional<RequestTimeline> aligned =
               ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline()) : std::nullopt;
           const std::optional<Json> for_client = client_timeline(*ex, aligned);
           if (std::string rest = ex->relay.finish(for_client ? &*for_client : nullptr);
@@ -560,13 +560,16 @@ Result<std::string> ProxyServer::resumed_body(const Exchange& exchange) {
   return body.dump();
 }
 
-std::optional<Json> ProxyServer::record_timeline(Exchange& exchange, const Json& node_timeline) {
+std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
+                                                            const Json& node_timeline) {
   ProxyMeasurements measured;
   measured.trace_id = exchange.trace.trace_id;
   measured.routes = exchange.routes;
   measured.head_ms = ms_between(exchange.arrival, exchange.head_at);
   measured.end_ms = ms_between(exchange.arrival, Clock::now());
-  Result<Json> aligned = align_timeline(node_timeline, measured);
+  Result<RequestTimeline> parsed = RequestTimeline::parse(node_timeline);
+  Result<RequestTimeline> aligned =
+      parsed.ok() ? align_timeline(*parsed, measured) : Result<RequestTimeline>(parsed.status());
   if (!aligned.ok()) {
     PDS_LOG_WARN("timeline from decode node " + exchange.decode.url +
                  " not recorded: " + aligned.status().message());
@@ -589,9 +592,10 @@ void ProxyServer::record_failure(const Exchange& exchange) {
 }
 
 std::optional<Json> ProxyServer::client_timeline(const Exchange& exchange,
-                                                 const std::optional<Json>& aligned) {
+                                                 const std::optional<RequestTimeline>& aligned) {
   if (!exchange.wants_timeline || !aligned) return std::nullopt;
-  return exchange.holds_cluster_token ? *aligned : redact_timeline(*aligned);
+  return Json(exchange.holds_cluster_token ? aligned->to_json()
+                                           : redact_timeline(*aligned).to_json());
 }
 
 std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
@@ -604,7 +608,7 @@ std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
     return body;
   }
   if (!parsed->has_value()) return body;
-  const std::optional<Json> aligned = record_timeline(exchange, (*parsed)->timeline);
+  const std::optional<RequestTimeline> aligned = record_timeline(exchange, (*parsed)->timeline);
   const std::optional<Json> for_client = client_timeline(exchange, aligned);
   return (*parsed)->with_timeline(for_client ? &*for_client : nullptr);
 }

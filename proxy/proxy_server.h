@@ -42,6 +42,7 @@
 #include "common/http/router.h"
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
+#include "common/protocol/request_timeline.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
 #include "proxy/trace_recorder.h"
@@ -90,10 +91,10 @@ class ProxyServer {
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);
   void count_response(int status);
-  // Aligns the decode node's timeline to the exchange and records it (/trace, trace file,
-  // histograms); the aligned timeline, or nullopt (logged) when it cannot be read.
-  std::optional<nlohmann::json> record_timeline(Exchange& exchange,
-                                                const nlohmann::json& node_timeline);
+  // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
+  // trace file, histograms); the aligned timeline, or nullopt (logged) when it cannot be read.
+  std::optional<RequestTimeline> record_timeline(Exchange& exchange,
+                                                 const nlohmann::json& node_timeline);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
   // Ends a stream the client already has with an error event and [DONE].
@@ -103,7 +104,7 @@ class ProxyServer {
   // What the client gets of the aligned timeline: nothing (nullopt) unless it asked, and
   // then redacted unless it holds the cluster token.
   std::optional<nlohmann::json> client_timeline(const Exchange& exchange,
-                                                const std::optional<nlohmann::json>& aligned);
+                                                const std::optional<RequestTimeline>& aligned);
   // A non-streaming body as the client gets it: its timeline recorded and replaced by the
   // client's (or removed), error messages redacted for a client without the token.
   std::string relay_body(Exchange& exchange, std::string body);

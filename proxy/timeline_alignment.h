@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/core/status.h"
+#include "common/protocol/request_timeline.h"
 
 namespace pdserve::proxy {
 
@@ -40,10 +39,10 @@ struct ClockOffset {
 ClockOffset estimate_offset(double sent_ms, double head_ms, double head_sent_ms);
 
 // The timeline as the client saw it: every span and token time shifted onto the proxy's
-// clock, proxy.request and proxy.route spans added, origin "proxy", sync dropped, ttft_ms the
-// first token plus the one-way delay, e2e_ms the proxy's end, tpot_ms from those.
-// InvalidArgument naming the field when `node_timeline` does not follow the format.
-Result<nlohmann::json> align_timeline(const nlohmann::json& node_timeline,
-                                      const ProxyMeasurements& proxy);
+// clock, proxy.request and proxy.route spans added, origin "proxy", sync dropped, trace_id the
+// proxy's, ttft_ms the first token plus the one-way delay, e2e_ms the proxy's end, tpot_ms from
+// those. InvalidArgument when `node_timeline` is not a decode node's or no request was sent.
+Result<RequestTimeline> align_timeline(const RequestTimeline& node_timeline,
+                                       const ProxyMeasurements& proxy);
 
 }  // namespace pdserve::proxy

@@ -6,35 +6,29 @@
 namespace pdserve::proxy {
 namespace {
 
-using Json = nlohmann::json;
-
 // vLLM's TTFT / TPOT ranges, from sub-millisecond gaps to minutes-long prefills.
 const std::vector<double> kPhaseBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,
                                            0.1,   0.25,  0.5,  0.75, 1.0,  2.5,   5.0,
                                            7.5,   10.0,  20.0, 40.0, 80.0, 160.0, 640.0};
 
-std::optional<double> number_or_null(const Json& object, const char* key) {
-  const auto it = object.find(key);
-  if (it == object.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
-bool is_choice_zero(const Json& span) {
-  const auto args = span.find("args");
-  if (args == span.end() || !args->is_object()) return true;
-  const auto index = args->find("index");
-  return index == args->end() || !index->is_number() || index->get<double>() == 0.0;
+// A span without a numeric args.index belongs to choice 0 (the proxy's own spans).
+bool is_choice_zero(const RequestTimelineSpan& span) {
+  const auto index = span.args.find("index");
+  if (index == span.args.end()) return true;
+  if (const auto* count = std::get_if<int64_t>(&index->second)) return *count == 0;
+  if (const auto* number = std::get_if<double>(&index->second)) return *number == 0.0;
+  return true;
 }
 
 // [first start, last end] of choice 0's spans called `name`.
-std::optional<std::pair<double, double>> extent(const Json& spans, std::string_view name) {
+std::optional<std::pair<double, double>> extent(const std::vector<RequestTimelineSpan>& spans,
+                                                std::string_view name) {
   std::optional<std::pair<double, double>> range;
-  for (const Json& span : spans) {
-    if (span.value("name", "") != name || !is_choice_zero(span)) continue;
-    const double start = span.value("start_ms", 0.0);
-    const double end = span.value("end_ms", 0.0);
-    range = range ? std::pair(std::min(range->first, start), std::max(range->second, end))
-                  : std::pair(start, end);
+  for (const RequestTimelineSpan& span : spans) {
+    if (span.name != name || !is_choice_zero(span)) continue;
+    range = range ? std::pair(std::min(range->first, span.start_ms),
+                              std::max(range->second, span.end_ms))
+                  : std::pair(span.start_ms, span.end_ms);
   }
   return range;
 }
@@ -51,35 +45,28 @@ void observe_ms(metrics::Registry& metrics, const std::string& name, const std::
 
 }  // namespace
 
-TimelineSummary summarize_timeline(const Json& aligned) {
+TimelineSummary summarize_timeline(const RequestTimeline& aligned) {
   TimelineSummary summary;
-  summary.ttft_ms = number_or_null(aligned, "ttft_ms");
-  summary.tpot_ms = number_or_null(aligned, "tpot_ms");
-  summary.e2e_ms = number_or_null(aligned, "e2e_ms").value_or(0.0);
-  summary.output_tokens = aligned.value("output_tokens", int64_t{0});
-  if (const auto tokens = aligned.find("tokens_ms");
-      tokens != aligned.end() && tokens->is_array()) {
-    for (size_t i = 1; i < tokens->size(); ++i) {
-      summary.inter_token_ms.push_back((*tokens)[i].get<double>() - (*tokens)[i - 1].get<double>());
+  summary.ttft_ms = aligned.ttft_ms;
+  summary.tpot_ms = aligned.tpot_ms;
+  summary.e2e_ms = aligned.e2e_ms;
+  summary.output_tokens = aligned.output_tokens;
+  const std::vector<double>& tokens = aligned.tokens_ms;
+  for (size_t i = 1; i < tokens.size(); ++i)
+    summary.inter_token_ms.push_back(tokens[i] - tokens[i - 1]);
+  for (const RequestTimelineSpan& span : aligned.spans) {
+    if (span.name != "prefill.chunk" || !is_choice_zero(span)) continue;
+    const auto tokens_computed = span.args.find("prompt_tokens");
+    if (tokens_computed == span.args.end()) continue;
+    if (const auto* count = std::get_if<int64_t>(&tokens_computed->second)) {
+      summary.prompt_tokens_computed += *count;
     }
   }
-  const Json& spans = aligned.at("spans");
-  for (const Json& span : spans) {
-    if (span.value("name", "") != "prefill.chunk" || !is_choice_zero(span)) continue;
-    const auto args = span.find("args");
-    if (args == span.end() || !args->is_object()) continue;
-    const auto tokens = args->find("prompt_tokens");
-    if (tokens != args->end() && tokens->is_number_integer()) {
-      summary.prompt_tokens_computed += tokens->get<int64_t>();
-    }
-  }
-  summary.prefill_queue_ms = length(extent(spans, "prefill.queue"));
-  summary.prefill_compute_ms = length(extent(spans, "prefill.chunk"));
-  summary.decode_queue_ms = length(extent(spans, "decode.queue"));
-  const auto kv = aligned.find("kv_transfer");
-  summary.kv_transfer_ms = kv != aligned.end() && kv->is_object()
-                               ? number_or_null(*kv, "ms")
-                               : length(extent(spans, "kv.transfer"));
+  summary.prefill_queue_ms = length(extent(aligned.spans, "prefill.queue"));
+  summary.prefill_compute_ms = length(extent(aligned.spans, "prefill.chunk"));
+  summary.decode_queue_ms = length(extent(aligned.spans, "decode.queue"));
+  summary.kv_transfer_ms = aligned.kv_transfer ? std::optional(aligned.kv_transfer->ms)
+                                               : length(extent(aligned.spans, "kv.transfer"));
   return summary;
 }
 

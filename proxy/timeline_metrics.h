@@ -10,9 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/metrics/metrics.h"
+#include "common/protocol/request_timeline.h"
 #include "proxy/cluster_advice.h"
 
 namespace pdserve::proxy {
@@ -32,9 +31,8 @@ struct TimelineSummary {
   std::optional<double> decode_queue_ms;     // decode.queue
 };
 
-// From a timeline already checked by align_timeline(); absent or malformed optional fields
-// read as nullopt.
-TimelineSummary summarize_timeline(const nlohmann::json& aligned);
+// From the timeline align_timeline() made.
+TimelineSummary summarize_timeline(const RequestTimeline& aligned);
 
 // The advisor's view of the request (GET /cluster/advice); absent phases count as 0.
 FinishedRequest finished_request(const TimelineSummary& summary);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/core/json_depth.h"
+#include "common/protocol/request_timeline.h"
 #include "proxy/address_redaction.h"
 
 namespace pdserve::proxy {
@@ -10,8 +11,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr std::string_view kTimelineKey = "pdserve_timeline";
-constexpr std::string_view kCommentPrefix = ": pdserve_timeline ";
 constexpr std::string_view kErrorEventPrefix = "data: {\"error\"";
 // A choice's finish_reason with a value: JSON escapes every quote inside a string, so this
 // text cannot come from generated content.
@@ -47,7 +46,7 @@ Result<Json> parse_object(std::string_view text, std::string_view where) {
 Result<std::optional<Json>> usage_timeline(const Json& response, std::string_view where) {
   const auto usage = response.find("usage");
   if (usage == response.end() || !usage->is_object()) return std::optional<Json>();
-  const auto timeline = usage->find(kTimelineKey);
+  const auto timeline = usage->find(kTimelineUsageField);
   if (timeline == usage->end()) return std::optional<Json>();
   if (!timeline->is_object()) {
     return invalid_argument(std::string(where) + ": usage.pdserve_timeline is not an object");
@@ -114,13 +113,13 @@ void SseRelay::route_event(std::string_view event, std::string& out) {
     destination += "data: " + redact_error_body(trim(event.substr(5))) + "\n\n";
     return;
   }
-  if (event.find(kTimelineKey) == std::string_view::npos) {
+  if (event.find(kTimelineUsageField) == std::string_view::npos) {
     destination.append(event);
     return;
   }
-  if (event.starts_with(kCommentPrefix)) {
-    Result<Json> timeline =
-        parse_object(trim(event.substr(kCommentPrefix.size())), "the ': pdserve_timeline' comment");
+  if (event.starts_with(kTimelineCommentPrefix)) {
+    Result<Json> timeline = parse_object(trim(event.substr(kTimelineCommentPrefix.size())),
+                                         "the ': pdserve_timeline' comment");
     if (timeline.ok()) {
       timeline_ = std::move(*timeline);
       comment_held_ = true;
@@ -150,14 +149,14 @@ std::string SseRelay::finish(const Json* client_timeline) {
   if (usage_event_) {
     Json& usage = (*usage_event_)["usage"];
     if (client_timeline) {
-      usage[kTimelineKey] = *client_timeline;
+      usage[kTimelineUsageField] = *client_timeline;
     } else {
-      usage.erase(kTimelineKey);
+      usage.erase(kTimelineUsageField);
     }
     out = "data: " + usage_event_->dump() + "\n\n";
     usage_event_.reset();
   } else if (comment_held_ && client_timeline) {
-    out = std::string(kCommentPrefix) + client_timeline->dump() + "\n\n";
+    out = std::string(kTimelineCommentPrefix) + client_timeline->dump() + "\n\n";
   }
   comment_held_ = false;
   out += held_after_;
@@ -169,7 +168,8 @@ std::string SseRelay::finish(const Json* client_timeline) {
 }
 
 Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body) {
-  if (body.find(kTimelineKey) == std::string_view::npos) return std::optional<TimelineBody>();
+  if (body.find(kTimelineUsageField) == std::string_view::npos)
+    return std::optional<TimelineBody>();
   PDS_ASSIGN_OR_RETURN(Json response, parse_object(body, "the decode node's response body"));
   PDS_ASSIGN_OR_RETURN(std::optional<Json> timeline,
                        usage_timeline(response, "the decode node's response body"));
@@ -180,9 +180,9 @@ Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body) {
 std::string TimelineBody::with_timeline(const Json* client_timeline) {
   Json& usage = response["usage"];
   if (client_timeline) {
-    usage[kTimelineKey] = *client_timeline;
+    usage[kTimelineUsageField] = *client_timeline;
   } else {
-    usage.erase(kTimelineKey);
+    usage.erase(kTimelineUsageField);
   }
   return response.dump();
 }

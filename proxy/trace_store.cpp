@@ -25,8 +25,7 @@ std::vector<RecordedTimeline> TraceStore::last(size_t count) const {
 std::optional<RecordedTimeline> TraceStore::find(std::string_view request_id) const {
   std::lock_guard lock(mutex_);
   for (auto it = requests_.rbegin(); it != requests_.rend(); ++it) {
-    const auto id = it->timeline.find("request_id");
-    if (id != it->timeline.end() && id->is_string() && *id == request_id) return *it;
+    if (it->timeline.request_id == request_id) return *it;
   }
   return std::nullopt;
 }

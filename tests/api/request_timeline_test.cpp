@@ -86,7 +86,7 @@ TEST(RequestTimelineTest, ColocatedRequestWithTwoChoices) {
   input.choices = {colocated_choice(0, 0, 5), colocated_choice(1, 2, 3)};
   for (int i = 0; i < 5; ++i) input.token_times.push_back(at_ms(20.5 + 10.0 * i));
 
-  const Json timeline = request_timeline_json(input);
+  const Json timeline = build_request_timeline(input).to_json();
   EXPECT_EQ(timeline["version"], 1);
   EXPECT_EQ(timeline["request_id"], "cmpl-1");
   EXPECT_EQ(timeline["trace_id"], input.trace_id);
@@ -133,7 +133,8 @@ TEST(RequestTimelineTest, ColocatedRequestWithTwoChoices) {
   EXPECT_EQ(chunk_tokens, 80);
 }
 
-TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
+// Prefilled on a prefill node whose answer's head came back 6 ms after the work was posted.
+ChoiceTimeline remotely_prefilled_choice() {
   ChoiceTimeline choice;
   choice.index = 0;
   choice.completion_tokens = 3;
@@ -159,14 +160,23 @@ TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
   choice.timings.first_scheduled = at_ms(51);
   choice.timings.finished = at_ms(71);
   choice.final_delta = at_ms(71.5);
+  return choice;
+}
 
+RequestTimelineInput remotely_prefilled_input() {
   RequestTimelineInput input;
   input.node = "decode http://127.0.0.1:8200";
   input.arrival = kArrival;
   input.head_sent = at_ms(41);
   input.token_times = {at_ms(41), at_ms(61), at_ms(71.5)};
-  input.choices = {choice};
-  const Json timeline = request_timeline_json(input);
+  input.choices = {remotely_prefilled_choice()};
+  return input;
+}
+
+TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
+  ChoiceTimeline choice = remotely_prefilled_choice();
+  RequestTimelineInput input = remotely_prefilled_input();
+  const Json timeline = build_request_timeline(input).to_json();
 
   // The prefill node received the work at 2 + (6 - 2) / 2 = 4 ms on this clock.
   const Json queue = spans_named(timeline, "prefill.queue").at(0);
@@ -209,7 +219,7 @@ TEST(RequestTimelineTest, RemotelyPrefilledSpansAreShiftedOntoThisClock) {
   // Without overlap the span is the link's: bytes / time.
   choice.remote_prefill->transfer_layers_overlapped = 0;
   input.choices = {choice};
-  const Json plain = request_timeline_json(input)["kv_transfer"];
+  const Json plain = build_request_timeline(input).to_json()["kv_transfer"];
   EXPECT_NEAR(plain["gb_per_s"].get<double>(), 4096 / 0.015 / 1e9, 1e-12);
   EXPECT_NEAR(timeline["tpot_ms"].get<double>(), (71.5 - 41.0) / 2, 1e-3);
 }
@@ -220,7 +230,7 @@ TEST(RequestTimelineTest, OneTokenHasNoTpotAndNoDecodeSteps) {
   input.head_sent = at_ms(1);
   input.choices = {colocated_choice(0, 0, 1)};
   input.token_times = {at_ms(20.5)};
-  const Json timeline = request_timeline_json(input);
+  const Json timeline = build_request_timeline(input).to_json();
   EXPECT_TRUE(timeline["tpot_ms"].is_null());
   EXPECT_NEAR(timeline["ttft_ms"].get<double>(), 20.5, 1e-3);
   EXPECT_EQ(count_named(timeline, "decode.steps"), 0);
@@ -246,12 +256,30 @@ TEST(RequestTimelineTest, RemoteRequestEndedByItsFirstTokenHasNoTransfer) {
   input.head_sent = at_ms(20.5);
   input.token_times = {at_ms(20.5)};
   input.choices = {choice};
-  const Json timeline = request_timeline_json(input);
+  const Json timeline = build_request_timeline(input).to_json();
   EXPECT_FALSE(timeline.contains("kv_transfer"));
   EXPECT_EQ(count_named(timeline, "decode.kv_wait"), 0);
   EXPECT_EQ(count_named(timeline, "prefill.remote"), 1);
   // Received at 1 + (2 - 0) / 2 = 2.
   EXPECT_NEAR(spans_named(timeline, "prefill.queue").at(0)["start_ms"].get<double>(), 2.0, 1e-3);
+}
+
+// What the node writes, the proxy reads back unchanged through the wire text.
+TEST(RequestTimelineTest, TheProxyReadsWhatTheNodeWrites) {
+  RequestTimelineInput colocated;
+  colocated.arrival = kArrival;
+  colocated.head_sent = at_ms(0.25);
+  colocated.choices = {colocated_choice(0, 0, 2), colocated_choice(1, 2, 1)};
+  colocated.token_times = {at_ms(20.5), at_ms(30.5)};
+  for (RequestTimelineInput input : {colocated, remotely_prefilled_input()}) {
+    input.request_id = "cmpl-1";
+    input.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const RequestTimeline written = build_request_timeline(input);
+    const Result<RequestTimeline> read =
+        RequestTimeline::parse(nlohmann::json::parse(written.to_json().dump()));
+    ASSERT_TRUE(read.ok()) << read.status().to_string() << "\n" << written.to_json().dump(2);
+    EXPECT_EQ(*read, written);
+  }
 }
 
 }  // namespace

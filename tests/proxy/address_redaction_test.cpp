@@ -30,7 +30,12 @@ TEST(RedactTimeline, NodesBecomeRolesIdsAndUrlsLeaveFiguresStay) {
   const Json timeline = {
       {"version", 1},
       {"request_id", "cmpl-1"},
+      {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"},
+      {"origin", "proxy"},
+      {"tokens_ms", {12.5}},
+      {"output_tokens", 1},
       {"ttft_ms", 12.5},
+      {"e2e_ms", 20.0},
       {"spans",
        {{{"name", "proxy.route"},
          {"node", "proxy"},
@@ -47,7 +52,7 @@ TEST(RedactTimeline, NodesBecomeRolesIdsAndUrlsLeaveFiguresStay) {
          {"start_ms", 2.0},
          {"end_ms", 8.0},
          {"args", {{"note", "from 10.0.0.9:8100"}}}}}}};
-  const Json redacted = redact_timeline(timeline);
+  const Json redacted = redact_timeline(RequestTimeline::parse(timeline).value()).to_json();
   EXPECT_EQ(redacted.dump().find("10.0.0"), std::string::npos) << redacted.dump(2);
   EXPECT_EQ(redacted.dump().find("decode-3"), std::string::npos);
   EXPECT_EQ(redacted["spans"][0]["node"], "proxy");

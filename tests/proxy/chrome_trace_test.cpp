@@ -52,17 +52,19 @@ RecordedTimeline recorded(const std::string& id, double arrival_us) {
        {"end_ms", 27.0},
        {"args", {{"bytes", 4096}}}},
   };
-  return {{{"version", 1},
-           {"request_id", id},
-           {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"},
-           {"origin", "proxy"},
-           {"spans", spans},
-           {"tokens_ms", {16.0, 35.0, 40.0, 45.0, 49.0}},
-           {"output_tokens", 5},
-           {"ttft_ms", 17.0},
-           {"tpot_ms", 8.25},
-           {"e2e_ms", 50.0}},
-          arrival_us};
+  const Json timeline = {
+      {"version", 1},
+      {"request_id", id},
+      {"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"},
+      {"origin", "proxy"},
+      {"spans", spans},
+      {"tokens_ms", {16.0, 35.0, 40.0, 45.0, 49.0}},
+      {"output_tokens", 5},
+      {"ttft_ms", 17.0},
+      {"tpot_ms", 8.25},
+      {"e2e_ms", 50.0},
+  };
+  return {RequestTimeline::parse(timeline).value(), arrival_us};
 }
 
 // Checks the structure of a list of trace events; returns process name -> thread names.

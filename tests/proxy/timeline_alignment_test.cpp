@@ -47,7 +47,14 @@ Json node_timeline() {
           {"ttft_ms", 30.0},
           {"tpot_ms", 35.0},
           {"e2e_ms", 100.0},
-          {"kv_transfer", {{"bytes", 1024}, {"ms", 7.5}}}};
+          {"kv_transfer",
+           {{"bytes", 1024},
+            {"blocks", 1},
+            {"ms", 7.5},
+            {"gb_per_s", nullptr},
+            {"exposed_ms", nullptr},
+            {"layers", 2},
+            {"layers_overlapped", 2}}}};
 }
 
 ProxyMeasurements measured() {
@@ -58,6 +65,18 @@ ProxyMeasurements measured() {
   proxy.head_ms = 20.0;
   proxy.end_ms = 120.0;
   return proxy;
+}
+
+// The node's timeline as the proxy reads it, aligned.
+Result<RequestTimeline> read_and_align(const Json& node, const ProxyMeasurements& proxy) {
+  PDS_ASSIGN_OR_RETURN(const RequestTimeline parsed, RequestTimeline::parse(node));
+  return align_timeline(parsed, proxy);
+}
+
+// The same in the form the client gets.
+Result<Json> aligned_json(const Json& node, const ProxyMeasurements& proxy) {
+  PDS_ASSIGN_OR_RETURN(const RequestTimeline aligned, read_and_align(node, proxy));
+  return Json(aligned.to_json());
 }
 
 const Json* span_named(const Json& timeline, std::string_view name) {
@@ -75,7 +94,7 @@ TEST(ClockOffset, TheNodesEndNeverFollowsTheProxysEnd) {
   node["sync"]["head_sent_ms"] = 0.0;
   ProxyMeasurements proxy = measured();
   proxy.end_ms = 105.0;
-  Result<Json> aligned = align_timeline(node, proxy);
+  Result<Json> aligned = aligned_json(node, proxy);
   ASSERT_TRUE(aligned.ok()) << aligned.status().to_string();
   const Json* request = span_named(*aligned, "decode.request");
   ASSERT_NE(request, nullptr);
@@ -97,7 +116,7 @@ TEST(ClockOffset, SymmetricDelaysSplitTheNetworkTime) {
 }
 
 TEST(AlignTimeline, ShiftsNodeTimesAndAddsTheProxySpans) {
-  Result<Json> aligned = align_timeline(node_timeline(), measured());
+  Result<Json> aligned = aligned_json(node_timeline(), measured());
   ASSERT_TRUE(aligned.ok()) << aligned.status().to_string();
   const Json& t = *aligned;
   EXPECT_EQ(t["origin"], "proxy");
@@ -136,14 +155,26 @@ TEST(AlignTimeline, OneTokenHasNoTpot) {
   Json timeline = node_timeline();
   timeline["tokens_ms"] = {30.0};
   timeline["output_tokens"] = 1;
-  Result<Json> aligned = align_timeline(timeline, measured());
+  Result<Json> aligned = aligned_json(timeline, measured());
   ASSERT_TRUE(aligned.ok());
   EXPECT_TRUE((*aligned)["tpot_ms"].is_null());
 }
 
+TEST(AlignTimeline, OnlyADecodeNodesTimelineIsAligned) {
+  Result<RequestTimeline> aligned = read_and_align(node_timeline(), measured());
+  ASSERT_TRUE(aligned.ok()) << aligned.status().to_string();
+  // Aligning the proxy's own timeline would shift it twice.
+  const Result<RequestTimeline> twice = align_timeline(*aligned, measured());
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("origin"), std::string::npos);
+  ProxyMeasurements never_sent = measured();
+  never_sent.routes.clear();
+  EXPECT_FALSE(read_and_align(node_timeline(), never_sent).ok());
+}
+
 TEST(AlignTimeline, MalformedTimelinesNameTheField) {
   const auto error_of = [](Json timeline) {
-    Result<Json> aligned = align_timeline(timeline, measured());
+    Result<Json> aligned = aligned_json(timeline, measured());
     EXPECT_FALSE(aligned.ok());
     EXPECT_EQ(aligned.status().code(), StatusCode::kInvalidArgument);
     return aligned.status().message();
@@ -167,7 +198,7 @@ TEST(AlignTimeline, MalformedTimelinesNameTheField) {
 }
 
 TEST(TimelineSummary, PhasesOfTheSplit) {
-  Result<Json> aligned = align_timeline(node_timeline(), measured());
+  Result<RequestTimeline> aligned = read_and_align(node_timeline(), measured());
   ASSERT_TRUE(aligned.ok());
   const TimelineSummary summary = summarize_timeline(*aligned);
   EXPECT_DOUBLE_EQ(*summary.ttft_ms, 38.0);
@@ -186,7 +217,7 @@ TEST(TimelineSummary, PhasesOfTheSplit) {
   Json local = node_timeline();
   local.erase("kv_transfer");
   local["spans"] = Json::array({node_timeline()["spans"][0]});
-  Result<Json> local_aligned = align_timeline(local, measured());
+  Result<RequestTimeline> local_aligned = read_and_align(local, measured());
   ASSERT_TRUE(local_aligned.ok());
   const TimelineSummary local_summary = summarize_timeline(*local_aligned);
   EXPECT_FALSE(local_summary.kv_transfer_ms.has_value());
