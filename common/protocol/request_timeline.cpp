@@ -135,13 +135,11 @@ OrderedJson kv_transfer_json(const KvTransferSummary& kv) {
 }
 
 OrderedJson span_json(const RequestTimelineSpan& span) {
-  OrderedJson out;
-  out["name"] = span.name;
-  out["node"] = span.node;
-  out["start_ms"] = span.start_ms;
-  out["end_ms"] = span.end_ms;
-  out["args"] = timeline_args_json(span.args);
-  return out;
+  return {{"name", span.name},
+          {"node", span.node},
+          {"start_ms", span.start_ms},
+          {"end_ms", span.end_ms},
+          {"args", timeline_args_json(span.args)}};
 }
 
 RequestTimeline parse_timeline(const Json& json) {
