@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "common/engine/scheduler.h"
@@ -49,6 +50,18 @@ SeqId add_imported(Scheduler& scheduler, const std::vector<int32_t>& prompt, int
   return id.ok() ? *id : -1;
 }
 
+// How many of `prompt`'s tokens a new import of it finds in the prefix cache.
+int cached_tokens_of(Scheduler& scheduler, const std::vector<int32_t>& prompt) {
+  const SeqId again = add_imported(scheduler, prompt, 1);
+  return scheduler.find(again)->num_computed_tokens();
+}
+
+// What greedy sampling gives for `prompt` (the fake model's oracle).
+std::vector<int32_t> greedy_oracle(const std::vector<int32_t>& prompt, int max_tokens) {
+  return expected_output(prompt, greedy_params(max_tokens), std::vector<int32_t>{kTestEos},
+                         kTestVocab);
+}
+
 std::vector<int32_t> table_of(const Scheduler& scheduler, SeqId seq_id) {
   const std::span<const int32_t> table = scheduler.block_manager().block_table(seq_id);
   return {table.begin(), table.end()};
@@ -67,8 +80,7 @@ TEST(SchedulerImportTest, FirstTokenComesBeforeTheKvAndDecodingMatchesALocalPref
   FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
   const std::vector<int32_t> prompt = iota_tokens(10, 3);
   constexpr int kMaxTokens = 6;
-  const std::vector<int32_t> oracle = expected_output(prompt, greedy_params(kMaxTokens),
-                                                      std::vector<int32_t>{kTestEos}, kTestVocab);
+  const std::vector<int32_t> oracle = greedy_oracle(prompt, kMaxTokens);
   const SeqId local = scheduler.add_request(iota_tokens(5, 40), greedy_params(20)).value();
   const SeqId imported = add_imported(scheduler, prompt, kMaxTokens);
 
@@ -119,8 +131,7 @@ TEST(SchedulerImportTest, FirstTokenComesBeforeTheKvAndDecodingMatchesALocalPref
   ASSERT_TRUE(scheduler.abort(local).ok());
   expect_nothing_held(scheduler);
   // Landed KV enters the prefix cache: the same prompt again finds its two full blocks.
-  const SeqId again = add_imported(scheduler, prompt, 2);
-  EXPECT_EQ(scheduler.find(again)->num_computed_tokens(), 8);
+  EXPECT_EQ(cached_tokens_of(scheduler, prompt), 8);
 }
 
 TEST(SchedulerImportTest, AnImportReusesTheLocalPrefixCacheAndReceivesOnlyTheRest) {
@@ -134,8 +145,7 @@ TEST(SchedulerImportTest, AnImportReusesTheLocalPrefixCacheAndReceivesOnlyTheRes
 
   const SeqId imported = add_imported(scheduler, prompt, 4);
   EXPECT_EQ(scheduler.find(imported)->num_computed_tokens(), 8);  // two cached blocks
-  const std::vector<int32_t> oracle =
-      expected_output(prompt, greedy_params(4), std::vector<int32_t>{kTestEos}, kTestVocab);
+  const std::vector<int32_t> oracle = greedy_oracle(prompt, 4);
   ASSERT_TRUE(scheduler.accept_remote_first_token(imported, oracle[0]).ok());
   runner.write_remote_kv(prompt, table_of(scheduler, imported), 8);
   ASSERT_TRUE(scheduler.complete_import(imported).ok());
@@ -197,8 +207,7 @@ TEST(SchedulerImportTest, AFirstTokenThatFinishesStillWaitsForTheKvToCacheIt) {
     ASSERT_TRUE(scheduler.block_manager().unpin(imported).ok());
     expect_nothing_held(scheduler);
     // The landed prompt serves the next request with the same prefix.
-    const SeqId again = add_imported(scheduler, prompt, 1);
-    EXPECT_EQ(scheduler.find(again)->num_computed_tokens(), 8);
+    EXPECT_EQ(cached_tokens_of(scheduler, prompt), 8);
   }
 }
 
@@ -210,8 +219,7 @@ TEST(SchedulerImportTest, AFinishedImportWhoseKvNeverLandsCachesNothing) {
   ASSERT_TRUE(scheduler.abort(imported).ok());  // the transfer failed
   expect_nothing_held(scheduler);
   EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 0);
-  const SeqId again = add_imported(scheduler, prompt, 1);
-  EXPECT_EQ(scheduler.find(again)->num_computed_tokens(), 0);
+  EXPECT_EQ(cached_tokens_of(scheduler, prompt), 0);
 }
 
 TEST(SchedulerImportTest, AbortInEveryStateOfAnImport) {
@@ -274,6 +282,19 @@ std::vector<int32_t> run_to_end(Scheduler& scheduler, FakeModelRunner& runner, S
   return output;
 }
 
+// Fails an import as the engine does when its KV cannot come: after its remote first token
+// (appended to `output`) when there is one, it is requeued to be prefilled here. Returns the
+// holder id of the blocks the transfer may still write.
+Result<SeqId> requeue_failed_import(Scheduler& scheduler, SeqId imported,
+                                    std::optional<int32_t> first_token,
+                                    std::vector<int32_t>& output) {
+  if (first_token) {
+    PDS_RETURN_IF_ERROR(scheduler.accept_remote_first_token(imported, *first_token).status());
+    output.push_back(*first_token);
+  }
+  return scheduler.requeue_failed_import(imported);
+}
+
 // Every prefill node failed (before the first token) or the KV failed its checksum (after it):
 // the blocks held for the transfer stay used and pinned under the holder id, garbage in them is
 // never read, and the sequence, requeued, gets fresh blocks and the oracle's output.
@@ -284,20 +305,15 @@ TEST(SchedulerImportTest, AFailedImportIsPrefilledHereWhileTheTransfersBlocksSta
     FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
     const std::vector<int32_t> prompt = iota_tokens(10, 3);
     constexpr int kMaxTokens = 6;
-    const std::vector<int32_t> oracle = expected_output(prompt, greedy_params(kMaxTokens),
-                                                        std::vector<int32_t>{kTestEos}, kTestVocab);
+    const std::vector<int32_t> oracle = greedy_oracle(prompt, kMaxTokens);
     const SeqId imported = add_imported(scheduler, prompt, kMaxTokens);
     ASSERT_TRUE(scheduler.block_manager().pin(imported).ok());  // as the engine does
     const std::vector<int32_t> held = table_of(scheduler, imported);
     // What a corrupted or half-done transfer left there.
     runner.write_remote_kv(iota_tokens(10, 500), held, 0);
     std::vector<int32_t> output;
-    if (with_first_token) {
-      ASSERT_TRUE(scheduler.accept_remote_first_token(imported, oracle[0]).ok());
-      output.push_back(oracle[0]);
-    }
-
-    Result<SeqId> holder = scheduler.requeue_failed_import(imported);
+    Result<SeqId> holder = requeue_failed_import(
+        scheduler, imported, with_first_token ? std::optional(oracle[0]) : std::nullopt, output);
     ASSERT_TRUE(holder.ok()) << holder.status().to_string();
     EXPECT_NE(*holder, imported);
     EXPECT_EQ(scheduler.find(*holder), nullptr) << "a holder is no sequence";
@@ -340,17 +356,13 @@ TEST(SchedulerImportTest, AFullyCachedPromptFallingBackStillComputesSomething) {
     Scheduler scheduler = make_scheduler();
     FakeModelRunner runner(kBlocks, kBlockSize, kTestVocab);
     const std::vector<int32_t> prompt = iota_tokens(8, 3);  // two full blocks
-    const std::vector<int32_t> oracle = expected_output(prompt, greedy_params(4),
-                                                        std::vector<int32_t>{kTestEos}, kTestVocab);
+    const std::vector<int32_t> oracle = greedy_oracle(prompt, 4);
     const SeqId warm = scheduler.add_request(prompt, greedy_params(4)).value();
     EXPECT_EQ(run_to_end(scheduler, runner, warm), oracle);
     const SeqId imported = add_imported(scheduler, prompt, 4);
     std::vector<int32_t> output;
-    if (with_first_token) {
-      ASSERT_TRUE(scheduler.accept_remote_first_token(imported, oracle[0]).ok());
-      output.push_back(oracle[0]);
-    }
-    Result<SeqId> holder = scheduler.requeue_failed_import(imported);
+    Result<SeqId> holder = requeue_failed_import(
+        scheduler, imported, with_first_token ? std::optional(oracle[0]) : std::nullopt, output);
     ASSERT_TRUE(holder.ok()) << holder.status().to_string();
     const std::vector<int32_t> rest = run_to_end(scheduler, runner, imported);
     output.insert(output.end(), rest.begin(), rest.end());
