@@ -90,7 +90,8 @@ TEST(PrefillEventTest, KvSentKeepsItsBlockChecksumsBitExact) {
   EXPECT_TRUE(parsed->block_checksums.empty());
 }
 
-TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
+// A three-token prompt for one block of an eight-block pool: what each test then changes.
+PrefillWork minimal_work() {
   PrefillWork work;
   work.request_id = "r";
   work.prompt_token_ids = {1, 2, 3};
@@ -98,6 +99,11 @@ TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
   work.kv_num_blocks = 8;
   work.kv_layout = {2, 16, 8, 128, "float32"};
   work.block_ids = {5};
+  return work;
+}
+
+TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
+  PrefillWork work = minimal_work();
   work.kv_checksum = true;
   nlohmann::json json = prefill_work_to_json(work);
   Result<PrefillWork> parsed = parse_prefill_work(json.dump());
@@ -111,12 +117,7 @@ TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
 
 // The prefill node samples the first token: the request's logit_bias must reach it.
 TEST(PrefillWorkTest, LogitBiasSurvivesARoundTripAndMalformedOnesAreRefused) {
-  PrefillWork work;
-  work.request_id = "r";
-  work.prompt_token_ids = {1, 2, 3};
-  work.kv_num_blocks = 8;
-  work.kv_layout = {2, 16, 8, 128, "float32"};
-  work.block_ids = {5};
+  PrefillWork work = minimal_work();
   work.sampling.logit_bias = {{7, 100.0f}, {3, -2.5f}};
   nlohmann::json json = prefill_work_to_json(work);
   Result<PrefillWork> parsed = parse_prefill_work(json.dump());
@@ -133,13 +134,7 @@ TEST(PrefillWorkTest, LogitBiasSurvivesARoundTripAndMalformedOnesAreRefused) {
 }
 
 TEST(PrefillWorkTest, AScriptedOutputTravelsWithTheSampling) {
-  PrefillWork work;
-  work.request_id = "r";
-  work.prompt_token_ids = {1, 2, 3};
-  work.kv_descriptor = "AAAA";
-  work.kv_num_blocks = 8;
-  work.kv_layout = {2, 16, 8, 128, "float32"};
-  work.block_ids = {5};
+  PrefillWork work = minimal_work();
   work.sampling.scripted_output = {151657, 198};
   Result<PrefillWork> parsed = parse_prefill_work(prefill_work_to_json(work).dump());
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
