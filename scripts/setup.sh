@@ -2,7 +2,8 @@
 # Installs pdserve's build and test dependencies: Debian 12 packages (needs root or sudo) and
 # one Python virtual environment with the pinned packages of python/requirements.txt (the
 # official `openai` client, Hugging Face's tokenizer and chat-template code, schemathesis,
-# aiperf). Safe to run again: it installs only what is missing and repairs a broken venv.
+# aiperf), and the source of the xgrammar grammar engine (the sdist on PyPI, pinned, into
+# third_party/; CMake builds its C++ core). Safe to run again: it installs only what is missing and repairs a broken venv.
 # The venv lives in $PDSERVE_VENV (default: .venv in the repository root).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,4 +51,28 @@ else
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$requirements"
   echo "$want" >"$stamp"
+fi
+
+# xgrammar (Apache-2.0), the structured-output grammar engine: its PyPI sdist carries the C++
+# core that cmake/xgrammar.cmake builds (its Python bindings are not used). Pinned by version
+# and sha256; unpacked into third_party/ (not committed).
+xgrammar_version=0.2.8
+xgrammar_sha256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xgrammar_url=https://pypi.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$xgrammar_version.tar.gz
+xgrammar_dir=$repo/third_party/xgrammar-$xgrammar_version
+if [[ -f $xgrammar_dir/.pdserve-sha256 && $(cat "$xgrammar_dir/.pdserve-sha256") == "$xgrammar_sha256" ]]; then
+  echo "setup: xgrammar $xgrammar_version present"
+else
+  echo "setup: fetching xgrammar $xgrammar_version from PyPI"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  curl -fsSL --retry 3 -o "$tmp/xgrammar.tar.gz" "$xgrammar_url"
+  if [[ $(sha256sum "$tmp/xgrammar.tar.gz" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
+    echo "setup: xgrammar-$xgrammar_version.tar.gz does not have the pinned sha256" >&2
+    exit 2
+  fi
+  rm -rf "$xgrammar_dir"
+  mkdir -p "$repo/third_party"
+  tar -xzf "$tmp/xgrammar.tar.gz" -C "$repo/third_party"
+  echo "$xgrammar_sha256" >"$xgrammar_dir/.pdserve-sha256"
 fi

@@ -88,7 +88,40 @@ Status SamplingParams::validate(int vocab_size) const {
       return out_of_range_parameter(name.c_str(), text(entry.bias), "[-100, 100]");
     }
   }
+  if (structured_output) {
+    if (structured_output->spec.empty()) {
+      return invalid_argument("sampling parameter structured_output has an empty spec");
+    }
+    if (ignore_eos) {
+      return invalid_argument("ignore_eos cannot be combined with a structured output");
+    }
+    if (min_tokens > 0) {
+      return invalid_argument("min_tokens cannot be combined with a structured output");
+    }
+  }
   return {};
+}
+
+const char* structured_output_kind_name(StructuredOutput::Kind kind) {
+  switch (kind) {
+    case StructuredOutput::Kind::kJsonSchema:
+      return "json_schema";
+    case StructuredOutput::Kind::kRegex:
+      return "regex";
+    case StructuredOutput::Kind::kGrammar:
+      return "grammar";
+    case StructuredOutput::Kind::kToolCalls:
+      return "tool_calls";
+  }
+  return "unknown";
+}
+
+std::optional<StructuredOutput::Kind> parse_structured_output_kind(const std::string& name) {
+  for (const auto kind : {StructuredOutput::Kind::kJsonSchema, StructuredOutput::Kind::kRegex,
+                          StructuredOutput::Kind::kGrammar, StructuredOutput::Kind::kToolCalls}) {
+    if (name == structured_output_kind_name(kind)) return kind;
+  }
+  return std::nullopt;
 }
 
 SamplingParams resolve_sampling_defaults(SamplingParams base, const SamplingDefaults& request,

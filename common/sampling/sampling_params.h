@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/core/status.h"
@@ -17,6 +18,30 @@ struct LogitBias {
   float bias = 0.0f;
   bool operator==(const LogitBias&) const = default;
 };
+
+// A constraint on the output, enforced token by token during sampling (common/grammar/): the
+// structured outputs of the OpenAI API and vLLM, and forced tool calls. JSON comes out compact
+// (", " and ": " separators, no other whitespace), so a bounded schema always finishes.
+struct StructuredOutput {
+  enum class Kind : uint8_t {
+    kJsonSchema,  // spec: a JSON Schema
+    kRegex,       // spec: a regular expression the whole output matches
+    kGrammar,     // spec: an EBNF grammar (xgrammar's GBNF dialect, root rule "root")
+    // spec: {"tools": [{"name": ..., "parameters": {schema}}, ...], "multiple": bool}: Qwen3's
+    // hermes tool calls, "<tool_call>\n{"name": "<a tool>", "arguments": <its parameters>}
+    // \n</tool_call>", one, or with "multiple" one or more separated by "\n".
+    kToolCalls,
+  };
+  Kind kind = Kind::kJsonSchema;
+  std::string spec;
+
+  friend bool operator==(const StructuredOutput&, const StructuredOutput&) = default;
+};
+
+// The names of StructuredOutput::Kind on the wire (the prefill protocol): "json_schema",
+// "regex", "grammar", "tool_calls".
+const char* structured_output_kind_name(StructuredOutput::Kind kind);
+std::optional<StructuredOutput::Kind> parse_structured_output_kind(const std::string& name);
 
 struct SamplingParams {
   // Below kGreedyTemperature the sampler takes the argmax (see sampler.h).
@@ -41,13 +66,15 @@ struct SamplingParams {
   // scripted_output[k] while k is below its size, whatever the logits; sampling goes on after.
   // Drives the whole serving path to known text with a model of random weights.
   std::vector<int32_t> scripted_output;
+  std::optional<StructuredOutput> structured_output;
 
   // InvalidArgument naming the first parameter out of range: a negative or non-finite
   // temperature, top_p outside (0, 1], top_k < -1, min_p outside [0, 1], a repetition_penalty
   // that is not a positive finite number, presence/frequency penalties outside [-2, 2],
   // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], a stop
-  // or scripted token id outside [0, vocab_size), or a logit_bias entry whose id is outside it,
-  // repeated, or whose bias is out of range.
+  // or scripted token id outside [0, vocab_size), a logit_bias entry whose id is outside it,
+  // repeated, or whose bias is out of range, or a structured_output with an empty spec, with
+  // ignore_eos or with min_tokens (the grammar decides when the output may end).
   Status validate(int vocab_size) const;
 };
 

@@ -1,0 +1,254 @@
+#include "common/grammar/constraint.h"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+#include <xgrammar/xgrammar.h>
+
+namespace pdserve {
+namespace {
+
+// OpenAI's strict mode and Python's json.dumps: one line, ", " and ": ", no other whitespace.
+const std::pair<std::string, std::string> kSeparators{", ", ": "};
+
+xgrammar::Grammar json_grammar(const std::string& schema) {
+  return xgrammar::Grammar::FromJSONSchema(schema, /*any_whitespace=*/false, std::nullopt,
+                                           kSeparators, /*strict_mode=*/true);
+}
+
+// `text` as an EBNF string literal.
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out + "\"";
+}
+
+xgrammar::Grammar literal_grammar(const std::string& text) {
+  return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(text));
+}
+
+// Qwen3's hermes tool calls (what its chat template tells the model to write):
+//   <tool_call>\n{"name": "<name>", "arguments": <JSON per the tool's parameters>}\n</tool_call>
+// one of them, or with "multiple" one or more separated by "\n".
+xgrammar::Grammar tool_calls_grammar(const std::string& spec) {
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(spec);
+  const nlohmann::ordered_json& tools = parsed.at("tools");
+  if (!tools.is_array() || tools.empty()) {
+    throw std::invalid_argument("a tool-call constraint needs at least one tool");
+  }
+  std::vector<xgrammar::Grammar> calls;
+  for (const nlohmann::ordered_json& tool : tools) {
+    const nlohmann::ordered_json name = tool.at("name").get<std::string>();
+    const auto parameters = tool.find("parameters");
+    const std::string schema = parameters == tool.end() || parameters->is_null()
+                                   ? std::string(R"({"type": "object"})")
+                                   : parameters->dump();
+    calls.push_back(xgrammar::Grammar::Concat(
+        {literal_grammar("<tool_call>\n{\"name\": " + name.dump() + ", \"arguments\": "),
+         json_grammar(schema), literal_grammar("}\n</tool_call>")}));
+  }
+  xgrammar::Grammar one = calls.size() == 1 ? calls[0] : xgrammar::Grammar::Union(calls);
+  if (!parsed.value("multiple", false)) return one;
+  return xgrammar::Grammar::FromEBNF(
+      one.ToString() + "\npdserve_tool_calls ::= root (\"\\n\" root)*\n", "pdserve_tool_calls");
+}
+
+// Runs an xgrammar call, turning its exceptions (malformed input) into InvalidArgument.
+template <typename Fn>
+auto capture_xgrammar(const StructuredOutput& output, Fn&& fn) -> Result<decltype(fn())> {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return invalid_argument(std::string("invalid ") + structured_output_kind_name(output.kind) +
+                            " constraint: " + e.what());
+  }
+}
+
+}  // namespace
+
+class CompiledConstraint {
+ public:
+  CompiledConstraint(xgrammar::CompiledGrammar compiled, int vocab)
+      : grammar(std::move(compiled)), vocab_size(vocab) {}
+  xgrammar::CompiledGrammar grammar;
+  int vocab_size;
+};
+
+Status check_structured_output(const StructuredOutput& output) {
+  return capture_xgrammar(output, [&] {
+           switch (output.kind) {
+             case StructuredOutput::Kind::kJsonSchema:
+               return json_grammar(output.spec);
+             case StructuredOutput::Kind::kRegex:
+               return xgrammar::Grammar::FromRegex(output.spec);
+             case StructuredOutput::Kind::kGrammar:
+               return xgrammar::Grammar::FromEBNF(output.spec);
+             case StructuredOutput::Kind::kToolCalls:
+               return tool_calls_grammar(output.spec);
+           }
+           throw std::invalid_argument("unknown kind");
+         })
+      .status();
+}
+
+struct ConstraintCompiler::Impl {
+  Tokenizer tokenizer;
+  int vocab_size;
+  std::vector<int32_t> stop_token_ids;
+  std::once_flag once;
+  std::optional<xgrammar::GrammarCompiler> compiler;
+
+  // The vocabulary's tables (a sorted copy of every token's bytes: tens of ms for Qwen3's).
+  xgrammar::GrammarCompiler& get() {
+    std::call_once(once, [&] {
+      const int known = std::min(tokenizer.vocab_size(), vocab_size);
+      std::vector<std::string> vocab(static_cast<size_t>(known));
+      for (int32_t id = 0; id < known; ++id) {
+        // An empty string is xgrammar's mark of a special token: never allowed.
+        if (tokenizer.is_special(id)) continue;
+        if (const auto bytes = tokenizer.token_bytes(id)) vocab[static_cast<size_t>(id)] = *bytes;
+      }
+      const xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, vocab_size,
+                                         stop_token_ids);
+      const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+      compiler.emplace(info, threads, /*cache_enabled=*/true, kCacheBytes);
+    });
+    return *compiler;
+  }
+
+  static constexpr int64_t kCacheBytes = int64_t{256} << 20;
+};
+
+ConstraintCompiler::ConstraintCompiler(Tokenizer tokenizer, int vocab_size,
+                                       std::vector<int32_t> stop_token_ids)
+    : impl_(new Impl{std::move(tokenizer), vocab_size, std::move(stop_token_ids), {}, {}}) {}
+
+ConstraintCompiler::~ConstraintCompiler() = default;
+
+Result<ConstraintHandle> ConstraintCompiler::compile(const StructuredOutput& output) const {
+  return capture_xgrammar(output, [&]() -> ConstraintHandle {
+    xgrammar::GrammarCompiler& compiler = impl_->get();
+    std::optional<xgrammar::CompiledGrammar> compiled;
+    switch (output.kind) {
+      case StructuredOutput::Kind::kJsonSchema:
+        compiled = compiler.CompileJSONSchema(output.spec, /*any_whitespace=*/false, std::nullopt,
+                                              kSeparators, /*strict_mode=*/true);
+        break;
+      case StructuredOutput::Kind::kRegex:
+        compiled = compiler.CompileRegex(output.spec);
+        break;
+      case StructuredOutput::Kind::kGrammar:
+        compiled = compiler.CompileGrammar(output.spec, "root");
+        break;
+      case StructuredOutput::Kind::kToolCalls:
+        compiled = compiler.CompileGrammar(tool_calls_grammar(output.spec));
+        break;
+    }
+    if (!compiled) throw std::invalid_argument("unknown kind");
+    return std::make_shared<const CompiledConstraint>(std::move(*compiled), impl_->vocab_size);
+  });
+}
+
+struct ConstraintMatcher::Impl {
+  ConstraintHandle constraint;
+  xgrammar::GrammarMatcher matcher;
+  std::vector<int32_t> bitmask;
+};
+
+ConstraintMatcher::ConstraintMatcher(ConstraintHandle constraint)
+    : impl_(new Impl{constraint, xgrammar::GrammarMatcher(constraint->grammar), {}}) {
+  impl_->bitmask.resize(static_cast<size_t>(xgrammar::GetBitmaskSize(constraint->vocab_size)));
+}
+
+ConstraintMatcher::~ConstraintMatcher() = default;
+ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
+ConstraintMatcher& ConstraintMatcher::operator=(ConstraintMatcher&&) noexcept = default;
+
+Status ConstraintMatcher::allowed(std::vector<int32_t>& bitmask) {
+  if (impl_->matcher.IsTerminated()) {
+    return failed_precondition("the grammar has ended: a stop token was accepted");
+  }
+  bitmask.resize(static_cast<size_t>(xgrammar::GetBitmaskSize(impl_->constraint->vocab_size)));
+  int64_t shape[1] = {static_cast<int64_t>(bitmask.size())};
+  DLTensor tensor{};
+  tensor.data = bitmask.data();
+  tensor.device = DLDevice{kDLCPU, 0};
+  tensor.ndim = 1;
+  tensor.dtype = xgrammar::GetBitmaskDLType();
+  tensor.shape = shape;
+  try {
+    impl_->matcher.FillNextTokenBitmask(&tensor);
+  } catch (const std::exception& e) {
+    return internal_error(std::string("filling the grammar's token mask: ") + e.what());
+  }
+  return Status::ok_status();
+}
+
+Status ConstraintMatcher::mask(std::span<float> logits) {
+  const int vocab = impl_->constraint->vocab_size;
+  if (logits.size() != static_cast<size_t>(vocab)) {
+    return invalid_argument("grammar mask: " + std::to_string(logits.size()) +
+                            " logits for a vocabulary of " + std::to_string(vocab));
+  }
+  PDS_RETURN_IF_ERROR(allowed(impl_->bitmask));
+  constexpr float kForbidden = -std::numeric_limits<float>::infinity();
+  for (size_t word = 0; word < impl_->bitmask.size(); ++word) {
+    const uint32_t bits = static_cast<uint32_t>(impl_->bitmask[word]);
+    if (bits == 0xffffffffu) continue;
+    const size_t first = word * 32;
+    const size_t end = std::min(first + 32, logits.size());
+    for (size_t token = first; token < end; ++token) {
+      if (((bits >> (token - first)) & 1u) == 0) logits[token] = kForbidden;
+    }
+  }
+  return Status::ok_status();
+}
+
+Status ConstraintMatcher::accept(int32_t token) {
+  if (token < 0 || token >= impl_->constraint->vocab_size) {
+    return invalid_argument("token " + std::to_string(token) + " is outside the vocabulary");
+  }
+  bool accepted = false;
+  try {
+    accepted = impl_->matcher.AcceptToken(token);
+  } catch (const std::exception& e) {
+    return internal_error(std::string("the grammar matcher failed: ") + e.what());
+  }
+  if (!accepted) {
+    return invalid_argument("token " + std::to_string(token) + " is not allowed by the grammar");
+  }
+  return Status::ok_status();
+}
+
+bool ConstraintMatcher::complete() const {
+  return impl_->matcher.IsCompleted() || impl_->matcher.IsTerminated();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,73 @@
+// Structured outputs: a StructuredOutput (common/sampling/sampling_params.h) compiled against a
+// model's vocabulary, and the per-sequence matcher that, before each sampling step, sets every
+// logit the grammar forbids to -inf. The engine is xgrammar's C++ core (scripts/setup.sh
+// fetches it); its types stay inside this module.
+//
+// A token is allowed when its bytes continue the grammar; special tokens and ids the tokenizer
+// does not know never are; the stop tokens (EOS) only once the grammar is complete. JSON is
+// compact (", " and ": " separators, no other whitespace), so every bounded schema finishes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/core/status.h"
+#include "common/sampling/sampling_params.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace pdserve {
+
+// A grammar compiled for one vocabulary; shared by the sequences that use it. Opaque.
+class CompiledConstraint;
+using ConstraintHandle = std::shared_ptr<const CompiledConstraint>;
+
+// Parses `output` into a grammar without a vocabulary (cheap next to compiling it):
+// InvalidArgument, naming the problem, when the schema, regex or grammar is malformed or uses
+// what xgrammar does not support. Thread-safe.
+Status check_structured_output(const StructuredOutput& output);
+
+class ConstraintCompiler {
+ public:
+  // `vocab_size`: the rows of the model's logits (at least the tokenizer's vocabulary).
+  ConstraintCompiler(Tokenizer tokenizer, int vocab_size, std::vector<int32_t> stop_token_ids);
+  ~ConstraintCompiler();
+  ConstraintCompiler(const ConstraintCompiler&) = delete;
+  ConstraintCompiler& operator=(const ConstraintCompiler&) = delete;
+
+  // Thread-safe. Each distinct output is compiled once and cached (xgrammar's compiler cache);
+  // the vocabulary's tables are built on the first call. InvalidArgument as
+  // check_structured_output.
+  Result<ConstraintHandle> compile(const StructuredOutput& output) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The grammar state of one sequence. Not thread-safe; movable.
+class ConstraintMatcher {
+ public:
+  explicit ConstraintMatcher(ConstraintHandle constraint);
+  ~ConstraintMatcher();
+  ConstraintMatcher(ConstraintMatcher&&) noexcept;
+  ConstraintMatcher& operator=(ConstraintMatcher&&) noexcept;
+
+  // Sets logits[t] = -inf for every token t the grammar does not allow next. `logits` has the
+  // compiler's vocab_size entries. FailedPrecondition once a stop token was accepted.
+  Status mask(std::span<float> logits);
+  // The allowed tokens as a bitmask (bit t % 32 of word t / 32), as mask() computes it.
+  Status allowed(std::vector<int32_t>& bitmask);
+  // Advances over `token`; InvalidArgument when the grammar does not allow it (the state is
+  // then unchanged).
+  Status accept(int32_t token);
+  // The output so far is a complete sentence of the grammar (a stop token may come next).
+  bool complete() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pdserve

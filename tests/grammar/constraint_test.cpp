@@ -1,0 +1,223 @@
+// The grammar constraint against the Qwen3 vocabulary: random logits, masked, sampled and
+// accepted token by token, always give a sentence of the grammar, and EOS is refused until the
+// grammar is complete.
+#include "common/grammar/constraint.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/sampling/sampler.h"
+
+namespace pdserve {
+namespace {
+
+constexpr int32_t kEos = 151645;  // <|im_end|>
+constexpr int kVocab = 151936;    // Qwen3's logits rows: the tokenizer's ids and padding
+
+const Tokenizer& qwen3_tokenizer() {
+  static const Tokenizer loaded = Tokenizer::load(std::filesystem::path(PDSERVE_ASSETS_DIR) /
+                                                  "qwen3-tokenizer" / "tokenizer.json")
+                                      .value();
+  return loaded;
+}
+
+const ConstraintCompiler& compiler() {
+  static const ConstraintCompiler instance(qwen3_tokenizer(), kVocab, {kEos});
+  return instance;
+}
+
+bool bit(const std::vector<int32_t>& mask, int32_t token) {
+  return ((static_cast<uint32_t>(mask[static_cast<size_t>(token) / 32]) >> (token % 32)) & 1u) != 0;
+}
+
+struct Generated {
+  std::string text;
+  bool ended = false;  // EOS sampled
+};
+
+// Samples from random logits under the constraint until EOS or `max_tokens`, checking at each
+// step that the sampled token was allowed and that EOS was only allowed once complete.
+Generated generate(const ConstraintHandle& constraint, uint64_t seed, int max_tokens = 400) {
+  ConstraintMatcher matcher(constraint);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  Sampler sampler;
+  SamplerRng sampler_rng(seed);
+  SamplingParams params;
+  params.max_tokens = max_tokens;
+  std::vector<float> logits(kVocab);
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> allowed;
+  Generated out;
+  for (int step = 0; step < max_tokens; ++step) {
+    for (float& logit : logits) logit = normal(rng);
+    EXPECT_TRUE(matcher.allowed(allowed).ok());
+    EXPECT_EQ(bit(allowed, kEos), matcher.complete()) << "step " << step;
+    EXPECT_TRUE(matcher.mask(logits).ok());
+    if (!matcher.complete()) {
+      EXPECT_EQ(logits[kEos], -std::numeric_limits<float>::infinity());
+    }
+    const Result<SampleResult> sampled = sampler.sample(logits, params, {}, tokens, sampler_rng);
+    EXPECT_TRUE(sampled.ok()) << sampled.status().to_string();
+    if (!sampled.ok()) break;
+    EXPECT_TRUE(bit(allowed, sampled->token)) << "token " << sampled->token;
+    EXPECT_TRUE(matcher.accept(sampled->token).ok());
+    if (sampled->token == kEos) {
+      out.ended = true;
+      break;
+    }
+    tokens.push_back(sampled->token);
+  }
+  out.text = qwen3_tokenizer().decode(tokens).value();
+  return out;
+}
+
+ConstraintHandle compile(StructuredOutput::Kind kind, std::string spec) {
+  Result<ConstraintHandle> compiled = compiler().compile({kind, std::move(spec)});
+  EXPECT_TRUE(compiled.ok()) << compiled.status().to_string();
+  return compiled.ok() ? *compiled : nullptr;
+}
+
+TEST(ConstraintTest, JsonSchemaOutputsParseValidateAndFinish) {
+  const ConstraintHandle constraint = compile(StructuredOutput::Kind::kJsonSchema, R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "maxLength": 8},
+      "age": {"type": "integer", "minimum": 0, "maximum": 150},
+      "tags": {"type": "array", "items": {"enum": ["red", "green"]}, "maxItems": 3},
+      "ok": {"type": "boolean"}
+    },
+    "required": ["name", "age", "tags", "ok"],
+    "additionalProperties": false})");
+  ASSERT_NE(constraint, nullptr);
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const Generated out = generate(constraint, seed);
+    ASSERT_TRUE(out.ended) << out.text;
+    const nlohmann::ordered_json value = nlohmann::ordered_json::parse(out.text);
+    ASSERT_EQ(value.size(), 4u) << out.text;
+    EXPECT_TRUE(value.at("name").is_string());
+    EXPECT_LE(value.at("name").get<std::string>().size(), 8u * 4);
+    EXPECT_TRUE(value.at("age").is_number_integer());
+    EXPECT_GE(value.at("age").get<int>(), 0);
+    EXPECT_LE(value.at("age").get<int>(), 150);
+    EXPECT_LE(value.at("tags").size(), 3u);
+    for (const auto& tag : value.at("tags")) EXPECT_TRUE(tag == "red" || tag == "green");
+    EXPECT_TRUE(value.at("ok").is_boolean());
+    // Compact: no line breaks, no space that is not part of a separator.
+    EXPECT_EQ(out.text.find('\n'), std::string::npos) << out.text;
+    EXPECT_EQ(out.text.find("{ "), std::string::npos) << out.text;
+  }
+}
+
+TEST(ConstraintTest, JsonObjectGivesAnObject) {
+  const ConstraintHandle constraint =
+      compile(StructuredOutput::Kind::kJsonSchema, R"({"type": "object"})");
+  ASSERT_NE(constraint, nullptr);
+  int ended = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    // Strings are unbounded: the output may be cut by max_tokens, but it is an object so far.
+    const Generated out = generate(constraint, seed, 40);
+    ASSERT_EQ(out.text.front(), '{');
+    if (!out.ended) continue;
+    ++ended;
+    EXPECT_TRUE(nlohmann::json::parse(out.text).is_object()) << out.text;
+  }
+  EXPECT_GT(ended, 0);
+}
+
+TEST(ConstraintTest, ToolCallsFollowTheHermesFormat) {
+  const ConstraintHandle constraint = compile(StructuredOutput::Kind::kToolCalls, R"({
+    "tools": [
+      {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 6}}, "required": ["city"]}},
+      {"name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]}}
+    ],
+    "multiple": true})");
+  ASSERT_NE(constraint, nullptr);
+  const std::regex call("<tool_call>\n(\\{.*?\\})\n</tool_call>");
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    const Generated out = generate(constraint, seed, 300);
+    if (!out.ended) continue;  // several calls, cut by max_tokens
+    std::string rest = out.text;
+    int calls = 0;
+    for (std::smatch match; std::regex_search(rest, match, call); rest = match.suffix()) {
+      ASSERT_EQ(match.position(0), calls == 0 ? 0 : 1) << out.text;  // "\n" between calls
+      const nlohmann::ordered_json value = nlohmann::ordered_json::parse(match[1].str());
+      ASSERT_EQ(value.begin().key(), "name");
+      if (value.at("name") == "get_weather") {
+        EXPECT_LE(value.at("arguments").at("city").get<std::string>().size(), 6u * 4);
+      } else {
+        ASSERT_EQ(value.at("name"), "add") << out.text;
+        EXPECT_LE(value.at("arguments").at("a").get<int>(), 9);
+      }
+      ++calls;
+    }
+    EXPECT_GE(calls, 1);
+    EXPECT_TRUE(rest.empty()) << out.text;
+  }
+}
+
+TEST(ConstraintTest, ChoiceRefusesEosUntilComplete) {
+  const ConstraintHandle constraint =
+      compile(StructuredOutput::Kind::kGrammar, R"(root ::= "yes" | "no way")");
+  ASSERT_NE(constraint, nullptr);
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    const Generated out = generate(constraint, seed);
+    ASSERT_TRUE(out.ended);
+    EXPECT_TRUE(out.text == "yes" || out.text == "no way") << out.text;
+  }
+}
+
+TEST(ConstraintTest, RegexOutputsFullmatch) {
+  const ConstraintHandle constraint =
+      compile(StructuredOutput::Kind::kRegex, R"([a-c]{2,5}-\d{3})");
+  ASSERT_NE(constraint, nullptr);
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    const Generated out = generate(constraint, seed);
+    ASSERT_TRUE(out.ended);
+    EXPECT_TRUE(std::regex_match(out.text, std::regex(R"([a-c]{2,5}-\d{3})"))) << out.text;
+  }
+}
+
+TEST(ConstraintTest, AForbiddenTokenIsRefusedAndLeavesTheStateAlone) {
+  const ConstraintHandle constraint =
+      compile(StructuredOutput::Kind::kGrammar, R"(root ::= "yes")");
+  ASSERT_NE(constraint, nullptr);
+  ConstraintMatcher matcher(constraint);
+  const int32_t no = qwen3_tokenizer().encode("no").value().at(0);
+  EXPECT_EQ(matcher.accept(no).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(matcher.accept(kEos).code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> yes = qwen3_tokenizer().encode("yes").value();
+  for (const int32_t token : yes) {
+    ASSERT_TRUE(matcher.accept(token).ok());
+  }
+  EXPECT_TRUE(matcher.complete());
+  EXPECT_TRUE(matcher.accept(kEos).ok());
+}
+
+TEST(ConstraintTest, MalformedInputIsInvalidArgument) {
+  const std::vector<StructuredOutput> bad = {
+      {StructuredOutput::Kind::kJsonSchema, "not json"},
+      {StructuredOutput::Kind::kJsonSchema, R"({"type": "no such type"})"},
+      {StructuredOutput::Kind::kRegex, "(unbalanced"},
+      {StructuredOutput::Kind::kGrammar, "root ::= undefined_rule"},
+      {StructuredOutput::Kind::kToolCalls, R"({"tools": []})"},
+  };
+  for (const StructuredOutput& output : bad) {
+    EXPECT_EQ(check_structured_output(output).code(), StatusCode::kInvalidArgument) << output.spec;
+    EXPECT_EQ(compiler().compile(output).status().code(), StatusCode::kInvalidArgument)
+        << output.spec;
+  }
+}
+
+}  // namespace
+}  // namespace pdserve
