@@ -35,7 +35,8 @@ SteadyTime now() {
 
 EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq,
                                        SamplerRng request_rng, const Tokenizer& tokenizer,
-                                       const InferenceRequest& request)
+                                       const InferenceRequest& request,
+                                       std::optional<ConstraintMatcher> constraint)
     : id(std::move(request_id)),
       sink(std::move(delta_sink)),
       seq_id(seq),
@@ -45,7 +46,8 @@ EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_s
       stop_matcher(request.stop, request.include_stop_str_in_output),
       prompt_tokens(static_cast<int>(request.prompt_tokens.size())),
       kv_export(request.kv_export),
-      report_sampler_state(request.report_sampler_state) {
+      report_sampler_state(request.report_sampler_state),
+      grammar(std::move(constraint)) {
   timings.arrival = request.arrival;
 }
 
@@ -67,6 +69,8 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
     : scheduler_(std::move(scheduler)),
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
+      constraints_(std::make_unique<ConstraintCompiler>(
+          tokenizer_, scheduler_.config().vocab_size, scheduler_.config().eos_token_ids)),
       connector_(connector),
       seed_source_(std::random_device{}()) {}
 
@@ -132,15 +136,35 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   if (ids_.contains(request.id)) {
     return invalid_argument("request '" + request.id + "' is already in flight");
   }
+  PDS_ASSIGN_OR_RETURN(std::optional<ConstraintMatcher> grammar, make_grammar(request));
   const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
-  if (request.kv_import) return add_imported(request, rng, sink);
-  if (request.resume) return add_resumed(request, rng, sink);
+  if (request.kv_import) return add_imported(request, rng, sink, grammar);
+  if (request.resume) return add_resumed(request, rng, sink, grammar);
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_request(request.prompt_tokens, request.sampling));
-  requests_.emplace(seq_id,
-                    RequestState(request.id, std::move(sink), seq_id, rng, tokenizer_, request));
+  requests_.emplace(seq_id, RequestState(request.id, std::move(sink), seq_id, rng, tokenizer_,
+                                         request, std::move(grammar)));
   ids_.emplace(std::move(request.id), seq_id);
   return Status::ok_status();
+}
+
+Result<std::optional<ConstraintMatcher>> EngineCore::make_grammar(
+    const InferenceRequest& request) const {
+  if (!request.sampling.structured_output) return std::optional<ConstraintMatcher>();
+  ConstraintHandle constraint = request.constraint;
+  if (!constraint) {
+    PDS_ASSIGN_OR_RETURN(constraint, constraints_->compile(*request.sampling.structured_output));
+  }
+  std::optional<ConstraintMatcher> grammar(std::in_place, std::move(constraint));
+  if (request.resume) {
+    const std::vector<int32_t>& tokens = request.resume->output_tokens;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      PDS_RETURN_IF_ERROR(grammar->accept(tokens[i]).with_context(
+          "request '" + request.id + "' resumes a stream whose output token " +
+          std::to_string(i) + " breaks its structured output"));
+    }
+  }
+  return grammar;
 }
 
 Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& resume) {
@@ -164,13 +188,14 @@ Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& re
   return Status::ok_status();
 }
 
-Status EngineCore::add_resumed(InferenceRequest& request, const SamplerRng& rng,
-                               DeltaSink& sink) {
+Status EngineCore::add_resumed(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink,
+                               std::optional<ConstraintMatcher>& grammar) {
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_resumed_request(request.prompt_tokens,
                                                       request.resume->output_tokens,
                                                       request.sampling));
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request,
+                     std::move(grammar));
   if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
     const Status aborted = scheduler_.abort(seq_id);
     PDS_CHECK(aborted.ok(), aborted.to_string());
@@ -181,7 +206,8 @@ Status EngineCore::add_resumed(InferenceRequest& request, const SamplerRng& rng,
   return Status::ok_status();
 }
 
-Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink) {
+Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink,
+                                std::optional<ConstraintMatcher>& grammar) {
   const std::span<const int32_t> resumed_output =
       request.resume ? std::span<const int32_t>(request.resume->output_tokens)
                      : std::span<const int32_t>();
@@ -197,9 +223,10 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
     // Every token but the last is cached here: nothing to import.
     abort_sequence();
     request.kv_import.reset();
-    return add_resumed(request, rng, sink);
+    return add_resumed(request, rng, sink, grammar);
   }
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request);
+  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request,
+                     std::move(grammar));
   if (request.resume) {
     if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
       abort_sequence();
@@ -278,6 +305,14 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
   if (!rng.ok()) {
     abort(request_id, rng.status().with_context("the prefill node's sampler state"));
     return;
+  }
+  if (state.grammar) {
+    // The prefill node sampled under the same constraint (it travels in the PrefillWork).
+    const Status accepted = state.grammar->accept(result.first_token);
+    if (!accepted.ok()) {
+      abort(request_id, internal_error("the prefill node's first token: " + accepted.message()));
+      return;
+    }
   }
   Result<SequenceUpdate> update = scheduler_.accept_remote_first_token(seq_id, result.first_token);
   if (!update.ok()) {
@@ -497,10 +532,8 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
       continue;
     }
     RequestState& state = requests_.at(seq.id());
-    const std::span<const float> logits(logits_.data() + row * vocab, vocab);
-    Result<SampleResult> sampled = sampler_.sample(
-        logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(), state.rng,
-        seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens())));
+    Result<SampleResult> sampled =
+        sample_entry(state, seq, std::span<float>(logits_.data() + row * vocab, vocab));
     if (sampled.ok()) {
       tokens[row] = sampled->token;
       if (seq.sampling_params().want_logprobs) {
@@ -509,7 +542,8 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
       }
     } else {
       // The request's parameters were validated on admission, so a failure here means the
-      // model produced logits the sampler refuses (NaN, +inf): a server fault, not the client's.
+      // model produced logits the sampler refuses (NaN, +inf) or a grammar failed: a server
+      // fault, not the client's.
       failures.emplace_back(seq.id(), internal_error("sampling request '" + state.id +
                                                      "': " + sampled.status().message()));
       const Status aborted = scheduler_.abort(seq.id());
@@ -518,6 +552,19 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
     ++row;
   }
   return tokens;
+}
+
+Result<SampleResult> EngineCore::sample_entry(RequestState& state, const Sequence& seq,
+                                              std::span<float> logits) {
+  if (state.grammar) PDS_RETURN_IF_ERROR(state.grammar->mask(logits));
+  PDS_ASSIGN_OR_RETURN(
+      SampleResult sampled,
+      sampler_.sample(logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(),
+                      state.rng,
+                      seq.stop_checker().min_tokens_banned_ids(
+                          static_cast<size_t>(seq.num_output_tokens()))));
+  if (state.grammar) PDS_RETURN_IF_ERROR(state.grammar->accept(sampled.token));
+  return sampled;
 }
 
 void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {

@@ -8,7 +8,12 @@
 //    include_stop_str_in_output (vLLM's rule); ids the tokenizer does not know (a model's
 //    padded vocabulary rows) produce no text;
 //  * until min_tokens, the stop tokens are banned from sampling; logprobs come from the raw
-//    logits when requested.
+//    logits when requested;
+//  * a request with a structured output has a ConstraintMatcher that follows its output
+//    tokens: before each of its samples the logits the grammar forbids are set to -inf (so the
+//    logprobs are those of the masked logits, as in vLLM), and the sampled token, the prefill
+//    node's first token or a resumed stream's tokens advance it. Preemption keeps the output,
+//    so the matcher stays in step with it.
 // Every request added receives exactly one final delta: finished, aborted (kCancelled or the
 // given reason), or failed (the model or the sampler failed on it). Sinks are called on the
 // caller's thread; see inference_service.h for what a sink may do.
@@ -17,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -28,6 +34,7 @@
 #include "common/engine/model_executor.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/stop_strings.h"
+#include "common/grammar/constraint.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -68,11 +75,14 @@ class EngineCore {
   }
   ServiceStats stats() const;
   const Scheduler& scheduler() const { return scheduler_; }
+  // Compiles structured outputs for this engine's vocabulary. Thread-safe.
+  const ConstraintCompiler& constraint_compiler() const { return *constraints_; }
 
  private:
   struct RequestState {
     RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq, SamplerRng request_rng,
-                 const Tokenizer& tokenizer, const InferenceRequest& request);
+                 const Tokenizer& tokenizer, const InferenceRequest& request,
+                 std::optional<ConstraintMatcher> constraint);
 
     std::string id;
     DeltaSink sink;
@@ -91,18 +101,24 @@ class EngineCore {
     bool report_sampler_state = false;
     std::optional<std::string> resumed_text;  // until the first delta carries it
     bool resumed = false;                     // a stream resumed from another node
+    std::optional<ConstraintMatcher> grammar;  // a structured output's state
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
              KvConnector* connector);
 
   // A remote prefill; for a resumed stream, of its prompt and delivered tokens (a prefix
   // cached here in full leaves nothing to import: it is added as add_resumed does).
-  Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
+  Status add_imported(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink,
+                      std::optional<ConstraintMatcher>& grammar);
   // A stream resumed from another node, prefilled here: queued with its earlier output.
-  Status add_resumed(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink);
+  Status add_resumed(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink,
+                     std::optional<ConstraintMatcher>& grammar);
   // A resumed stream's state: the sampler where it stopped, the text state caught up
   // (InferenceRequest::resume). InvalidArgument when its output already holds a stop string.
   Status catch_up_resumed(RequestState& state, const ResumedOutput& resume);
+  // The matcher of a request with a structured output (its constraint compiled when the
+  // request does not carry it), caught up on a resumed stream's tokens; nullopt without one.
+  Result<std::optional<ConstraintMatcher>> make_grammar(const InferenceRequest& request) const;
   void apply_connector_events();
   // Streams the remotely sampled first token; the sequence keeps awaiting its KV.
   void import_first_token(const std::string& request_id, RemotePrefillResult result);
@@ -130,6 +146,9 @@ class EngineCore {
   // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
   std::vector<int32_t> sample_batch(const ScheduledBatch& batch,
                                     std::vector<std::pair<SeqId, Status>>& failures);
+  // One sampling entry: the grammar's mask, the draw, the grammar advanced over the token.
+  Result<SampleResult> sample_entry(RequestState& state, const Sequence& seq,
+                                    std::span<float> logits);
   void fail_batch(const ScheduledBatch& batch, const Status& status);
   void emit(RequestState& state, const SequenceUpdate& update);
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
@@ -141,6 +160,7 @@ class EngineCore {
   ModelExecutor& executor_;
   Tokenizer tokenizer_;
   Sampler sampler_;
+  std::unique_ptr<ConstraintCompiler> constraints_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvConnector* connector_;

@@ -18,6 +18,7 @@
 
 #include "common/core/status.h"
 #include "common/engine/remote_kv.h"
+#include "common/grammar/constraint.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampler_rng.h"
 #include "common/sampling/sampling_params.h"
@@ -40,6 +41,10 @@ struct InferenceRequest {
   std::string id;                      // unique among requests in flight
   std::vector<int32_t> prompt_tokens;  // non-empty
   SamplingParams sampling;             // resolved: max_tokens is final
+  // sampling.structured_output compiled for the model's vocabulary: LlmEngine::submit compiles
+  // it on the caller's thread (cached per distinct constraint), off the engine thread; left
+  // empty, EngineCore::add compiles it.
+  ConstraintHandle constraint;
   std::vector<std::string> stop;       // stop strings (matched on detokenized text)
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;  // for the detokenized text

@@ -94,6 +94,12 @@ Status LlmEngine::submit(InferenceRequest request, DeltaSink sink) {
   if (!sink) return invalid_argument("request '" + request.id + "': no delta sink");
   // Reads only the core's immutable configuration, so it is safe off the engine thread.
   PDS_RETURN_IF_ERROR(core_->validate(request));
+  // A structured output is compiled here, on the caller's thread (the first request with a
+  // given constraint pays; xgrammar's cache serves the others), never on the engine thread.
+  if (request.sampling.structured_output && !request.constraint) {
+    PDS_ASSIGN_OR_RETURN(request.constraint, core_->constraint_compiler().compile(
+                                                 *request.sampling.structured_output));
+  }
   std::string id = request.id;
   {
     std::lock_guard lock(mutex_);

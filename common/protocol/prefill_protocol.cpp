@@ -35,6 +35,11 @@ Json sampling_to_json(const SamplingParams& params) {
     json["logit_bias"] = std::move(bias);
   }
   if (!params.scripted_output.empty()) json["scripted_output"] = params.scripted_output;
+  if (params.structured_output) {
+    json["structured_output"] = {
+        {"kind", structured_output_kind_name(params.structured_output->kind)},
+        {"spec", params.structured_output->spec}};
+  }
   return json;
 }
 
@@ -76,6 +81,26 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
   if (sampling_has_seed) params.seed = seed;
   params.logit_bias = logit_bias_from_json(json, reader);
   if (json.contains("scripted_output")) params.scripted_output = reader.get_ids("scripted_output");
+  // The decode node's constraint: the prefill node samples the first token under it.
+  if (const auto it = json.find("structured_output"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      reader.fail("'structured_output' is not an object");
+      return params;
+    }
+    FieldReader output_reader(*it, "structured_output");
+    const std::string kind = output_reader.get<std::string>("kind", "");
+    std::string spec = output_reader.get<std::string>("spec", "");
+    if (!output_reader.status().ok()) {
+      reader.fail(output_reader.status().message());
+      return params;
+    }
+    const std::optional<StructuredOutput::Kind> parsed = parse_structured_output_kind(kind);
+    if (!parsed) {
+      reader.fail("'structured_output.kind' is '" + kind + "'");
+      return params;
+    }
+    params.structured_output = StructuredOutput{*parsed, std::move(spec)};
+  }
   return params;
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/engine/engine_core.h"
 #include "engine_test_util.h"
 #include "scripted_executor.h"
@@ -596,6 +598,91 @@ TEST_F(EngineCoreTest, ResumptionsThatCannotContinueAreRefused) {
   for (const auto& [id, stream] : streams_) EXPECT_TRUE(stream.deltas.empty()) << id;
   run_to_completion();
   expect_clean_end();
+}
+
+// Structured outputs: the script and the flat logits would give anything; the grammar's mask
+// leaves only what the schema allows, EOS only once the JSON is complete, through preemptions
+// (a pool too small for all of them at once).
+const std::string kBoundedSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 6},
+    "n": {"type": "integer", "minimum": 0, "maximum": 999},
+    "tags": {"type": "array", "items": {"enum": ["x", "yz"]}, "maxItems": 3}},
+  "required": ["name", "n", "tags"], "additionalProperties": false})";
+
+InferenceRequest structured_request(const std::string& id, int32_t first_token, uint64_t seed) {
+  InferenceRequest r;
+  r.id = id;
+  r.prompt_tokens = {first_token, 101, 102, 103, 104};
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.sampling.max_tokens = 90;
+  r.sampling.structured_output =
+      StructuredOutput{StructuredOutput::Kind::kJsonSchema, kBoundedSchema};
+  return r;
+}
+
+void expect_bounded_schema(const std::string& text) {
+  const nlohmann::json value = nlohmann::json::parse(text);
+  ASSERT_EQ(value.size(), 3u) << text;
+  EXPECT_LE(value.at("n").get<int>(), 999);
+  EXPECT_LE(value.at("tags").size(), 3u);
+  for (const auto& tag : value.at("tags")) EXPECT_TRUE(tag == "x" || tag == "yz") << text;
+}
+
+TEST_F(EngineCoreTest, StructuredOutputsFollowTheirGrammarThroughPreemption) {
+  executor_.set_script(9600, encode(kFoxText));
+  SchedulerConfig config = default_config();
+  config.num_blocks = 24;  // 96 token slots for 8 sequences: some are preempted
+  make_core(config);
+  for (uint64_t i = 0; i < 8; ++i) add(structured_request("s" + std::to_string(i), 9600, i));
+  run_to_completion();
+  expect_clean_end();
+  EXPECT_GT(core_->stats().preemptions_total, 0);
+  for (const auto& [id, stream] : streams_) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(stream.last().finish_reason, FinishReason::kStop) << stream.text();
+    expect_bounded_schema(stream.text());
+  }
+}
+
+TEST_F(EngineCoreTest, AResumedStructuredStreamCatchesItsGrammarUp) {
+  executor_.set_script(9601, encode(kFoxText));
+  make_core();
+  InferenceRequest whole_request = structured_request("whole", 9601, 3);
+  whole_request.report_sampler_state = true;
+  add(whole_request);
+  run_to_completion();
+  const Stream whole = streams_["whole"];
+  const std::vector<int32_t> tokens = whole.tokens();
+  expect_bounded_schema(whole.text());
+  ASSERT_GT(tokens.size(), 6u);
+  for (const size_t cut : {1u, 5u}) {
+    const std::string id = "resumed" + std::to_string(cut);
+    InferenceRequest r = structured_request(id, 9601, 3);
+    r.report_sampler_state = true;
+    r.resume = ResumedOutput{std::vector<int32_t>(tokens.begin(), tokens.begin() + cut),
+                             *whole.deltas[cut - 1].sampler_state};
+    add(std::move(r));
+    run_to_completion();
+    EXPECT_EQ(streams_[id].tokens(), std::vector<int32_t>(tokens.begin() + cut, tokens.end()));
+  }
+  // Output the grammar never allowed cannot be resumed under it.
+  InferenceRequest broken = structured_request("broken", 9601, 3);
+  broken.resume = ResumedOutput{encode("Hello"), *whole.deltas[0].sampler_state};
+  EXPECT_EQ(core_->add(std::move(broken), sink("broken")).code(), StatusCode::kInvalidArgument);
+  expect_clean_end();
+}
+
+TEST_F(EngineCoreTest, StructuredOutputsThatCannotRunAreRefused) {
+  make_core();
+  InferenceRequest bad_schema = structured_request("bad", 9602, 1);
+  bad_schema.sampling.structured_output->spec = R"({"type": "no such type"})";
+  EXPECT_EQ(core_->add(std::move(bad_schema), sink("bad")).code(), StatusCode::kInvalidArgument);
+  InferenceRequest ignore_eos = structured_request("ignore_eos", 9602, 1);
+  ignore_eos.sampling.ignore_eos = true;
+  EXPECT_EQ(core_->add(std::move(ignore_eos), sink("ignore_eos")).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(streams_.empty());
 }
 
 }  // namespace

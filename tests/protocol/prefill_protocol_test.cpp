@@ -147,6 +147,31 @@ TEST(PrefillWorkTest, AScriptedOutputTravelsWithTheSampling) {
   EXPECT_TRUE(parsed->sampling.scripted_output.empty());
 }
 
+// The prefill node samples the first token under the decode node's constraint.
+TEST(PrefillWorkTest, TheStructuredOutputSurvivesARoundTrip) {
+  PrefillWork work;
+  work.request_id = "r";
+  work.prompt_token_ids = {1, 2, 3};
+  work.kv_descriptor = "AAAA";
+  work.kv_num_blocks = 8;
+  work.kv_layout = {2, 16, 8, 128, "float32"};
+  work.block_ids = {5};
+  work.sampling.structured_output =
+      StructuredOutput{StructuredOutput::Kind::kToolCalls, R"({"tools": [{"name": "f"}]})"};
+  nlohmann::json json = prefill_work_to_json(work);
+  Result<PrefillWork> parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->sampling.structured_output, work.sampling.structured_output);
+  json["sampling"]["structured_output"]["kind"] = "yaml";
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("structured_output.kind"), std::string::npos);
+  json["sampling"].erase("structured_output");
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_FALSE(parsed->sampling.structured_output.has_value());
+}
+
 // Replaces `from` (which must occur) in the event's line by `to`.
 std::string edited(const PrefillEvent& event, const std::string& from, const std::string& to) {
   std::string line = line_of(event);
