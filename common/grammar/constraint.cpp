@@ -93,6 +93,15 @@ auto capture_xgrammar(const StructuredOutput& output, Fn&& fn) -> Result<decltyp
 
 }  // namespace
 
+StructuredOutput choice_output(std::span<const std::string> choices) {
+  std::string ebnf = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) ebnf += " | ";
+    ebnf += ebnf_literal(choices[i]);
+  }
+  return {StructuredOutput::Kind::kGrammar, std::move(ebnf)};
+}
+
 class CompiledConstraint {
  public:
   CompiledConstraint(xgrammar::CompiledGrammar compiled, int vocab)

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/core/status.h"
@@ -27,6 +28,9 @@ using ConstraintHandle = std::shared_ptr<const CompiledConstraint>;
 // InvalidArgument, naming the problem, when the schema, regex or grammar is malformed or uses
 // what xgrammar does not support. Thread-safe.
 Status check_structured_output(const StructuredOutput& output);
+
+// The grammar whose sentences are exactly `choices` (vLLM's guided_choice).
+StructuredOutput choice_output(std::span<const std::string> choices);
 
 class ConstraintCompiler {
  public:

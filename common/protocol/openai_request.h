@@ -79,7 +79,10 @@ struct GenerationRequest {
   // client's key order.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;
+  // "none", "auto", "required" or "function" (a named one: tool_choice_function). The last
+  // two set sampling.structured_output to the tools' hermes tool calls.
   std::string tool_choice = "auto";
+  std::string tool_choice_function;
   // Whether the answer's content is parsed for tool calls (common/protocol/tool_call_parser.h):
   // the request has tools and tool_choice is not "none".
   bool parses_tool_calls() const;

@@ -501,11 +501,21 @@ TEST(ChatRequest, Errors) {
        "tools[0].function.parameters", "expected an object"},
       {with(R"("tools": [{"type": "function", "function": {"name": "f", "extra": 1}}])"),
        "tools[0].function.extra", "Unrecognized"},
-      {with(R"("tool_choice": "required")"), "tool_choice", "only \"none\" and \"auto\""},
+      {with(R"("tool_choice": "required")"), "tool_choice", "needs 'tools'"},
       {with(R"("tool_choice": {"type": "function", "function": {"name": "f"}})"), "tool_choice",
-       "cannot force a tool call"},
-      {with(R"("tool_choice": "sometimes")"), "tool_choice", "only \"none\" and \"auto\""},
-      {with(R"("tool_choice": 1)"), "tool_choice", "expected a string"},
+       "needs 'tools'"},
+      {with(R"("tools": [{"type": "function", "function": {"name": "f"}}],
+               "tool_choice": {"type": "function", "function": {"name": "g"}})"),
+       "tool_choice.function.name", "no tool is named \"g\""},
+      {with(R"("tools": [{"type": "function", "function": {"name": "f", "parameters":
+               {"type": "no such type"}}}], "tool_choice": "required")"),
+       "tools", "Invalid value"},
+      {with(R"("tools": [{"type": "function", "function": {"name": "f"}}],
+               "tool_choice": "required", "guided_regex": "a")"),
+       "tool_choice", "cannot be combined"},
+      {with(R"("tool_choice": {"type": "function"})"), "tool_choice.function", "Missing"},
+      {with(R"("tool_choice": "sometimes")"), "tool_choice", "(allowed: \"none\""},
+      {with(R"("tool_choice": 1)"), "tool_choice", "expected a string or an object"},
       {with(R"("logprobs": 3)"), "logprobs", "expected a boolean"},
       {with(R"("top_logprobs": 2)"), "top_logprobs", "'logprobs' must be true"},
       {with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "out of range"},
@@ -515,8 +525,6 @@ TEST(ChatRequest, Errors) {
        "chat_template_kwargs.enable_thinking", "expected a boolean"},
       {with(R"("chat_template_kwargs": {"messages": []})"), "chat_template_kwargs.messages",
        "is set by the request itself"},
-      {with(R"("response_format": {"type": "json_object"})"), "response_format",
-       "only {\"type\": \"text\"} is supported"},
       {with(R"("echo": 1)"), "echo", "expected a boolean"},
       {with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "expected a boolean"},
       {with(R"("continue_final_message": true)"), "continue_final_message",
@@ -527,6 +535,23 @@ TEST(ChatRequest, Errors) {
       {with(
            R"("continue_final_message": true, "chat_template_kwargs": {"add_generation_prompt": false})"),
        "continue_final_message", "Cannot set both"},
+      {with(R"("response_format": {"type": "yaml"})"), "response_format.type", "(allowed:"},
+      {with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"),
+       "response_format.json_schema.schema", "Missing required"},
+      {with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+               "schema": {"type": "no such type"}}})"),
+       "response_format.json_schema.schema", "Invalid value"},
+      {with(R"("response_format": {"type": "json_object"}, "guided_regex": "a+")"),
+       "guided_regex", "both constrain the output"},
+      {with(R"("guided_regex": "(unbalanced")"), "guided_regex", "Invalid value"},
+      {with(R"("guided_regex": "")"), "guided_regex", "it is empty"},
+      {with(R"("guided_json": "{not json")"), "guided_json", "not a JSON document"},
+      {with(R"("guided_json": 3)"), "guided_json", "expected an object"},
+      {with(R"("guided_choice": [])"), "guided_choice", "a non-empty array of strings"},
+      {with(R"("guided_choice": ["a", 1])"), "guided_choice[1]", "expected a string"},
+      {with(R"("guided_grammar": "root ::= undefined")"), "guided_grammar", "Invalid value"},
+      {with(R"("structured_outputs": {"yaml": "x"})"), "structured_outputs.yaml",
+       "Unrecognized"},
       {with(R"("prompt": "x")"), "prompt", "Unrecognized"},
       {with(R"("temperature": -1)"), "temperature", "out of range"},
       {with(R"("n": 1000)"), "n", "out of range"},
@@ -535,6 +560,52 @@ TEST(ChatRequest, Errors) {
     expect_error(parse_chat_completion_request(Json::parse(c.body), kVocab, /*strict_fields=*/true),
                  c);
   }
+}
+
+TEST(ChatRequest, StructuredOutputsBecomeOneConstraint) {
+  using Kind = StructuredOutput::Kind;
+  const std::string messages = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  const auto output = [&](const std::string& fields) {
+    return chat(messages + fields + "}").sampling.structured_output;
+  };
+  EXPECT_FALSE(output(R"("response_format": {"type": "text"})").has_value());
+  EXPECT_EQ(output(R"("response_format": {"type": "json_object"})"),
+            (StructuredOutput{Kind::kJsonSchema, R"({"type": "object"})"}));
+  EXPECT_EQ(output(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+                     "strict": true, "schema": {"type": "object", "properties": {"b": {}, "a": {}}}}})"),
+            (StructuredOutput{Kind::kJsonSchema,
+                              R"({"type":"object","properties":{"b":{},"a":{}}})"}));
+  EXPECT_EQ(output(R"("guided_json": "{\"type\": \"integer\"}")"),
+            (StructuredOutput{Kind::kJsonSchema, R"({"type":"integer"})"}));
+  EXPECT_EQ(output(R"("guided_regex": "[a-z]+")"), (StructuredOutput{Kind::kRegex, "[a-z]+"}));
+  EXPECT_EQ(output(R"("guided_choice": ["yes", "say \"no\""])"),
+            (StructuredOutput{Kind::kGrammar, R"(root ::= "yes" | "say \"no\"")"}));
+  EXPECT_EQ(output(R"("structured_outputs": {"regex": "\\d+"})"),
+            (StructuredOutput{Kind::kRegex, "\\d+"}));
+  EXPECT_EQ(output(R"("structured_outputs": {"json_object": true})"),
+            (StructuredOutput{Kind::kJsonSchema, R"({"type": "object"})"}));
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+                  {"type": "function", "function": {"name": "g"}}])";
+  EXPECT_EQ(output(tools + R"(, "tool_choice": "required")"),
+            (StructuredOutput{Kind::kToolCalls,
+                              R"({"tools":[{"name":"f","parameters":{"type":"object"}},)"
+                              R"({"name":"g"}],"multiple":true})"}));
+  const GenerationRequest named =
+      chat(messages + tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+  EXPECT_EQ(named.tool_choice, "function");
+  EXPECT_EQ(named.tool_choice_function, "g");
+  EXPECT_EQ(named.sampling.structured_output,
+            (StructuredOutput{Kind::kToolCalls, R"({"tools":[{"name":"g"}],"multiple":false})"}));
+  EXPECT_FALSE(output(tools + R"(, "tool_choice": "auto")").has_value());
+}
+
+TEST(CompletionRequest, StructuredOutputsAreAcceptedToo) {
+  EXPECT_EQ(completion(R"({"prompt": "x", "guided_regex": "a|b"})").sampling.structured_output,
+            (StructuredOutput{StructuredOutput::Kind::kRegex, "a|b"}));
+  EXPECT_EQ(completion(R"({"prompt": "x", "response_format": {"type": "json_object"}})")
+                .sampling.structured_output->kind,
+            StructuredOutput::Kind::kJsonSchema);
 }
 
 // ---- context length and sampling resolution ----------------------------------------------------
