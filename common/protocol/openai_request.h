@@ -13,10 +13,18 @@
 //  * OpenAI fields accepted, type-checked and ignored (they change nothing here): store,
 //    metadata, reasoning_effort, service_tier, priority, parallel_tool_calls, user.
 //  * OpenAI fields pdserve does not implement are accepted only with their neutral value
-//    (best_of: 1, suffix: null, response_format: {"type": "text"}, tool_choice: "none" /
-//    "auto") and rejected otherwise, so no request is answered as if a feature were applied.
+//    (best_of: 1, suffix: null) and rejected otherwise, so no request is answered as if a
+//    feature were applied.
 //  * logit_bias: {"<token id>": bias in [-100, 100]} (out of range: 400, where vLLM clamps).
 //  * The "developer" role is the "system" role (OpenAI's newer name).
+//  * Structured outputs: response_format (json_object, json_schema: enforced whatever
+//    "strict" says), guided_json / guided_regex / guided_choice / guided_grammar and
+//    structured_outputs (vLLM) become one StructuredOutput in sampling.structured_output,
+//    checked by xgrammar here (400 naming the field when it refuses one); more than one is a
+//    400 (vLLM too refuses several). tool_choice "required" or a named function constrains the
+//    output to Qwen3's hermes tool calls of the allowed tools (vLLM constrains a named one to
+//    its arguments JSON; pdserve keeps the <tool_call> format the chat template teaches, which
+//    the tool-call parser reads back).
 //  * JSON null means "not set" for every optional field.
 //  * Integer fields must be integral JSON numbers (5 or 5.0, not 5.5 or "5").
 //  * stop: a string or a list of at most kMaxStopStrings non-empty strings (OpenAI allows 4,
@@ -34,7 +42,8 @@
 // vLLM extensions accepted: min_tokens, top_k, min_p, repetition_penalty, stop_token_ids,
 // ignore_eos, include_stop_str_in_output, skip_special_tokens, chat_template_kwargs,
 // stream_options.continuous_usage_stats, chat echo / add_generation_prompt /
-// continue_final_message, and reasoning_content in assistant messages.
+// continue_final_message, reasoning_content in assistant messages, and the guided_* /
+// structured_outputs fields.
 #pragma once
 
 #include <cstdint>
