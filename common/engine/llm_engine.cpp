@@ -27,6 +27,9 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
                                                      std::unique_ptr<KvConnector> connector) {
   if (executor == nullptr) return invalid_argument("engine: no model executor");
   if (config.idle_wait.count() <= 0) return invalid_argument("engine: idle_wait must be > 0");
+  if (config.grammar_compile_threads < 1) {
+    return invalid_argument("engine: grammar_compile_threads must be >= 1");
+  }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                        EngineCore::create(config.scheduler, *executor, std::move(tokenizer),
                                           connector.get()));
@@ -70,6 +73,9 @@ Status LlmEngine::start() {
   std::lock_guard lock(mutex_);
   if (started_ || stopping_) return failed_precondition("the engine was already started");
   return capture_status([&] {
+    for (int i = 0; i < config_.grammar_compile_threads; ++i) {
+      compile_threads_.emplace_back(&LlmEngine::compile_grammars, this);
+    }
     thread_ = std::thread(&LlmEngine::run, this);
     started_ = true;
     return Status::ok_status();
@@ -83,6 +89,10 @@ void LlmEngine::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  compile_wake_.notify_all();
+  for (std::thread& compile_thread : compile_threads_) {
+    if (compile_thread.joinable()) compile_thread.join();
+  }
   if (thread_.joinable()) {
     thread_.join();
   } else {
@@ -94,12 +104,7 @@ Status LlmEngine::submit(InferenceRequest request, DeltaSink sink) {
   if (!sink) return invalid_argument("request '" + request.id + "': no delta sink");
   // Reads only the core's immutable configuration, so it is safe off the engine thread.
   PDS_RETURN_IF_ERROR(core_->validate(request));
-  // A structured output is compiled here, on the caller's thread (the first request with a
-  // given constraint pays; xgrammar's cache serves the others), never on the engine thread.
-  if (request.sampling.structured_output && !request.constraint) {
-    PDS_ASSIGN_OR_RETURN(request.constraint, core_->constraint_compiler().compile(
-                                                 *request.sampling.structured_output));
-  }
+  const bool needs_compile = request.sampling.structured_output && !request.constraint;
   std::string id = request.id;
   {
     std::lock_guard lock(mutex_);
@@ -108,14 +113,22 @@ Status LlmEngine::submit(InferenceRequest request, DeltaSink sink) {
       return invalid_argument("request '" + id + "' is already in flight");
     }
     const size_t limit = static_cast<size_t>(config_.scheduler.max_num_waiting);
-    if (intake_.size() + static_cast<size_t>(published_stats_.num_waiting) >= limit) {
+    if (intake_.size() + compiling_ids_.size() +
+            static_cast<size_t>(published_stats_.num_waiting) >=
+        limit) {
       return resource_exhausted("the waiting queue is full (" + std::to_string(limit) +
                                 " requests); retry later");
     }
     in_flight_ids_.insert(id);
-    intake_.push_back({std::move(request), release_id_when_finished(id, std::move(sink))});
+    Submission submission{std::move(request), release_id_when_finished(id, std::move(sink))};
+    if (needs_compile) {
+      compiling_ids_.insert(id);
+      to_compile_.push_back(std::move(submission));
+    } else {
+      intake_.push_back(std::move(submission));
+    }
   }
-  wake_.notify_one();
+  (needs_compile ? compile_wake_ : wake_).notify_one();
   return Status::ok_status();
 }
 
@@ -123,6 +136,11 @@ void LlmEngine::abort(const std::string& request_id) {
   {
     std::lock_guard lock(mutex_);
     if (!in_flight_ids_.contains(request_id)) return;
+    if (compiling_ids_.contains(request_id)) {
+      // Not in the core yet: its compile thread ends it instead of queueing it.
+      aborted_while_compiling_.insert(request_id);
+      return;
+    }
     aborts_.push_back(request_id);
   }
   wake_.notify_one();
@@ -131,7 +149,7 @@ void LlmEngine::abort(const std::string& request_id) {
 ServiceStats LlmEngine::stats() const {
   std::lock_guard lock(mutex_);
   ServiceStats stats = published_stats_;
-  stats.num_waiting += static_cast<int>(intake_.size());
+  stats.num_waiting += static_cast<int>(intake_.size() + compiling_ids_.size());
   return stats;
 }
 
@@ -143,6 +161,47 @@ DeltaSink LlmEngine::release_id_when_finished(const std::string& request_id, Del
     }
     sink(std::move(delta));
   };
+}
+
+void LlmEngine::compile_grammars() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (to_compile_.empty()) {
+      // submit() and stop() notify; the deadline only bounds a missed wakeup.
+      compile_wake_.wait_for(lock, std::chrono::seconds(1));
+      continue;
+    }
+    Submission submission = std::move(to_compile_.front());
+    to_compile_.pop_front();
+    const std::string id = submission.request.id;
+    Status failure = Status::ok_status();
+    if (!aborted_while_compiling_.contains(id)) {
+      lock.unlock();
+      Result<ConstraintHandle> compiled =
+          core_->constraint_compiler().compile(*submission.request.sampling.structured_output);
+      lock.lock();
+      if (compiled.ok()) {
+        submission.request.constraint = std::move(compiled).value();
+      } else {
+        failure = compiled.status().with_context("request '" + id + "'");
+      }
+    }
+    compiling_ids_.erase(id);
+    if (aborted_while_compiling_.erase(id) > 0) {
+      failure = cancelled("request '" + id + "' was aborted");
+    } else if (failure.ok() && stopping_) {
+      failure = shutting_down();
+    }
+    if (failure.ok()) {
+      intake_.push_back(std::move(submission));
+      wake_.notify_one();
+      continue;
+    }
+    // The sink takes the mutex to release the id.
+    lock.unlock();
+    deliver_error(submission.sink, submission.request, failure);
+    lock.lock();
+  }
 }
 
 void LlmEngine::run() {
@@ -193,6 +252,13 @@ void LlmEngine::shut_down_core() {
   {
     std::lock_guard lock(mutex_);
     submissions.swap(intake_);
+    // Stopping: the compile threads take nothing more from their queue.
+    for (Submission& waiting : to_compile_) {
+      compiling_ids_.erase(waiting.request.id);
+      aborted_while_compiling_.erase(waiting.request.id);
+      submissions.push_back(std::move(waiting));
+    }
+    to_compile_.clear();
     aborts_.clear();
   }
   for (Submission& submission : submissions) {

@@ -29,6 +29,9 @@ struct LlmEngineConfig {
   std::string model_name;     // the served name; ModelInfo's other fields come from `scheduler`
   SamplingDefaults generation_defaults;
   std::chrono::milliseconds idle_wait{20};  // longest sleep between checks when idle
+  // Threads that compile structured outputs (the first request with a new JSON schema pays
+  // seconds for it, on neither an I/O thread nor the engine thread).
+  int grammar_compile_threads = 2;
 };
 
 class LlmEngine : public InferenceService {
@@ -44,13 +47,17 @@ class LlmEngine : public InferenceService {
   LlmEngine(const LlmEngine&) = delete;
   LlmEngine& operator=(const LlmEngine&) = delete;
 
-  // Starts the engine thread. FailedPrecondition when already started or stopped. Requests
-  // submitted before start() wait in the intake queue.
+  // Starts the engine thread and the grammar compile threads. FailedPrecondition when already
+  // started or stopped. Requests submitted before start() wait in the intake queue.
   Status start();
   // Ends every unfinished request with a final Unavailable error delta and joins the engine
-  // thread. Later submits answer Unavailable. Idempotent.
+  // thread. Later submits answer Unavailable. Idempotent. A grammar being compiled is finished
+  // first (xgrammar cannot be interrupted).
   void stop();
 
+  // A request with a structured output whose constraint is not compiled yet goes to a compile
+  // thread first and joins the intake queue once compiled; a compile failure ends it with a
+  // final error delta. It counts as waiting meanwhile.
   Status submit(InferenceRequest request, DeltaSink sink) override;
   void abort(const std::string& request_id) override;
   ServiceStats stats() const override;
@@ -66,6 +73,8 @@ class LlmEngine : public InferenceService {
             std::unique_ptr<EngineCore> core, LlmEngineConfig config);
 
   void run();
+  // A compile thread: compiles queued structured outputs and moves them to the intake queue.
+  void compile_grammars();
   // Moves the intake queue and the abort list into the core, after waiting (up to idle_wait)
   // for something to do when the previous step was idle; false when stopping.
   bool drain_requests(bool idle);
@@ -84,6 +93,10 @@ class LlmEngine : public InferenceService {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Submission> intake_;
+  std::condition_variable compile_wake_;
+  std::deque<Submission> to_compile_;
+  std::unordered_set<std::string> compiling_ids_;  // in to_compile_ or being compiled
+  std::unordered_set<std::string> aborted_while_compiling_;
   std::vector<std::string> aborts_;
   std::unordered_set<std::string> in_flight_ids_;  // submitted, final delta not yet delivered
   ServiceStats published_stats_;
@@ -92,6 +105,7 @@ class LlmEngine : public InferenceService {
   bool stopping_ = false;
   std::mutex stop_mutex_;  // serializes stop() callers
   std::thread thread_;
+  std::vector<std::thread> compile_threads_;
 };
 
 }  // namespace pdserve

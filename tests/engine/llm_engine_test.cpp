@@ -37,6 +37,7 @@ class Collector {
  public:
   struct Stream {
     std::vector<int32_t> tokens;
+    std::string text;
     int deltas = 0;
     int finals = 0;
     SequenceDelta last;
@@ -48,8 +49,10 @@ class Collector {
       Stream& stream = streams_[id];
       EXPECT_EQ(stream.finals, 0) << id << ": a delta after the final one";
       stream.tokens.insert(stream.tokens.end(), delta.token_ids.begin(), delta.token_ids.end());
+      stream.text += delta.text;
       ++stream.deltas;
       if (delta.finished) {
+        finished_order_.push_back(id);
         ++stream.finals;
         ++num_finals_;
         changed_.notify_all();
@@ -73,11 +76,16 @@ class Collector {
     std::lock_guard lock(mutex_);
     return streams_;
   }
+  std::vector<std::string> finished_order() const {
+    std::lock_guard lock(mutex_);
+    return finished_order_;
+  }
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, Stream> streams_;
+  std::vector<std::string> finished_order_;
   int num_finals_ = 0;
 };
 
@@ -251,6 +259,68 @@ TEST(LlmEngineTest, StopWithoutStartEndsTheQueuedRequests) {
   engine->stop();
   ASSERT_TRUE(collector.wait_for_finals(1, 1s));
   EXPECT_EQ(collector.streams().at("queued").last.error.code(), StatusCode::kUnavailable);
+}
+
+InferenceRequest constrained(const std::string& id, int32_t first_token, std::string regex) {
+  InferenceRequest r = request(id, first_token, 16);
+  r.sampling.ignore_eos = false;
+  r.sampling.structured_output = StructuredOutput{StructuredOutput::Kind::kRegex, std::move(regex)};
+  return r;
+}
+
+// A new grammar compiles on a compile thread (for this 151,936-token vocabulary its first
+// compile takes far longer than a few scripted steps): submit() does not wait for it, a request
+// submitted after it runs meanwhile, and the constrained request runs once its grammar is ready.
+TEST(LlmEngineTest, ANewGrammarCompilesOnItsOwnThreadWhileOtherRequestsRun) {
+  std::unique_ptr<LlmEngine> engine = make_engine({5000, 5010});
+  ASSERT_TRUE(engine->start().ok());
+  Collector collector;
+  ASSERT_TRUE(
+      engine->submit(constrained("grammar", 5000, "(ab){2}"), collector.sink("grammar")).ok());
+  EXPECT_EQ(engine->stats().num_waiting, 1);  // compiling counts as waiting
+  // Longer than the constrained one: it still ends first.
+  ASSERT_TRUE(engine->submit(request("plain", 5010, 12), collector.sink("plain")).ok());
+  ASSERT_TRUE(collector.wait_for_finals(2));
+  EXPECT_EQ(collector.finished_order(), (std::vector<std::string>{"plain", "grammar"}));
+  const auto streams = collector.streams();
+  const Collector::Stream& grammar = streams.at("grammar");
+  EXPECT_TRUE(grammar.last.error.ok()) << grammar.last.error.to_string();
+  EXPECT_EQ(grammar.text, "abab");
+  EXPECT_EQ(grammar.last.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(streams.at("plain").tokens, expected_tokens(5010, 12));
+}
+
+// Before start() the compile threads do not run, so these requests are caught in the compile
+// queue: an abort there, a constraint the compiler refuses, and stop() each end theirs with
+// exactly one final delta, and none of them reaches the core.
+TEST(LlmEngineTest, RequestsEndedWhileWaitingForTheirGrammarGetOneFinalDelta) {
+  {
+    std::unique_ptr<LlmEngine> engine = make_engine({5100});
+    Collector collector;
+    ASSERT_TRUE(engine->submit(constrained("aborted", 5100, "a+"), collector.sink("aborted")).ok());
+    InferenceRequest broken = constrained("broken", 5100, "(unclosed");
+    ASSERT_TRUE(engine->submit(std::move(broken), collector.sink("broken")).ok());
+    engine->abort("aborted");
+    ASSERT_TRUE(engine->start().ok());
+    ASSERT_TRUE(collector.wait_for_finals(2));
+    const auto streams = collector.streams();
+    EXPECT_EQ(streams.at("aborted").last.error.code(), StatusCode::kCancelled);
+    EXPECT_EQ(streams.at("broken").last.error.code(), StatusCode::kInvalidArgument)
+        << streams.at("broken").last.error.to_string();
+    for (const auto& [id, stream] : streams) EXPECT_TRUE(stream.tokens.empty()) << id;
+    // The ids are free again once their final delta went out.
+    ASSERT_TRUE(engine->submit(request("aborted", 5100, 2), collector.sink("again")).ok());
+    ASSERT_TRUE(collector.wait_for_finals(3));
+    EXPECT_EQ(engine->stats().num_waiting, 0);
+  }
+  {
+    std::unique_ptr<LlmEngine> engine = make_engine({5200});
+    Collector collector;
+    ASSERT_TRUE(engine->submit(constrained("queued", 5200, "a+"), collector.sink("queued")).ok());
+    engine->stop();
+    ASSERT_TRUE(collector.wait_for_finals(1, 1s));
+    EXPECT_EQ(collector.streams().at("queued").last.error.code(), StatusCode::kUnavailable);
+  }
 }
 
 }  // namespace
