@@ -523,6 +523,7 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
                                               std::vector<std::pair<SeqId, Status>>& failures) {
   const size_t vocab = static_cast<size_t>(executor_.vocab_size());
   std::vector<int32_t> tokens(static_cast<size_t>(batch.num_samples), 0);
+  const std::vector<Status> masked = mask_constrained_rows(batch);
   size_t row = 0;
   for (const ScheduledSequence& entry : batch.entries) {
     if (!entry.samples) continue;
@@ -533,7 +534,9 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
     }
     RequestState& state = requests_.at(seq.id());
     Result<SampleResult> sampled =
-        sample_entry(state, seq, std::span<float>(logits_.data() + row * vocab, vocab));
+        masked[row].ok()
+            ? sample_entry(state, seq, std::span<const float>(logits_.data() + row * vocab, vocab))
+            : Result<SampleResult>(masked[row]);
     if (sampled.ok()) {
       tokens[row] = sampled->token;
       if (seq.sampling_params().want_logprobs) {
@@ -554,9 +557,34 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
   return tokens;
 }
 
+std::vector<Status> EngineCore::mask_constrained_rows(const ScheduledBatch& batch) {
+  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
+  std::vector<Status> statuses(static_cast<size_t>(batch.num_samples), Status::ok_status());
+  std::vector<ConstraintMatcher*> matchers;
+  std::vector<std::span<float>> rows;
+  std::vector<size_t> row_indices;
+  size_t row = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    if (!entry.samples) continue;
+    const Sequence& seq = *entry.sequence;
+    if (seq.status() != SequenceStatus::kAborted) {
+      RequestState& state = requests_.at(seq.id());
+      if (state.grammar) {
+        matchers.push_back(&*state.grammar);
+        rows.emplace_back(logits_.data() + row * vocab, vocab);
+        row_indices.push_back(row);
+      }
+    }
+    ++row;
+  }
+  if (matchers.empty()) return statuses;
+  std::vector<Status> masked = grammar_masker_.mask(matchers, rows);
+  for (size_t i = 0; i < row_indices.size(); ++i) statuses[row_indices[i]] = std::move(masked[i]);
+  return statuses;
+}
+
 Result<SampleResult> EngineCore::sample_entry(RequestState& state, const Sequence& seq,
-                                              std::span<float> logits) {
-  if (state.grammar) PDS_RETURN_IF_ERROR(state.grammar->mask(logits));
+                                              std::span<const float> logits) {
   PDS_ASSIGN_OR_RETURN(
       SampleResult sampled,
       sampler_.sample(logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(),

@@ -146,9 +146,12 @@ class EngineCore {
   // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
   std::vector<int32_t> sample_batch(const ScheduledBatch& batch,
                                     std::vector<std::pair<SeqId, Status>>& failures);
-  // One sampling entry: the grammar's mask, the draw, the grammar advanced over the token.
+  // Applies the grammars of the batch's constrained sampling rows to their logits, all at once
+  // (ConstraintBatchMasker); one status per sampling row, ok for the unconstrained ones.
+  std::vector<Status> mask_constrained_rows(const ScheduledBatch& batch);
+  // One sampling entry, its logits already masked: the draw, the grammar advanced over it.
   Result<SampleResult> sample_entry(RequestState& state, const Sequence& seq,
-                                    std::span<float> logits);
+                                    std::span<const float> logits);
   void fail_batch(const ScheduledBatch& batch, const Status& status);
   void emit(RequestState& state, const SequenceUpdate& update);
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
@@ -161,6 +164,7 @@ class EngineCore {
   Tokenizer tokenizer_;
   Sampler sampler_;
   std::unique_ptr<ConstraintCompiler> constraints_;
+  ConstraintBatchMasker grammar_masker_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvConnector* connector_;

@@ -185,6 +185,39 @@ Result<ConstraintHandle> ConstraintCompiler::compile(const StructuredOutput& out
   });
 }
 
+namespace {
+
+Status check_logits_size(std::span<const float> logits, int vocab) {
+  if (logits.size() == static_cast<size_t>(vocab)) return Status::ok_status();
+  return invalid_argument("grammar mask: " + std::to_string(logits.size()) +
+                          " logits for a vocabulary of " + std::to_string(vocab));
+}
+
+// Sets logits[t] = -inf for every token t whose bit is clear in `bitmask`.
+void apply_bitmask(std::span<const int32_t> bitmask, std::span<float> logits) {
+  constexpr float kForbidden = -std::numeric_limits<float>::infinity();
+  for (size_t word = 0; word < bitmask.size(); ++word) {
+    const uint32_t bits = static_cast<uint32_t>(bitmask[word]);
+    if (bits == 0xffffffffu) continue;
+    const size_t first = word * 32;
+    const size_t end = std::min(first + 32, logits.size());
+    if (bits == 0) {  // most words under a grammar: a plain fill the compiler vectorizes
+      std::fill(logits.begin() + static_cast<ptrdiff_t>(first),
+                logits.begin() + static_cast<ptrdiff_t>(end), kForbidden);
+      continue;
+    }
+    for (size_t token = first; token < end; ++token) {
+      if (((bits >> (token - first)) & 1u) == 0) logits[token] = kForbidden;
+    }
+  }
+}
+
+Status grammar_ended() {
+  return failed_precondition("the grammar has ended: a stop token was accepted");
+}
+
+}  // namespace
+
 struct ConstraintMatcher::Impl {
   ConstraintHandle constraint;
   xgrammar::GrammarMatcher matcher;
@@ -201,9 +234,7 @@ ConstraintMatcher::ConstraintMatcher(ConstraintMatcher&&) noexcept = default;
 ConstraintMatcher& ConstraintMatcher::operator=(ConstraintMatcher&&) noexcept = default;
 
 Status ConstraintMatcher::allowed(std::vector<int32_t>& bitmask) {
-  if (impl_->matcher.IsTerminated()) {
-    return failed_precondition("the grammar has ended: a stop token was accepted");
-  }
+  if (impl_->matcher.IsTerminated()) return grammar_ended();
   bitmask.resize(static_cast<size_t>(xgrammar::GetBitmaskSize(impl_->constraint->vocab_size)));
   int64_t shape[1] = {static_cast<int64_t>(bitmask.size())};
   DLTensor tensor{};
@@ -221,23 +252,77 @@ Status ConstraintMatcher::allowed(std::vector<int32_t>& bitmask) {
 }
 
 Status ConstraintMatcher::mask(std::span<float> logits) {
-  const int vocab = impl_->constraint->vocab_size;
-  if (logits.size() != static_cast<size_t>(vocab)) {
-    return invalid_argument("grammar mask: " + std::to_string(logits.size()) +
-                            " logits for a vocabulary of " + std::to_string(vocab));
-  }
+  PDS_RETURN_IF_ERROR(check_logits_size(logits, impl_->constraint->vocab_size));
   PDS_RETURN_IF_ERROR(allowed(impl_->bitmask));
-  constexpr float kForbidden = -std::numeric_limits<float>::infinity();
-  for (size_t word = 0; word < impl_->bitmask.size(); ++word) {
-    const uint32_t bits = static_cast<uint32_t>(impl_->bitmask[word]);
-    if (bits == 0xffffffffu) continue;
-    const size_t first = word * 32;
-    const size_t end = std::min(first + 32, logits.size());
-    for (size_t token = first; token < end; ++token) {
-      if (((bits >> (token - first)) & 1u) == 0) logits[token] = kForbidden;
-    }
-  }
+  apply_bitmask(impl_->bitmask, logits);
   return Status::ok_status();
+}
+
+struct ConstraintBatchMasker::Impl {
+  // Every hardware thread: the model's workers are idle while a step samples.
+  xgrammar::BatchGrammarMatcher batch{
+      static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))};
+  std::vector<int32_t> bitmasks;  // one row per matcher
+};
+
+ConstraintBatchMasker::ConstraintBatchMasker() : impl_(std::make_unique<Impl>()) {}
+ConstraintBatchMasker::~ConstraintBatchMasker() = default;
+
+std::vector<Status> ConstraintBatchMasker::mask(std::span<ConstraintMatcher* const> matchers,
+                                                std::span<const std::span<float>> logits) {
+  std::vector<Status> statuses(matchers.size(), Status::ok_status());
+  if (matchers.size() != logits.size()) {
+    std::ranges::fill(statuses, invalid_argument("grammar mask: " +
+                                                 std::to_string(matchers.size()) +
+                                                 " matchers for " +
+                                                 std::to_string(logits.size()) + " logit rows"));
+    return statuses;
+  }
+  // The rows that can be masked go to the batch matcher; a row's failure is its own.
+  std::vector<xgrammar::GrammarMatcher> batch;
+  std::vector<size_t> rows;
+  int64_t words = 0;
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    ConstraintMatcher::Impl& matcher = *matchers[i]->impl_;
+    statuses[i] = check_logits_size(logits[i], matcher.constraint->vocab_size);
+    if (statuses[i].ok() && matcher.matcher.IsTerminated()) statuses[i] = grammar_ended();
+    if (!statuses[i].ok()) continue;
+    const int64_t row_words = xgrammar::GetBitmaskSize(matcher.constraint->vocab_size);
+    if (words != 0 && row_words != words) {
+      statuses[i] = invalid_argument("grammar mask: sequences of different vocabularies");
+      continue;
+    }
+    words = row_words;
+    batch.push_back(matcher.matcher);  // shares the sequence's state
+    rows.push_back(i);
+  }
+  if (batch.empty()) return statuses;
+  impl_->bitmasks.assign(batch.size() * static_cast<size_t>(words), 0);
+  int64_t shape[2] = {static_cast<int64_t>(batch.size()), words};
+  DLTensor tensor{};
+  tensor.data = impl_->bitmasks.data();
+  tensor.device = DLDevice{kDLCPU, 0};
+  tensor.ndim = 2;
+  tensor.dtype = xgrammar::GetBitmaskDLType();
+  tensor.shape = shape;
+  try {
+    if (batch.size() == 1) {
+      batch[0].FillNextTokenBitmask(&tensor, 0);  // no thread pool to start for one row
+    } else {
+      impl_->batch.BatchFillNextTokenBitmask(&batch, &tensor);
+    }
+  } catch (const std::exception& e) {
+    const Status failed = internal_error(std::string("filling the grammar's token masks: ") +
+                                         e.what());
+    for (const size_t i : rows) statuses[i] = failed;
+    return statuses;
+  }
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const std::span<const int32_t> bitmask(impl_->bitmasks.data() + b * static_cast<size_t>(words),
+                                           static_cast<size_t>(words));
+    apply_bitmask(bitmask, logits[rows[b]]);
+  }
+  return statuses;
 }
 
 Status ConstraintMatcher::accept(int32_t token) {

@@ -50,6 +50,29 @@ class ConstraintCompiler {
   std::unique_ptr<Impl> impl_;
 };
 
+class ConstraintMatcher;
+
+// Masks the logits of a batch's constrained sequences in one call: their allowed-token sets
+// are computed in parallel on xgrammar's batch matcher (one thread per hardware thread: the
+// model's workers are idle while a step samples), so a batch of them costs about one
+// sequence's time on a host with the cores.
+class ConstraintBatchMasker {
+ public:
+  ConstraintBatchMasker();
+  ~ConstraintBatchMasker();
+  ConstraintBatchMasker(const ConstraintBatchMasker&) = delete;
+  ConstraintBatchMasker& operator=(const ConstraintBatchMasker&) = delete;
+
+  // For each i, what matchers[i]->mask(logits[i]) does; one status per matcher. The matchers
+  // must be distinct.
+  std::vector<Status> mask(std::span<ConstraintMatcher* const> matchers,
+                           std::span<const std::span<float>> logits);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The grammar state of one sequence. Not thread-safe; movable.
 class ConstraintMatcher {
  public:
@@ -70,6 +93,7 @@ class ConstraintMatcher {
   bool complete() const;
 
  private:
+  friend class ConstraintBatchMasker;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -5,9 +5,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <regex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -217,6 +220,76 @@ TEST(ConstraintTest, MalformedInputIsInvalidArgument) {
     EXPECT_EQ(compiler().compile(output).status().code(), StatusCode::kInvalidArgument)
         << output.spec;
   }
+}
+
+// The batched mask is the row-by-row mask: eight matchers at different points of two grammars,
+// walked forward on random logits; each row's batch-masked logits equal what that matcher's own
+// mask() gives. A matcher that accepted EOS and a row of the wrong size fail alone.
+TEST(ConstraintTest, TheBatchedMaskEqualsEachRowsOwnMask) {
+  const ConstraintHandle json = compile(StructuredOutput::Kind::kJsonSchema,
+                                        R"({"type": "object", "properties": {
+                                          "a": {"type": "integer"}, "b": {"type": "string"}},
+                                          "required": ["a", "b"]})");
+  const ConstraintHandle digits = compile(StructuredOutput::Kind::kRegex, "[0-9]{1,40}");
+  ASSERT_NE(json, nullptr);
+  ASSERT_NE(digits, nullptr);
+  constexpr size_t kRows = 8;
+  std::vector<ConstraintMatcher> matchers;
+  for (size_t i = 0; i < kRows; ++i) matchers.emplace_back(i % 2 == 0 ? json : digits);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  ConstraintBatchMasker masker;
+  for (int step = 0; step < 12; ++step) {
+    std::vector<std::vector<float>> batch_logits(kRows, std::vector<float>(kVocab));
+    for (auto& row : batch_logits) {
+      for (float& logit : row) logit = normal(rng);
+    }
+    std::vector<std::vector<float>> own_logits = batch_logits;
+    std::vector<ConstraintMatcher*> pointers;
+    std::vector<std::span<float>> rows;
+    for (size_t i = 0; i < kRows; ++i) {
+      pointers.push_back(&matchers[i]);
+      rows.emplace_back(batch_logits[i]);
+    }
+    const std::vector<Status> statuses = masker.mask(pointers, rows);
+    ASSERT_EQ(statuses.size(), kRows);
+    for (size_t i = 0; i < kRows; ++i) {
+      ASSERT_TRUE(statuses[i].ok()) << statuses[i].to_string();
+      ASSERT_TRUE(matchers[i].mask(own_logits[i]).ok());
+      ASSERT_EQ(batch_logits[i], own_logits[i]) << "row " << i << ", step " << step;
+      // Row i moves on by its (i % 3)-th best allowed token, so the rows drift apart.
+      std::vector<int32_t> order(kVocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + 3, order.end(), [&](int32_t x, int32_t y) {
+        return own_logits[i][static_cast<size_t>(x)] > own_logits[i][static_cast<size_t>(y)];
+      });
+      int32_t next = order[i % 3];
+      if (std::isinf(own_logits[i][static_cast<size_t>(next)]) || next == kEos) next = order[0];
+      if (next != kEos) {
+        ASSERT_TRUE(matchers[i].accept(next).ok());
+      }
+    }
+  }
+
+  const int32_t seven = qwen3_tokenizer().encode("7").value().at(0);
+  const int32_t letter = qwen3_tokenizer().encode("a").value().at(0);
+  ConstraintMatcher ended(digits);
+  ASSERT_TRUE(ended.accept(seven).ok());
+  ASSERT_TRUE(ended.accept(kEos).ok());
+  ConstraintMatcher fresh(digits);
+  std::vector<float> ended_row(kVocab, 0.0f);
+  std::vector<float> short_row(kVocab - 1, 0.0f);
+  std::vector<float> good_row(kVocab, 0.0f);
+  ConstraintMatcher short_matcher(digits);
+  std::vector<ConstraintMatcher*> pointers{&ended, &short_matcher, &fresh};
+  std::vector<std::span<float>> rows{ended_row, short_row, good_row};
+  const std::vector<Status> statuses = masker.mask(pointers, rows);
+  EXPECT_EQ(statuses[0].code(), StatusCode::kFailedPrecondition) << statuses[0].to_string();
+  EXPECT_EQ(statuses[1].code(), StatusCode::kInvalidArgument) << statuses[1].to_string();
+  EXPECT_TRUE(statuses[2].ok()) << statuses[2].to_string();
+  EXPECT_EQ(good_row[static_cast<size_t>(seven)], 0.0f);
+  EXPECT_EQ(good_row[kEos], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(good_row[static_cast<size_t>(letter)], -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace
