@@ -436,7 +436,9 @@ ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
       inter_token_latency_(metrics_.histogram(
           "pdserve:inter_token_latency_seconds",
           "Gap between consecutive token deltas of one request.", kLatencyBuckets)),
-      id_prefix_(random_id_prefix()) {}
+      id_prefix_(random_id_prefix()),
+      // Counters start at the engine's totals now: the warm-up's tokens are not traffic.
+      last_scraped_(service.stats()) {}
 
 void ApiServer::register_routes(http::Router& router) {
   const AccessPolicy& access = options_.access;

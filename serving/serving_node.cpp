@@ -11,6 +11,7 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/core/log.h"
+#include "common/engine/warm_up.h"
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
 
@@ -64,6 +65,11 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--max-model-len", options.engine.max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->capture_default_str();
+  app.add_option("--warm-up-timeout-ms", options.warm_up_timeout_ms,
+                 "Deadline of the warm-up request the node runs before it serves (its first "
+                 "steps load the weights' pages and plans; a failure stops the node)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3'600'000));
   app.add_option("--proxy", options.proxy_url,
                  "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats");
   app.add_option("--cluster-token", options.cluster_token,
@@ -158,6 +164,10 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   PDS_ASSIGN_OR_RETURN(node->engine,
                        make_llm_engine(node->model, node->tokenizer, engine_config, factory));
   PDS_RETURN_IF_ERROR(node->engine->start());
+  PDS_ASSIGN_OR_RETURN(const WarmUpReport warmed,
+                       warm_up(*node->engine, std::chrono::milliseconds(options.warm_up_timeout_ms)));
+  PDS_LOG_INFO("warm-up: " + std::to_string(warmed.generated_tokens) + " tokens in " +
+               std::to_string(warmed.elapsed.count()) + " ms; ready");
   return node;
 }
 

@@ -30,6 +30,7 @@ struct ServingNodeOptions {
   size_t max_body_bytes = size_t{16} << 20;
   int header_timeout_ms = 10'000;
   int idle_timeout_ms = 60'000;
+  int warm_up_timeout_ms = 600'000;  // a big model's first steps on a cold page cache
   std::string kv_cache_dtype = "auto";
   EngineConfig engine;
   // Disaggregation.
@@ -55,8 +56,9 @@ struct ServingNode {
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
 };
 
-// Loads the model and starts its engine, with a KV connector when `with_kv_transfer` (which
-// needs a cluster token or --insecure-no-cluster-token: InvalidArgument otherwise).
+// Loads the model, starts its engine, with a KV connector when `with_kv_transfer` (which
+// needs a cluster token or --insecure-no-cluster-token: InvalidArgument otherwise), and warms
+// it up (common/engine/warm_up.h): the node serves, and joins a cluster, only after that.
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         bool with_kv_transfer);
 

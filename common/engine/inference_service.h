@@ -1,7 +1,7 @@
-// The contract between a serving front end (the OpenAI HTTP server, later the prefill/decode
-// services) and an engine that runs requests. A request is one sequence (one choice of one
-// prompt): the front end fans `n` and prompt lists out into several requests, which share the
-// prompt's KV blocks through the prefix cache.
+// The contract between a serving front end (the decode node's OpenAI server, the prefill node's
+// PrefillWork server) and an engine that runs requests. A request is one sequence (one choice
+// of one prompt): the front end fans `n` and prompt lists out into several requests, which
+// share the prompt's KV blocks through the prefix cache.
 //
 // Threading: submit/abort/stats may be called from any thread. Deltas are delivered by
 // calling the request's sink on the engine's thread; a sink must return quickly and never
@@ -41,9 +41,9 @@ struct InferenceRequest {
   std::string id;                      // unique among requests in flight
   std::vector<int32_t> prompt_tokens;  // non-empty
   SamplingParams sampling;             // resolved: max_tokens is final
-  // sampling.structured_output compiled for the model's vocabulary: LlmEngine::submit compiles
-  // it on the caller's thread (cached per distinct constraint), off the engine thread; left
-  // empty, EngineCore::add compiles it.
+  // sampling.structured_output compiled for the model's vocabulary: left empty, LlmEngine
+  // compiles it on a grammar compile thread (cached per distinct constraint) before queueing the
+  // request, and EngineCore::add (used alone) compiles it itself.
   ConstraintHandle constraint;
   std::vector<std::string> stop;       // stop strings (matched on detokenized text)
   bool include_stop_str_in_output = false;

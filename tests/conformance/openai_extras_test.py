@@ -15,6 +15,7 @@ weights say:
 """
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -227,6 +228,12 @@ def endpoints():
     t.expect_equal(t.http("GET", target.url + "/ready"), (200, '{"ready":true}'), "/ready")
     t.expect_equal(t.http("GET", target.url + "/health?ready=1"), (200, '{"ready":true}'), "/health?ready=1")
     t.expect_equal(t.http("GET", target.url + "/health"), (200, "{}"), "/health")
+    # The node answers (and registers) only after its warm-up request: a prefill and a decode step.
+    log = target.decode.log()
+    warmed = re.search(r"warm-up: 2 tokens in \d+ ms; ready", log)
+    serving = log.find("pdserve-decode: serving")
+    t.expect(warmed is not None and 0 <= warmed.start() < serving,
+             f"the warm-up line comes before the serving line:\n{log[:2000]}")
 
 
 def hub_id_is_the_served_name():

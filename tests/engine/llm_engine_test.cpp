@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/engine/llm_engine.h"
+#include "common/engine/warm_up.h"
 #include "scripted_executor.h"
 
 namespace pdserve {
@@ -320,6 +321,66 @@ TEST(LlmEngineTest, RequestsEndedWhileWaitingForTheirGrammarGetOneFinalDelta) {
     engine->stop();
     ASSERT_TRUE(collector.wait_for_finals(1, 1s));
     EXPECT_EQ(collector.streams().at("queued").last.error.code(), StatusCode::kUnavailable);
+  }
+}
+
+// The engine's stats once nothing runs or waits (they are published after each step), or after
+// 10 s.
+ServiceStats stats_once_idle(const LlmEngine& engine) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  ServiceStats stats = engine.stats();
+  while (stats.num_running + stats.num_waiting > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+    stats = engine.stats();
+  }
+  return stats;
+}
+
+// The warm-up a node runs before it serves: one prefill step and one decode step, then the
+// engine is idle again with nothing held.
+TEST(LlmEngineTest, WarmUpRunsOnePrefillAndOneDecodeStepAndLeavesTheEngineIdle) {
+  auto executor = std::make_unique<ScriptedExecutor>(kVocab);
+  ScriptedExecutor& steps = *executor;
+  std::unique_ptr<LlmEngine> engine =
+      LlmEngine::create(std::move(executor), tokenizer(), engine_config()).value();
+  ASSERT_TRUE(engine->start().ok());
+  const Result<WarmUpReport> warmed = warm_up(*engine, 30s);
+  ASSERT_TRUE(warmed.ok()) << warmed.status().to_string();
+  EXPECT_EQ(warmed->generated_tokens, 2);
+  EXPECT_EQ(steps.steps(), 2);
+  const ServiceStats stats = stats_once_idle(*engine);
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 0);
+  EXPECT_EQ(stats.kv_blocks_used, 0);
+  EXPECT_EQ(stats.generation_tokens_total, 2);
+}
+
+// A model that fails a step, or one too slow for the deadline, fails the warm-up (the node then
+// exits instead of taking traffic); an overrun warm-up request is aborted, not left running.
+TEST(LlmEngineTest, AWarmUpFailsWhenTheModelFailsOrOverrunsTheDeadline) {
+  {
+    auto executor = std::make_unique<ScriptedExecutor>(kVocab);
+    executor->fail_at_step(1);  // the prefill step
+    std::unique_ptr<LlmEngine> engine =
+        LlmEngine::create(std::move(executor), tokenizer(), engine_config()).value();
+    ASSERT_TRUE(engine->start().ok());
+    const Result<WarmUpReport> warmed = warm_up(*engine, 30s);
+    ASSERT_FALSE(warmed.ok());
+    EXPECT_EQ(warmed.status().code(), StatusCode::kInternal) << warmed.status().to_string();
+    EXPECT_NE(warmed.status().message().find("injected model failure"), std::string::npos)
+        << warmed.status().to_string();
+  }
+  {
+    auto executor = std::make_unique<ScriptedExecutor>(kVocab);
+    executor->set_step_delay(300ms);
+    std::unique_ptr<LlmEngine> engine =
+        LlmEngine::create(std::move(executor), tokenizer(), engine_config()).value();
+    ASSERT_TRUE(engine->start().ok());
+    const Result<WarmUpReport> warmed = warm_up(*engine, 100ms);
+    EXPECT_EQ(warmed.status().code(), StatusCode::kDeadlineExceeded)
+        << warmed.status().to_string();
+    const ServiceStats stats = stats_once_idle(*engine);
+    EXPECT_EQ(stats.num_running + stats.num_waiting, 0) << "the overrun warm-up still runs";
+    EXPECT_LT(stats.generation_tokens_total, 2);
   }
 }
 
