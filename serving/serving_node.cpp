@@ -198,6 +198,29 @@ NodeLoad node_load(const ServiceStats& stats) {
   return load;
 }
 
+static_assert(kPrefixJournalCapacity == kMaxPrefixReportHashes,
+              "a journal's changes must fit in one heartbeat");
+
+PrefixCacheReport prefix_report(PrefixCacheChanges changes, int block_size) {
+  return {block_size, changes.reset, std::move(changes.stored), std::move(changes.removed)};
+}
+
+// The engine's prefix-cache journal as the node agent takes it.
+PrefixCacheFeed prefix_cache_feed(LlmEngine* engine, int block_size) {
+  PrefixCacheFeed feed;
+  feed.take = [engine, block_size]() -> std::optional<PrefixCacheReport> {
+    PrefixCacheChanges changes = engine->take_prefix_cache_changes();
+    if (changes.empty()) return std::nullopt;
+    return prefix_report(std::move(changes), block_size);
+  };
+  feed.restore = [engine](PrefixCacheReport report) {
+    engine->restore_prefix_cache_changes(
+        {report.reset, std::move(report.stored), std::move(report.removed)});
+  };
+  feed.resync = [engine] { engine->resync_prefix_cache(); };
+  return feed;
+}
+
 // Registers the node with options.proxy_url (nothing when it is empty).
 Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
                                                 NodeRole role, uint16_t port,
@@ -216,6 +239,7 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
   agent.registration.kv_blocks_total = node.engine->stats().kv_blocks_total;
   agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
+  agent.prefix_cache = prefix_cache_feed(engine, options.engine.block_size);
   if (options.exit_when_drained) {
     // Runs on the agent's thread; SIGTERM wakes serve_until_shutdown's wait like Ctrl-C does.
     agent.on_retired = [engine] {

@@ -1,5 +1,9 @@
 #include "common/cluster/cluster_messages.h"
 
+#include <charconv>
+#include <cstdio>
+#include <unordered_set>
+
 #include "common/core/json_fields.h"
 #include "common/http/http_client.h"
 
@@ -18,6 +22,45 @@ T read_count(FieldReader& reader, const char* name) {
   const T value = reader.get<T>(name, 0, /*required=*/false);
   if (value < 0) reader.fail(std::string("'") + name + "' must be an integer >= 0");
   return value < 0 ? 0 : value;
+}
+
+std::string hash_to_hex(uint64_t hash) {
+  char digits[17];
+  std::snprintf(digits, sizeof(digits), "%016llx", static_cast<unsigned long long>(hash));
+  return digits;
+}
+
+// The keys of `name`: an array of 16-hex-digit strings, each new to `seen`.
+Result<std::vector<uint64_t>> read_hashes(const Json& report, const char* name,
+                                          std::unordered_set<uint64_t>& seen) {
+  std::vector<uint64_t> hashes;
+  const auto field = report.find(name);
+  if (field == report.end()) return hashes;
+  const std::string where = std::string("prefix_cache: '") + name + "'";
+  if (!field->is_array()) {
+    return invalid_argument(where + " must be an array of 16-hex-digit strings");
+  }
+  if (field->size() > kMaxPrefixReportHashes) {
+    return invalid_argument(where + " holds " + std::to_string(field->size()) +
+                            " keys, more than " + std::to_string(kMaxPrefixReportHashes));
+  }
+  hashes.reserve(field->size());
+  for (const Json& value : *field) {
+    const std::string* text = value.get_ptr<const std::string*>();
+    uint64_t hash = 0;
+    const bool lower_hex = text != nullptr && text->size() == 16 &&
+                           text->find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!lower_hex ||
+        std::from_chars(text->data(), text->data() + text->size(), hash, 16).ec != std::errc()) {
+      return invalid_argument(where + " holds " + value.dump().substr(0, 40) +
+                              ", not 16 lowercase hex digits");
+    }
+    if (!seen.insert(hash).second) {
+      return invalid_argument(where + ": key " + *text + " is listed twice");
+    }
+    hashes.push_back(hash);
+  }
+  return hashes;
 }
 
 }  // namespace
@@ -104,14 +147,57 @@ Result<RegistrationReply> RegistrationReply::parse(const Json& json) {
   return reply;
 }
 
-Json Heartbeat::to_json() const { return {{"load", load.to_json()}}; }
+Json PrefixCacheReport::to_json() const {
+  Json stored_hex = Json::array();
+  for (uint64_t hash : stored) stored_hex.push_back(hash_to_hex(hash));
+  Json removed_hex = Json::array();
+  for (uint64_t hash : removed) removed_hex.push_back(hash_to_hex(hash));
+  return {{"block_size", block_size},
+          {"reset", reset},
+          {"stored", std::move(stored_hex)},
+          {"removed", std::move(removed_hex)}};
+}
+
+Result<PrefixCacheReport> PrefixCacheReport::parse(const Json& json) {
+  if (!json.is_object()) return invalid_argument("heartbeat: 'prefix_cache' must be an object");
+  FieldReader reader(json, "prefix_cache");
+  PrefixCacheReport report;
+  report.block_size = reader.get<int>("block_size", 0);
+  report.reset = reader.get<bool>("reset", false, /*required=*/false);
+  PDS_RETURN_IF_ERROR(reader.status());
+  if (report.block_size < 1 || report.block_size > 4096) {
+    return invalid_argument("prefix_cache: 'block_size' must be in 1..4096, not " +
+                            std::to_string(report.block_size));
+  }
+  std::unordered_set<uint64_t> seen;  // a key in both lists has no meaning
+  PDS_ASSIGN_OR_RETURN(report.stored, read_hashes(json, "stored", seen));
+  PDS_ASSIGN_OR_RETURN(report.removed, read_hashes(json, "removed", seen));
+  if (report.stored.size() + report.removed.size() > kMaxPrefixReportHashes) {
+    return invalid_argument("prefix_cache: more than " + std::to_string(kMaxPrefixReportHashes) +
+                            " keys in all");
+  }
+  if (report.reset && !report.removed.empty()) {
+    return invalid_argument("prefix_cache: a 'reset' report lists no 'removed' keys");
+  }
+  return report;
+}
+
+Json Heartbeat::to_json() const {
+  Json json = {{"load", load.to_json()}};
+  if (prefix_cache) json["prefix_cache"] = prefix_cache->to_json();
+  return json;
+}
 
 Result<Heartbeat> Heartbeat::parse(const Json& json) {
   if (!json.is_object()) return not_an_object("heartbeat");
-  const auto load = json.find("load");
-  if (load == json.end()) return Heartbeat{};
-  PDS_ASSIGN_OR_RETURN(NodeLoad parsed, NodeLoad::parse(*load));
-  return Heartbeat{parsed};
+  Heartbeat heartbeat;
+  if (const auto load = json.find("load"); load != json.end()) {
+    PDS_ASSIGN_OR_RETURN(heartbeat.load, NodeLoad::parse(*load));
+  }
+  if (const auto report = json.find("prefix_cache"); report != json.end()) {
+    PDS_ASSIGN_OR_RETURN(heartbeat.prefix_cache, PrefixCacheReport::parse(*report));
+  }
+  return heartbeat;
 }
 
 Json HeartbeatReply::to_json() const {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,8 +65,31 @@ struct RegistrationReply {
   static Result<RegistrationReply> parse(const nlohmann::json& json);
 };
 
+// Most block keys one prefix-cache report carries (stored and removed together): about
+// 160 KB of JSON. A node with more changes between two heartbeats sends a snapshot instead.
+inline constexpr size_t kMaxPrefixReportHashes = 8192;
+
+// What changed in a node's prefix cache since its last delivered report: the chained keys
+// (common/engine/block_hash.h) of the full blocks it registered (`stored`) and dropped
+// (`removed`), each key at most once and in one list only. With `reset` the proxy first forgets
+// what it knew of the node (`stored` is then a snapshot and `removed` is empty). On the wire a key
+// is 16 lowercase hex digits: JSON numbers above 2^53 do not survive every parser.
+struct PrefixCacheReport {
+  int block_size = 0;  // tokens per block, 1..4096: the proxy hashes prompts with it
+  bool reset = false;
+  std::vector<uint64_t> stored;
+  std::vector<uint64_t> removed;
+
+  nlohmann::json to_json() const;
+  // InvalidArgument naming the field: a bad block size, a key that is not 16 hex digits, more
+  // than kMaxPrefixReportHashes keys, a key in both lists, removals with `reset`.
+  static Result<PrefixCacheReport> parse(const nlohmann::json& json);
+  bool operator==(const PrefixCacheReport&) const = default;
+};
+
 struct Heartbeat {
   NodeLoad load;
+  std::optional<PrefixCacheReport> prefix_cache;  // absent: the prefix cache did not change
 
   nlohmann::json to_json() const;
   static Result<Heartbeat> parse(const nlohmann::json& json);

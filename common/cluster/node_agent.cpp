@@ -130,6 +130,7 @@ void NodeAgent::register_node() {
     return;
   }
   warned_unreachable_ = false;
+  if (options_.prefix_cache) options_.prefix_cache->resync();
   std::lock_guard lock(mutex_);
   node_id_ = reply->id;
   PDS_LOG_INFO("registered with the proxy at " + proxy_.to_string() + " as " + node_id_);
@@ -141,8 +142,20 @@ void NodeAgent::send_heartbeat() {
   request.target = "/cluster/nodes/" + node_id() + "/heartbeat";
   request.headers.emplace_back(std::string(kAuthorizationHeader), cluster_auth_header_value(options_.cluster_token));
   request.timeout = heartbeat_call_timeout(options_.heartbeat_interval);
-  request.body = Heartbeat{load_ ? load_() : NodeLoad{}}.to_json().dump();
+  Heartbeat heartbeat;
+  if (load_) heartbeat.load = load_();
+  if (options_.prefix_cache) heartbeat.prefix_cache = options_.prefix_cache->take();
+  request.body = heartbeat.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
+  if (heartbeat.prefix_cache && (!response.ok() || response->status != 200)) {
+    if (response.ok() && response->status == 400) {
+      // The proxy refused the report itself: sending it again would not help, a snapshot may.
+      PDS_LOG_WARN("the proxy refused a heartbeat: " + response->body.substr(0, 300));
+      options_.prefix_cache->resync();
+    } else if (!response.ok() || (response->status != 404 && response->status != 410)) {
+      options_.prefix_cache->restore(std::move(*heartbeat.prefix_cache));
+    }
+  }
   if (!response.ok()) return;
   if (response->status == 404) {
     PDS_LOG_WARN("the proxy no longer knows node " + node_id() + "; registering again");

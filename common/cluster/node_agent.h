@@ -7,7 +7,10 @@
 // is unreachable it keeps retrying. When the proxy drains the node its heartbeat answers say
 // "draining"; once the node's requests are done the proxy retires the id (410 Gone): the
 // agent then stops for good, without registering again, and calls on_retired. On destruction
-// it leaves (DELETE /cluster/nodes/ID) unless it was retired.
+// it leaves (DELETE /cluster/nodes/ID) unless it was retired. With a prefix-cache feed each
+// heartbeat carries what changed in the node's prefix cache (cache-aware routing); changes
+// whose heartbeat got no 200 are given back to be sent again, and after each registration the
+// feed is asked for a snapshot, since the proxy knows nothing of a node it has just registered.
 #pragma once
 
 #include <chrono>
@@ -15,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -26,6 +30,14 @@
 
 namespace pdserve {
 
+// The node's prefix cache as the agent sees it; every function is called on the agent's thread.
+struct PrefixCacheFeed {
+  std::function<std::optional<PrefixCacheReport>()> take;  // the changes since the last take
+  // Changes taken earlier whose heartbeat may not have arrived; later changes win over them.
+  std::function<void(PrefixCacheReport)> restore;
+  std::function<void()> resync;  // the next take is a snapshot of the whole cache
+};
+
 struct NodeAgentOptions {
   std::string proxy_url;  // http://HOST:PORT
   std::string cluster_token;
@@ -33,6 +45,7 @@ struct NodeAgentOptions {
   std::chrono::milliseconds heartbeat_interval{1'000};
   // Called once on the agent's thread when the proxy retired this node after a drain.
   std::function<void()> on_retired;
+  std::optional<PrefixCacheFeed> prefix_cache;  // none: heartbeats carry no report
 };
 
 class NodeAgent {

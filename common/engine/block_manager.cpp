@@ -163,6 +163,8 @@ void BlockManager::unregister(int32_t id) {
       break;
     }
   }
+  // A colliding block registered under the same key keeps it alive.
+  if (!prefix_index_.contains(block.hash)) journal_.record_removed(block.hash);
   block.registered = false;
   block.tokens.clear();
   block.parent = -1;
@@ -195,10 +197,28 @@ void BlockManager::cache_computed_blocks(const Sequence& seq) {
       block.parent_generation = table.chain_parent_generation;
       block.tokens.assign(content.begin(), content.end());
       prefix_index_.emplace(hash, id);
+      journal_.record_stored(hash);
     }
     table.chain_parent = representative;
     table.chain_parent_generation = blocks_[static_cast<size_t>(representative)].generation;
   }
+}
+
+PrefixCacheChanges BlockManager::take_prefix_cache_changes() {
+  if (journal_.needs_snapshot()) journal_.set_snapshot(registered_keys());
+  return journal_.take();
+}
+
+std::vector<uint64_t> BlockManager::registered_keys() const {
+  std::vector<uint64_t> keys;
+  keys.reserve(prefix_index_.size());
+  for (const Block& block : blocks_) {
+    if (block.registered && block.ref_count > 0) keys.push_back(block.hash);
+  }
+  for (auto it = cached_lru_.rbegin(); it != cached_lru_.rend(); ++it) {
+    keys.push_back(blocks_[static_cast<size_t>(*it)].hash);
+  }
+  return keys;
 }
 
 void BlockManager::release(Table& table) {

@@ -15,6 +15,9 @@
 // once computed (cache_computed_blocks), never at allocation: a chunked prefill must not
 // offer blocks whose KV is not written yet.
 //
+// Every key registered or dropped goes to a PrefixCacheJournal (take_prefix_cache_changes), which
+// the node's heartbeats report to the proxy for cache-aware routing.
+//
 // Pins hold a sequence's blocks beyond free() until unpin(), e.g. while KV is being sent or
 // received: a pinned block is never reused.
 #pragma once
@@ -27,6 +30,7 @@
 
 #include "common/core/status.h"
 #include "common/engine/block_hash.h"
+#include "common/engine/prefix_cache_journal.h"
 #include "common/engine/sequence.h"
 
 namespace pdserve {
@@ -97,6 +101,11 @@ class BlockManager {
   int num_available_blocks() const { return num_free_blocks() + num_cached_blocks(); }
   int ref_count(int32_t block) const { return blocks_.at(static_cast<size_t>(block)).ref_count; }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // The keys registered or dropped since the last call (a snapshot after the journal overflowed).
+  PrefixCacheChanges take_prefix_cache_changes();
+  // Every registered key: those of blocks in use, then cached ones, most recently freed first
+  // (what a bounded snapshot should keep first).
+  std::vector<uint64_t> registered_keys() const;
 
   // Internal error describing the first leak or inconsistency found: a block in more or
   // fewer than one state, a refcount different from the number of tables holding the block,
@@ -150,6 +159,7 @@ class BlockManager {
   std::unordered_multimap<uint64_t, int32_t> prefix_index_;
   std::unordered_map<SeqId, Table> tables_;
   PrefixCacheStats stats_;
+  PrefixCacheJournal journal_{kPrefixJournalCapacity};
 };
 
 }  // namespace pdserve

@@ -701,6 +701,14 @@ void deliver_delta(const DeltaSink& sink, SequenceDelta delta) {
   }
 }
 
+PrefixCacheChanges EngineCore::take_prefix_cache_changes() {
+  return scheduler_.block_manager().take_prefix_cache_changes();
+}
+
+std::vector<uint64_t> EngineCore::prefix_cache_keys() const {
+  return scheduler_.block_manager().registered_keys();
+}
+
 ServiceStats EngineCore::stats() const {
   const BlockManager& blocks = scheduler_.block_manager();
   ServiceStats stats;

@@ -32,6 +32,7 @@
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
 #include "common/engine/model_executor.h"
+#include "common/engine/prefix_cache_journal.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/stop_strings.h"
 #include "common/grammar/constraint.h"
@@ -74,6 +75,10 @@ class EngineCore {
     return !requests_.empty() || !exports_.empty() || !imports_.empty();
   }
   ServiceStats stats() const;
+  // The block manager's prefix-cache journal and keys (BlockManager::take_prefix_cache_changes,
+  // registered_keys).
+  PrefixCacheChanges take_prefix_cache_changes();
+  std::vector<uint64_t> prefix_cache_keys() const;
   const Scheduler& scheduler() const { return scheduler_; }
   // Compiles structured outputs for this engine's vocabulary. Thread-safe.
   const ConstraintCompiler& constraint_compiler() const { return *constraints_; }

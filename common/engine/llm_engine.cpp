@@ -243,8 +243,45 @@ bool LlmEngine::drain_requests(bool idle) {
 
 void LlmEngine::publish_stats() {
   const ServiceStats stats = core_->stats();
+  bool feeding = false;
+  {
+    std::lock_guard lock(mutex_);
+    published_stats_ = stats;
+    feeding = prefix_feed_started_;
+  }
+  // Without a reader the block manager's journal overflows once and then records nothing.
+  if (!feeding) return;
+  const PrefixCacheChanges changes = core_->take_prefix_cache_changes();
+  bool snapshot_due = false;
+  {
+    std::lock_guard lock(mutex_);
+    prefix_changes_.merge_newer(changes);
+    snapshot_due = prefix_changes_.needs_snapshot() && prefix_snapshot_wanted_;
+  }
+  if (!snapshot_due) return;
+  const std::vector<uint64_t> keys = core_->prefix_cache_keys();
   std::lock_guard lock(mutex_);
-  published_stats_ = stats;
+  prefix_changes_.set_snapshot(keys);
+  prefix_snapshot_wanted_ = false;
+}
+
+PrefixCacheChanges LlmEngine::take_prefix_cache_changes() {
+  std::lock_guard lock(mutex_);
+  // One snapshot per take at most, however fast the cache churns between two takes.
+  if (prefix_changes_.needs_snapshot()) prefix_snapshot_wanted_ = true;
+  return prefix_changes_.take();
+}
+
+void LlmEngine::restore_prefix_cache_changes(const PrefixCacheChanges& older) {
+  std::lock_guard lock(mutex_);
+  prefix_changes_.restore_older(older);
+}
+
+void LlmEngine::resync_prefix_cache() {
+  std::lock_guard lock(mutex_);
+  prefix_feed_started_ = true;
+  prefix_changes_.request_snapshot();
+  prefix_snapshot_wanted_ = true;
 }
 
 void LlmEngine::shut_down_core() {

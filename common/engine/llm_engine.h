@@ -20,6 +20,7 @@
 #include "common/engine/kv_connector.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/model_executor.h"
+#include "common/engine/prefix_cache_journal.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace pdserve {
@@ -63,6 +64,15 @@ class LlmEngine : public InferenceService {
   ServiceStats stats() const override;
   const ModelInfo& model_info() const override { return model_info_; }
 
+  // The prefix cache's changes for the node's heartbeats (PrefixCacheJournal), from any thread:
+  // what changed since the last take; changes given back when their heartbeat failed; and a
+  // snapshot of every key (the proxy has just registered this node), made by the engine thread
+  // within a step or an idle wait and taken by a later take. Nothing is kept before the first
+  // resync, and a journal that overflowed gets one snapshot per take, not one per step.
+  PrefixCacheChanges take_prefix_cache_changes();
+  void restore_prefix_cache_changes(const PrefixCacheChanges& older);
+  void resync_prefix_cache();
+
  private:
   struct Submission {
     InferenceRequest request;
@@ -100,6 +110,9 @@ class LlmEngine : public InferenceService {
   std::vector<std::string> aborts_;
   std::unordered_set<std::string> in_flight_ids_;  // submitted, final delta not yet delivered
   ServiceStats published_stats_;
+  PrefixCacheJournal prefix_changes_{kPrefixJournalCapacity};  // published with the stats
+  bool prefix_feed_started_ = false;    // a node agent reads the journal
+  bool prefix_snapshot_wanted_ = false;  // a take found the journal waiting for a snapshot
   bool connector_signalled_ = false;  // the connector has events for the engine thread
   bool started_ = false;
   bool stopping_ = false;

@@ -25,7 +25,7 @@ TEST(ClusterMessages, EveryMessageRoundTrips) {
   load.kv_blocks_used = 40;
   load.prompt_tokens_total = int64_t{1} << 40;
   load.generation_tokens_total = 7;
-  EXPECT_EQ(Heartbeat::parse(Heartbeat{load}.to_json()).value().load, load);
+  EXPECT_EQ(Heartbeat::parse(Heartbeat{load, std::nullopt}.to_json()).value().load, load);
 
   EXPECT_EQ(RegistrationReply::parse(RegistrationReply{"decode-7"}.to_json()).value().id,
             "decode-7");
@@ -102,6 +102,61 @@ TEST(ClusterMessages, RepliesWithoutWhatTheNodeNeedsAreRefused) {
   EXPECT_FALSE(RegistrationReply::parse(Json{{"id", 7}}).ok());
   EXPECT_FALSE(HeartbeatReply::parse(Json{{"id", "d-1"}, {"state", "asleep"}}).ok());
   EXPECT_EQ(HeartbeatReply::parse(Json{{"id", "d-1"}}).value().state, NodeState::kUp);
+}
+
+TEST(ClusterMessages, PrefixCacheReportRoundTripsWithHexKeys) {
+  PrefixCacheReport report;
+  report.block_size = 16;
+  report.stored = {0, 0xffffffffffffffffULL, 0x0123456789abcdefULL};
+  report.removed = {42};
+  const Json json = report.to_json();
+  EXPECT_EQ(json["stored"][1], "ffffffffffffffff");
+  EXPECT_EQ(json["removed"][0], "000000000000002a");
+  EXPECT_EQ(PrefixCacheReport::parse(json).value(), report);
+
+  Heartbeat heartbeat;
+  heartbeat.load.num_running = 2;
+  heartbeat.prefix_cache = report;
+  const Heartbeat parsed = Heartbeat::parse(heartbeat.to_json()).value();
+  EXPECT_EQ(parsed.load, heartbeat.load);
+  EXPECT_EQ(parsed.prefix_cache, report);
+  // A heartbeat without the field leaves the proxy's view of the prefix cache as it was.
+  EXPECT_FALSE(Heartbeat::parse(Heartbeat{}.to_json()).value().prefix_cache.has_value());
+}
+
+TEST(ClusterMessages, BadPrefixCacheReportsAreRefusedNamingTheProblem) {
+  const auto refused = [](const Json& report, const std::string& part) {
+    const Result<Heartbeat> parsed = Heartbeat::parse(Json{{"prefix_cache", report}});
+    ASSERT_FALSE(parsed.ok()) << report.dump();
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(part), std::string::npos)
+        << parsed.status().message();
+  };
+  const std::string key = "00000000000000ab";
+  refused(Json::array(), "must be an object");
+  refused({{"stored", {key}}}, "'block_size'");
+  refused({{"block_size", 0}}, "'block_size'");
+  refused({{"block_size", 4097}}, "'block_size'");
+  refused({{"block_size", 16}, {"reset", "yes"}}, "'reset'");
+  refused({{"block_size", 16}, {"stored", key}}, "'stored'");
+  refused({{"block_size", 16}, {"stored", {171}}}, "16 lowercase hex digits");
+  refused({{"block_size", 16}, {"stored", {"ab"}}}, "16 lowercase hex digits");
+  refused({{"block_size", 16}, {"stored", {"00000000000000AB"}}}, "16 lowercase hex digits");
+  refused({{"block_size", 16}, {"removed", {"-000000000000001"}}}, "16 lowercase hex digits");
+  refused({{"block_size", 16}, {"stored", {"00000000000000ag"}}}, "16 lowercase hex digits");
+  refused({{"block_size", 16}, {"stored", {key, key}}}, "listed twice");
+  refused({{"block_size", 16}, {"stored", {key}}, {"removed", {key}}}, "listed twice");
+  refused({{"block_size", 16}, {"reset", true}, {"removed", {key}}}, "'reset'");
+  Json too_many = Json::array();
+  for (size_t i = 0; i <= kMaxPrefixReportHashes; ++i) {
+    too_many.push_back(PrefixCacheReport{16, false, {i}, {}}.to_json()["stored"][0]);
+  }
+  refused({{"block_size", 16}, {"stored", too_many}}, "more than");
+  Json half = too_many;
+  half.erase(half.begin(), half.begin() + static_cast<std::ptrdiff_t>(kMaxPrefixReportHashes / 2));
+  too_many.erase(too_many.begin() + static_cast<std::ptrdiff_t>(kMaxPrefixReportHashes / 2),
+                 too_many.end());
+  refused({{"block_size", 16}, {"stored", too_many}, {"removed", half}}, "in all");
 }
 
 }  // namespace

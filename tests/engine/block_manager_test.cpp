@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <unordered_set>
 #include <vector>
@@ -327,6 +328,43 @@ TEST(BlockManagerTest, DefaultHashSeparatesRandomBlocksAndParents) {
   EXPECT_NE(hash_block_tokens(kRootBlockHash, base), hash_block_tokens(kRootBlockHash + 1, base));
   EXPECT_NE(hash_block_tokens(kRootBlockHash, std::span(base).first(15)),
             hash_block_tokens(kRootBlockHash, base));
+}
+
+TEST(BlockManagerTest, ItsJournalReportsTheKeysRegisteredAndEvicted) {
+  BlockManager manager = make_manager(3, 4);
+  Sequence first = make_sequence(1, iota_tokens(9, 0));  // two full blocks, then one token
+  allocate_and_compute(manager, first);
+  const uint64_t key0 = hash_block_tokens(kRootBlockHash, std::vector<int32_t>{0, 1, 2, 3});
+  const uint64_t key1 = hash_block_tokens(key0, std::vector<int32_t>{4, 5, 6, 7});
+  PrefixCacheChanges changes = manager.take_prefix_cache_changes();
+  std::ranges::sort(changes.stored);
+  std::vector<uint64_t> expected{key0, key1};
+  std::ranges::sort(expected);
+  EXPECT_EQ(changes.stored, expected);
+  EXPECT_TRUE(changes.removed.empty());
+  EXPECT_TRUE(manager.take_prefix_cache_changes().empty());
+
+  manager.free(first.id());
+  // A new prompt of three blocks evicts both cached blocks: their keys leave the cache.
+  Sequence other = make_sequence(2, concat({100, 101, 102, 103, 104, 105, 106, 107}, {108}));
+  ASSERT_TRUE(manager.allocate(other).ok());
+  changes = manager.take_prefix_cache_changes();
+  std::ranges::sort(changes.removed);
+  EXPECT_EQ(changes.removed, expected);
+  EXPECT_TRUE(changes.stored.empty());
+}
+
+TEST(BlockManagerTest, AnOverflowingJournalGivesASnapshotOfTheRegisteredKeys) {
+  // More registrations than one report holds, never taken: the next take is a snapshot.
+  const int blocks = static_cast<int>(kPrefixJournalCapacity) + 8;
+  BlockManager manager = make_manager(blocks + 1, 1);
+  Sequence seq = make_sequence(1, iota_tokens(blocks + 1));
+  allocate_and_compute(manager, seq);
+  const PrefixCacheChanges changes = manager.take_prefix_cache_changes();
+  EXPECT_TRUE(changes.reset);
+  EXPECT_EQ(changes.stored.size(), kPrefixJournalCapacity);
+  EXPECT_TRUE(changes.removed.empty());
+  EXPECT_EQ(manager.registered_keys().size(), static_cast<size_t>(blocks + 1));
 }
 
 TEST(BlockManagerTest, PinnedBlocksOutliveFreeUntilUnpinned) {

@@ -3,6 +3,7 @@
 // sink gets exactly one final delta, and finished requests carry exactly their script.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -251,6 +252,48 @@ TEST(LlmEngineTest, AFullQueueIsRefusedSynchronouslyAndQueuedRequestsRunAfterSta
   // Finished ids may be used again.
   ASSERT_TRUE(engine->submit(request("q0", 3000, 2), collector.sink("q0-second")).ok());
   ASSERT_TRUE(collector.wait_for_finals(5));
+}
+
+// Polls take_prefix_cache_changes (the node agent's call) until it gives something.
+PrefixCacheChanges next_changes(LlmEngine& engine) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    PrefixCacheChanges changes = engine.take_prefix_cache_changes();
+    if (!changes.empty()) return changes;
+    std::this_thread::sleep_for(5ms);
+  }
+  ADD_FAILURE() << "no prefix-cache changes within 10 s";
+  return {};
+}
+
+bool holds(const std::vector<uint64_t>& keys, uint64_t key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+TEST(LlmEngineTest, ThePrefixCacheFeedStartsWithASnapshotThenReportsChanges) {
+  std::unique_ptr<LlmEngine> engine = make_engine({3000, 3100});
+  ASSERT_TRUE(engine->start().ok());
+  Collector collector;
+  ASSERT_TRUE(engine->submit(request("before", 3000, 3), collector.sink("before")).ok());
+  ASSERT_TRUE(collector.wait_for_finals(1));
+  // Nobody reads the feed yet: nothing is kept for it.
+  std::this_thread::sleep_for(50ms);
+  EXPECT_TRUE(engine->take_prefix_cache_changes().empty());
+
+  const uint64_t before_key = hash_block_tokens(kRootBlockHash, std::vector<int32_t>{3000, 11, 12, 13});
+  engine->resync_prefix_cache();  // the agent has just registered
+  const PrefixCacheChanges snapshot = next_changes(*engine);
+  EXPECT_TRUE(snapshot.reset);
+  EXPECT_TRUE(holds(snapshot.stored, before_key));
+
+  ASSERT_TRUE(engine->submit(request("after", 3100, 3), collector.sink("after")).ok());
+  ASSERT_TRUE(collector.wait_for_finals(2));
+  const PrefixCacheChanges changes = next_changes(*engine);
+  EXPECT_FALSE(changes.reset);
+  EXPECT_TRUE(holds(changes.stored,
+                    hash_block_tokens(kRootBlockHash, std::vector<int32_t>{3100, 11, 12, 13})));
+  EXPECT_FALSE(holds(changes.stored, before_key));
+  engine->stop();
 }
 
 TEST(LlmEngineTest, StopWithoutStartEndsTheQueuedRequests) {
