@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "common/http/http_server.h"
 #include "common/http/openapi_route.h"
 #include "proxy/node_registry.h"
+#include "proxy/prompt_tokenizer.h"
 #include "proxy/proxy_server.h"
 
 namespace pdserve::proxy {
@@ -43,6 +45,10 @@ struct Options {
   size_t trace_capacity = 1000;
   bool ready_needs_prefill = false;
   std::string trace_file;
+  std::string tokenizer_dir;
+  size_t route_max_prompt_bytes = 8'192;
+  RegistryOptions registry;
+  PlacementPolicy placement;
 };
 
 Status run(const Options& options) {
@@ -50,7 +56,7 @@ Status run(const Options& options) {
 
   PDS_RETURN_IF_ERROR(require_cluster_token(options.cluster_token,
                                             options.insecure_no_cluster_token, "pdserve-proxy"));
-  RegistryOptions registry_options;
+  RegistryOptions registry_options = options.registry;
   registry_options.heartbeat_timeout = std::chrono::milliseconds(options.heartbeat_timeout_ms);
   NodeRegistry registry(registry_options);
   for (const std::string& url : options.prefill_urls) {
@@ -73,6 +79,16 @@ Status run(const Options& options) {
   proxy_options.advice.window = std::chrono::seconds(options.advice_window_s);
   proxy_options.trace_capacity = options.trace_capacity;
   proxy_options.ready_needs_prefill = options.ready_needs_prefill;
+  proxy_options.placement = options.placement;
+  if (!options.tokenizer_dir.empty()) {
+    Result<PromptTokenizer> prompt_tokenizer =
+        PromptTokenizer::load(options.tokenizer_dir, options.route_max_prompt_bytes);
+    if (!prompt_tokenizer.ok()) return prompt_tokenizer.status().with_context("--tokenizer");
+    proxy_options.prompt_tokenizer =
+        std::make_shared<const PromptTokenizer>(std::move(prompt_tokenizer).value());
+  } else {
+    PDS_LOG_INFO("no --tokenizer: requests are placed by load alone (no cache-aware routing)");
+  }
   ProxyServer proxy(registry, *client, proxy_options);
   if (!options.trace_file.empty()) {
     PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
@@ -209,6 +225,50 @@ int main(int argc, char** argv) {
   app.add_option("--trace-file", options.trace_file,
                  "Append each finished request's Chrome trace events to this file (truncated at "
                  "start; loads in Perfetto even when cut, see docs/TRACING.md)");
+  app.add_option("--tokenizer", options.tokenizer_dir,
+                 "Model folder (tokenizer.json, tokenizer_config.json) the proxy tokenizes prompts "
+                 "with, as the nodes do, for cache-aware routing. Default: none, requests are "
+                 "placed by load alone");
+  app.add_option("--route-max-prompt-bytes", options.route_max_prompt_bytes,
+                 "Cache-aware routing tokenizes at most this many leading bytes of a prompt "
+                 "(bodies over 4x this are placed by load alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{256}, size_t{16} << 20));
+  app.add_option("--route-prefix-weight", options.registry.weights.prefix,
+                 "Routing cost: weight of the prompt's cached-prefix fraction on a node (both "
+                 "pools; 0: cache-unaware), see proxy/README.md")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--route-kv-weight", options.registry.weights.kv,
+                 "Routing cost of a decode node: weight of its KV usage (0..1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--route-sequence-weight", options.registry.weights.sequence,
+                 "Routing cost of a decode node: weight of each sequence running, waiting or in "
+                 "flight there")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--route-prefill-queue-weight", options.registry.weights.prefill_queue,
+                 "Routing cost of a prefill node: weight of its outstanding prompt tokens, in "
+                 "lengths of the prompt being placed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--local-prefill-max-uncached-tokens",
+                 options.placement.local_max_uncached_tokens,
+                 "With --tokenizer: prefill on the decode node when at most this many of the "
+                 "prompt's tokens are not cached there (0: only a prompt cached in full)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--prefill-queue-max-tokens", options.placement.max_prefill_queue_tokens,
+                 "With --tokenizer: prefill on the decode node when the best prefill node has "
+                 "more outstanding prompt tokens than this (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_option("--prefix-keys-per-node", options.registry.prefix_keys_per_node,
+                 "Most prefix-cache block keys the proxy keeps per node (least recent dropped "
+                 "first)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1} << 24));
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::proxy::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

@@ -9,6 +9,18 @@ namespace pdserve::proxy {
 
 using Json = nlohmann::json;
 
+NodeRegistry::Node NodeRegistry::make_node() const {
+  Node node;
+  node.prefix_keys = PrefixKeySet(options_.prefix_keys_per_node);
+  return node;
+}
+
+std::span<const uint64_t> NodeRegistry::Chains::get(int block_size) {
+  auto [it, added] = by_block_size_.try_emplace(block_size);
+  if (added) it->second = reusable_block_chain(query_.tokens, block_size);
+  return it->second;
+}
+
 NodeRegistry::Node* NodeRegistry::find(const std::string& id) {
   auto it = nodes_.find(id);
   return it == nodes_.end() ? nullptr : &it->second;
@@ -17,7 +29,7 @@ NodeRegistry::Node* NodeRegistry::find(const std::string& id) {
 Result<std::string> NodeRegistry::add_static(NodeRole role, const std::string& url) {
   PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(url));
   std::lock_guard lock(mutex_);
-  Node node;
+  Node node = make_node();
   node.id = std::string(node_role_name(role)) + "-" + std::to_string(next_id_++);
   node.role = role;
   node.url = base.to_string();
@@ -44,7 +56,7 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
     nodes_.erase(it);  // a restarted node's stale entry (or a static entry it now owns)
     break;
   }
-  Node node;
+  Node node = make_node();
   node.id = std::string(node_role_name(registration.role)) + "-" + std::to_string(next_id_++);
   node.role = registration.role;
   node.url = url;
@@ -69,6 +81,7 @@ Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& bod
   // A refused report changes nothing: not the load, nor the node's liveness.
   PDS_ASSIGN_OR_RETURN(const Heartbeat heartbeat, Heartbeat::parse(body));
   node->load = heartbeat.load;
+  if (heartbeat.prefix_cache) node->prefix_keys.apply(*heartbeat.prefix_cache);
   node->last_heartbeat = now;
   if (node->state == NodeState::kDown) node->state = NodeState::kUp;
   return node->state;
@@ -124,33 +137,73 @@ bool NodeRegistry::routable(const Node& node, Clock::time_point now) const {
 }
 
 std::optional<NodeRef> NodeRegistry::pick_decode(const std::vector<std::string>& excluded,
-                                                 Clock::time_point now) {
+                                                 Clock::time_point now, const RoutingQuery& query) {
   std::lock_guard lock(mutex_);
-  const Node* best = nullptr;
-  auto key = [](const Node& node) {
-    return std::make_tuple(node.load.kv_usage(),
-                           node.load.num_running + node.load.num_waiting + node.in_flight);
-  };
-  for (const auto& [id, node] : nodes_) {
+  Chains chains(query);
+  Node* best = nullptr;
+  std::tuple<double, double, int, std::string> best_key;
+  size_t best_hit = 0;
+  for (auto& [id, node] : nodes_) {
     if (node.role != NodeRole::kDecode || !routable(node, now)) continue;
     if (std::ranges::find(excluded, id) != excluded.end()) continue;
-    if (best == nullptr || key(node) < key(*best)) best = &node;
+    const std::span<const uint64_t> chain = chains.get(node.prefix_keys.block_size());
+    const size_t hit = node.prefix_keys.matched_prefix(chain);
+    DecodeCandidate candidate;
+    candidate.kv_usage = node.load.kv_usage();
+    candidate.sequences = node.load.num_running + node.load.num_waiting + node.in_flight;
+    candidate.hit = chain.empty() ? 0.0 : static_cast<double>(hit) / static_cast<double>(chain.size());
+    // Ties go to the load order used before cache-aware routing, then to the id.
+    auto key = std::make_tuple(decode_cost(candidate, options_.weights), candidate.kv_usage,
+                               candidate.sequences, id);
+    if (best == nullptr || key < best_key) {
+      best = &node;
+      best_key = std::move(key);
+      best_hit = hit;
+    }
   }
   if (best == nullptr) return std::nullopt;
-  return NodeRef{best->id, best->url, best->base};
+  const std::span<const uint64_t> chain = chains.get(best->prefix_keys.block_size());
+  best->prefix_keys.touch(chain, best_hit);
+  return NodeRef{best->id,        best->url,
+                 best->base,      chain.size(),
+                 best_hit,        best->prefix_keys.block_size(),
+                 best->in_flight_prompt_tokens};
 }
 
-std::vector<NodeRef> NodeRegistry::rank_prefill(Clock::time_point now) {
+std::vector<NodeRef> NodeRegistry::rank_prefill(Clock::time_point now, const RoutingQuery& query) {
   std::lock_guard lock(mutex_);
-  std::vector<const Node*> candidates;
-  for (const auto& [id, node] : nodes_) {
-    if (node.role == NodeRole::kPrefill && routable(node, now)) candidates.push_back(&node);
+  Chains chains(query);
+  struct Ranked {
+    Node* node;
+    size_t prompt_blocks;
+    size_t hit;
+    std::tuple<double, int64_t, int, int> key;
+  };
+  std::vector<Ranked> candidates;
+  for (auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kPrefill || !routable(node, now)) continue;
+    const std::span<const uint64_t> chain = chains.get(node.prefix_keys.block_size());
+    const size_t hit = node.prefix_keys.matched_prefix(chain);
+    PrefillCandidate candidate;
+    candidate.outstanding_tokens = node.in_flight_prompt_tokens;
+    candidate.hit = chain.empty() ? 0.0 : static_cast<double>(hit) / static_cast<double>(chain.size());
+    // Ties go to the load order used before cache-aware routing.
+    candidates.push_back(
+        {&node, chain.size(), hit,
+         {prefill_cost(candidate, query.prompt_tokens, options_.weights),
+          node.in_flight_prompt_tokens, node.load.num_waiting, node.in_flight}});
   }
-  std::ranges::stable_sort(candidates, {}, [](const Node* node) {
-    return std::make_tuple(node->in_flight_prompt_tokens, node->load.num_waiting, node->in_flight);
-  });
+  std::ranges::stable_sort(candidates, {}, &Ranked::key);
   std::vector<NodeRef> ranked;
-  for (const Node* node : candidates) ranked.push_back({node->id, node->url, node->base});
+  for (const Ranked& entry : candidates) {
+    ranked.push_back({entry.node->id, entry.node->url, entry.node->base, entry.prompt_blocks,
+                      entry.hit, entry.node->prefix_keys.block_size(),
+                      entry.node->in_flight_prompt_tokens});
+  }
+  if (!candidates.empty()) {
+    Node& first = *candidates.front().node;
+    first.prefix_keys.touch(chains.get(first.prefix_keys.block_size()), candidates.front().hit);
+  }
   return ranked;
 }
 
@@ -184,6 +237,13 @@ std::vector<std::string> NodeRegistry::decode_models(Clock::time_point now) {
     }
   }
   return {models.begin(), models.end()};
+}
+
+size_t NodeRegistry::prefix_keys() {
+  std::lock_guard lock(mutex_);
+  size_t keys = 0;
+  for (const auto& [id, node] : nodes_) keys += node.prefix_keys.size();
+  return keys;
 }
 
 bool NodeRegistry::has_node(NodeRole role, Clock::time_point now) {
@@ -232,7 +292,10 @@ Json NodeRegistry::to_json(Clock::time_point now) {
            {"kv_blocks_used", node.load.kv_blocks_used},
            {"kv_usage", node.load.kv_usage()},
            {"proxy_in_flight", node.in_flight},
-           {"proxy_in_flight_prompt_tokens", node.in_flight_prompt_tokens}}}});
+           {"proxy_in_flight_prompt_tokens", node.in_flight_prompt_tokens}}},
+         {"prefix_cache",
+          {{"block_size", node.prefix_keys.block_size()},
+           {"keys", node.prefix_keys.size()}}}});
   }
   return Json{{"nodes", std::move(nodes)}};
 }

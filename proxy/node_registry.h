@@ -1,10 +1,12 @@
 // The proxy's view of its cluster: prefill and decode nodes, registered at start (POST
 // /cluster/nodes) or listed on the command line (static), their heartbeats and load, and the
-// routing choices made from them:
-//  * decode: the up node with the lowest KV usage, then the fewest sequences (its reported
-//    running + waiting plus the requests this proxy has in flight there);
-//  * prefill: up nodes ordered by outstanding prefill work (reported waiting plus the prompt
-//    tokens this proxy has in flight there); the decode node tries them in that order.
+// routing choices made from them, by the costs of prefix_routing.h (the prompt's blocks each
+// node holds, from the prefix-cache reports in its heartbeats, against its load):
+//  * decode: the up node of lowest cost; without prefix information, low KV usage and few
+//    sequences (its reported running + waiting plus the requests this proxy has in flight
+//    there) win;
+//  * prefill: up nodes ordered by cost (outstanding prompt tokens this proxy sent there, less
+//    the prompt's hit); the decode node tries them in that order.
 // A registered node that misses heartbeats for heartbeat_timeout is dropped; a node whose
 // connection fails is marked down at once (a registered node comes back with its next
 // heartbeat, a static one after a cool-down). Draining nodes get no new work and leave when
@@ -19,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,19 +31,32 @@
 #include "common/core/status.h"
 #include "common/http/http_client.h"
 #include "proxy/cluster_advice.h"
+#include "proxy/prefix_routing.h"
 
 namespace pdserve::proxy {
 
-// A routing choice: the node's id and address.
+// A routing choice: the node's id and address, and how much of the prompt it holds.
 struct NodeRef {
   std::string id;
   std::string url;
   http::BaseUrl base;
+  size_t prompt_blocks = 0;  // the prompt's reusable blocks, by this node's block size
+  size_t hit_blocks = 0;     // of which the node holds the leading ones (as last reported)
+  int block_size = 0;        // as the node last reported it (0: no report yet)
+  int64_t queued_prompt_tokens = 0;  // prompt tokens this proxy has in flight there
+};
+
+// What routing knows of a request's prompt.
+struct RoutingQuery {
+  std::span<const int32_t> tokens;  // empty: unknown (no prefix scoring)
+  int64_t prompt_tokens = 0;        // the prompt's length (or an estimate)
 };
 
 struct RegistryOptions {
   std::chrono::milliseconds heartbeat_timeout{3'000};
   std::chrono::milliseconds static_down_cooldown{2'000};
+  RoutingWeights weights;
+  size_t prefix_keys_per_node = 65'536;  // bound of each node's PrefixKeySet
 };
 
 class NodeRegistry {
@@ -56,11 +72,12 @@ class NodeRegistry {
   // InvalidArgument for a malformed body or URL; AlreadyExists-like FailedPrecondition when a
   // live node already has this URL (a restarted node's stale entry, down or silent, is replaced).
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
-  // Body: {"load": {"num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used"}}, each
-  // an integer >= 0 (absent: 0) and kv_blocks_used <= kv_blocks_total. The node's state after
-  // the heartbeat (kUp or kDraining). NotFound for an unknown id (the node must register
-  // again), FailedPrecondition for a retired one (it must not), InvalidArgument for a
-  // malformed or impossible load, which leaves the node as it was (load and liveness).
+  // Body: {"load": {"num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used"}, each
+  // an integer >= 0 (absent: 0) and kv_blocks_used <= kv_blocks_total; "prefix_cache": a
+  // PrefixCacheReport (absent: no change)}. The node's state after the heartbeat (kUp or
+  // kDraining). NotFound for an unknown id (the node must register again), FailedPrecondition
+  // for a retired one (it must not), InvalidArgument for a malformed or impossible load or
+  // report, which leaves the node as it was (load, prefix keys and liveness).
   Result<NodeState> heartbeat(const std::string& id, const nlohmann::json& body,
                               Clock::time_point now);
   Status remove(const std::string& id);
@@ -72,10 +89,12 @@ class NodeRegistry {
   std::vector<std::string> expire(Clock::time_point now);
   void mark_down(const std::string& id, Clock::time_point now);
 
+  // The routable decode node of lowest cost, not in `excluded`; its matched prefix keys
+  // become its most recent.
   std::optional<NodeRef> pick_decode(const std::vector<std::string>& excluded,
-                                     Clock::time_point now);
-  // Up prefill nodes, least loaded first.
-  std::vector<NodeRef> rank_prefill(Clock::time_point now);
+                                     Clock::time_point now, const RoutingQuery& query = {});
+  // Up prefill nodes, lowest cost first; the first one's matched keys become its most recent.
+  std::vector<NodeRef> rank_prefill(Clock::time_point now, const RoutingQuery& query = {});
 
   // The proxy's own accounting of work it sent (released by end_request).
   void begin_request(const std::string& decode_id, const std::string& prefill_id,
@@ -84,6 +103,8 @@ class NodeRegistry {
                    int64_t prompt_tokens);
 
   bool has_node(NodeRole role, Clock::time_point now);
+  // Prefix keys held for all nodes (each node's at most prefix_keys_per_node).
+  size_t prefix_keys();
   // The distinct model names of the routable decode nodes (static nodes name none).
   std::vector<std::string> decode_models(Clock::time_point now);
   // The routable nodes of one role, summed (GET /cluster/advice).
@@ -106,9 +127,22 @@ class NodeRegistry {
     NodeLoad load;
     int in_flight = 0;  // requests this proxy has there
     int64_t in_flight_prompt_tokens = 0;
+    PrefixKeySet prefix_keys{0};
+  };
+
+  // The query's chain by block size, computed once per size in one routing decision.
+  class Chains {
+   public:
+    explicit Chains(const RoutingQuery& query) : query_(query) {}
+    std::span<const uint64_t> get(int block_size);
+
+   private:
+    const RoutingQuery& query_;
+    std::map<int, std::vector<uint64_t>> by_block_size_;
   };
 
   bool routable(const Node& node, Clock::time_point now) const;
+  Node make_node() const;
   Node* find(const std::string& id);
 
   RegistryOptions options_;

@@ -31,6 +31,10 @@ http::HttpResponse json_response(int status, const Json& body) {
   return {status, "application/json", {}, body.dump()};
 }
 
+// The proxy's own work per request: fine buckets from 10 us.
+const std::vector<double> kFastBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                          0.001,   0.0025,   0.005,   0.01,   0.025};
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -47,6 +51,7 @@ struct ProxyServer::Exchange {
   std::string body;
   http::HeaderList forward_headers;
   int64_t prompt_estimate = 0;
+  std::vector<int32_t> prompt_ids;  // the prompt's leading ids (cache-aware routing), or none
   Clock::time_point arrival = Clock::now();
   http::TraceContext trace;
   std::vector<RouteAttempt> routes;  // one per try, for the timeline
@@ -93,6 +98,18 @@ void ProxyServer::count_response(int status) {
       .inc();
 }
 
+void ProxyServer::count_prefix_hits(NodeRole pool, const NodeRef& node) {
+  const metrics::Labels labels = {{"pool", std::string(node_role_name(pool))}};
+  metrics_
+      .counter("pdserve:proxy_prefix_query_blocks_total",
+               "Reusable prompt blocks looked up in the proxy's prefix index, by pool.", labels)
+      .inc(static_cast<double>(node.prompt_blocks));
+  metrics_
+      .counter("pdserve:proxy_prefix_hit_blocks_total",
+               "Of those, the leading blocks the chosen node held, by pool.", labels)
+      .inc(static_cast<double>(node.hit_blocks));
+}
+
 void ProxyServer::register_routes(http::Router& router) {
   const AccessPolicy& access = options_.access;
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
@@ -131,6 +148,10 @@ void ProxyServer::register_routes(http::Router& router) {
   });
   router.add("GET", "/metrics",
              [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+               metrics_
+                   .gauge("pdserve:proxy_prefix_index_keys",
+                          "Prefix-cache block keys the proxy holds for all nodes.")
+                   .set(static_cast<double>(registry_.prefix_keys()));
                ch->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
              });
   router.add("GET", "/cluster",
@@ -258,8 +279,23 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->channel = channel;
   exchange->target = request.path;
   exchange->body = request.body;
-  // A rough token count for load accounting; the nodes tokenize.
+  // A rough token count for load accounting, unless the prompt is tokenized whole here.
   exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
+  if (options_.prompt_tokenizer) {
+    const Clock::time_point start = Clock::now();
+    std::optional<PromptTokens> tokens = options_.prompt_tokenizer->tokens(
+        request.path == "/v1/chat/completions" ? PromptKind::kChat : PromptKind::kCompletion,
+        request.body);
+    if (tokens) {
+      if (tokens->whole) exchange->prompt_estimate = static_cast<int64_t>(tokens->ids.size());
+      exchange->prompt_ids = std::move(tokens->ids);
+    }
+    metrics_
+        .histogram("pdserve:proxy_prompt_tokenize_seconds",
+                   "Parsing, templating and tokenizing a prompt for cache-aware routing.",
+                   kFastBuckets)
+        .observe(seconds_since(start));
+  }
   exchange->trace = trace_ids_.context_for(request.header(kTraceparentHeader));
   exchange->forward_headers.emplace_back(std::string(kTraceparentHeader),
                                          exchange->trace.traceparent());
@@ -334,8 +370,9 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     }
     body = std::move(resumed).value();
   }
+  const RoutingQuery query{exchange->prompt_ids, exchange->prompt_estimate};
   std::optional<NodeRef> decode = exchange->attempts < options_.max_attempts
-                                      ? registry_.pick_decode(exchange->tried, now)
+                                      ? registry_.pick_decode(exchange->tried, now, query)
                                       : std::nullopt;
   if (!decode) {
     exchange->over = true;
@@ -385,8 +422,28 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   // A resumption carries over what the client already has.
   exchange->relay = SseRelay(exchange->relay.delivered());
   if (!exchange->holds_cluster_token) exchange->relay.redact_errors();
-  const std::vector<NodeRef> prefill = registry_.rank_prefill(now);
-  exchange->prefill_id = prefill.empty() ? std::string() : prefill.front().id;
+  const std::vector<NodeRef> prefill = registry_.rank_prefill(now, query);
+  PlacementInput placement_input;
+  placement_input.prompt_known = !exchange->prompt_ids.empty();
+  placement_input.prefill_node = !prefill.empty();
+  placement_input.prompt_tokens = exchange->prompt_estimate;
+  placement_input.block_size = decode->block_size;
+  placement_input.prompt_blocks = decode->prompt_blocks;
+  placement_input.hit_blocks = decode->hit_blocks;
+  placement_input.prefill_queue_tokens = prefill.empty() ? 0 : prefill.front().queued_prompt_tokens;
+  const PrefillPlacement placement = choose_prefill_placement(placement_input, options_.placement);
+  const bool remote = placement == PrefillPlacement::kRemote;
+  exchange->prefill_id = remote ? prefill.front().id : std::string();
+  metrics_
+      .counter("pdserve:proxy_prefill_placements_total",
+               "Where requests' prompts were prefilled: remote (a prefill node), local (the "
+               "decode node), cached (the decode node held every reusable block).",
+               {{"placement", std::string(prefill_placement_name(placement))}})
+      .inc();
+  if (placement_input.prompt_known) {
+    count_prefix_hits(NodeRole::kDecode, *decode);
+    if (remote) count_prefix_hits(NodeRole::kPrefill, prefill.front());
+  }
   registry_.begin_request(decode->id, exchange->prefill_id, exchange->prompt_estimate);
 
   http::ClientRequest upstream;
@@ -397,7 +454,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   upstream.timeout = options_.request_timeout;
   upstream.head_timeout = options_.first_byte_timeout;
   upstream.idle_timeout = options_.stream_idle_timeout;
-  if (!prefill.empty()) {
+  if (remote) {
     std::string urls;
     for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
     upstream.headers.emplace_back(std::string(kPrefillHeader), std::move(urls));
@@ -540,7 +597,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   };
   exchange->routes.push_back({exchange->routes.empty() ? 0.0 : ms_between(exchange->arrival, now),
                               ms_between(exchange->arrival, Clock::now()), decode->id,
-                              exchange->prefill_id});
+                              exchange->prefill_id,
+                              std::string(prefill_placement_name(placement))});
   exchange->call = client_.stream(decode->base, std::move(upstream), std::move(callbacks));
   track_in_flight(decode->id, exchange);
 }

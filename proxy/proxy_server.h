@@ -18,9 +18,10 @@
 // relayed from the nodes have them redacted, and the per-request timeline is opt-in
 // (`X-Pdserve-Timeline: 1`), with node ids and addresses removed (address_redaction.h).
 //
-// A generation request goes to the least loaded decode node with the header
-// X-Pdserve-Prefill listing the prefill nodes, least loaded first (none: the decode node
-// prefills itself). The proxy holds no model: the decode node validates the request, so error
+// A generation request goes to the decode node of lowest routing cost with the header
+// X-Pdserve-Prefill listing the prefill nodes, lowest cost first (none: the decode node
+// prefills itself); with a prompt tokenizer the cost weighs the prompt's cached prefix on each
+// node against its load (prefix_routing.h), else load alone. The proxy holds no model: the decode node validates the request, so error
 // bodies are the engine's. A decode node that refuses before answering (429/503: KV pool or
 // queue full, prefill nodes unreachable) or cannot be reached is skipped and the next one
 // tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
@@ -45,6 +46,7 @@
 #include "common/protocol/request_timeline.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
+#include "proxy/prompt_tokenizer.h"
 #include "proxy/trace_recorder.h"
 
 namespace pdserve::proxy {
@@ -63,6 +65,9 @@ struct ProxyOptions {
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace
   bool ready_needs_prefill = false;                    // GET /ready also waits for a prefill node
+  // Tokenizes prompts for cache-aware routing; null: requests are placed by load alone.
+  std::shared_ptr<const PromptTokenizer> prompt_tokenizer;
+  PlacementPolicy placement;  // where a request's prompt is prefilled (prefix_routing.h)
 };
 
 class ProxyServer {
@@ -91,6 +96,8 @@ class ProxyServer {
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);
   void count_response(int status);
+  // The prefix metrics of one routing choice.
+  void count_prefix_hits(NodeRole pool, const NodeRef& node);
   // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
   // trace file, histograms); the aligned timeline, or nullopt (logged) when it cannot be read.
   std::optional<RequestTimeline> record_timeline(Exchange& exchange,

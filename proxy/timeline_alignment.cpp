@@ -40,6 +40,7 @@ Result<RequestTimeline> align_timeline(const RequestTimeline& node_timeline,
   for (const RouteAttempt& route : proxy.routes) {
     TimelineArgs args = {{"decode", route.decode_id}};
     if (!route.prefill_id.empty()) args["prefill"] = route.prefill_id;
+    if (!route.placement.empty()) args["placement"] = route.placement;
     aligned.spans.push_back(
         {"proxy.route", "proxy", route.start_ms, route.sent_ms, std::move(args)});
   }

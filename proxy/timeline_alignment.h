@@ -20,6 +20,7 @@ struct RouteAttempt {
   double sent_ms = 0.0;   // when the upstream request was sent
   std::string decode_id;
   std::string prefill_id;  // empty: the decode node prefills itself
+  std::string placement;   // "remote", "local" or "cached" (PrefillPlacement)
 };
 
 // What the proxy measured for one request, in ms after its arrival.

@@ -304,6 +304,115 @@ TEST(NodeRegistryTest, RankPrefillOrdersByOutstandingPromptTokensAndSkipsUnrouta
   EXPECT_EQ(node_json(registry, b, now)["load"]["proxy_in_flight"], 0);
 }
 
+Json prefix_report(const std::vector<uint64_t>& keys, bool reset = false) {
+  return PrefixCacheReport{4, reset, keys, {}}.to_json();
+}
+
+Json load_and_prefix(int running, int kv_used, const std::vector<uint64_t>& keys) {
+  Json body = load(running, 0, 100, kv_used);
+  body["prefix_cache"] = prefix_report(keys);
+  return body;
+}
+
+TEST(NodeRegistryTest, TheDecodeNodeHoldingThePromptsPrefixWinsUntilItsLoadOutweighsIt) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string holder = must_register(registry, "decode", 9000, now);
+  const std::string idle = must_register(registry, "decode", 9001, now);
+  std::vector<int32_t> prompt(41);  // 10 reusable blocks of 4
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i + 7);
+  const std::vector<uint64_t> chain = reusable_block_chain(prompt, 4);
+  ASSERT_TRUE(registry.heartbeat(holder, load_and_prefix(2, 20, chain), now).ok());
+  ASSERT_TRUE(registry.heartbeat(idle, load(0, 0, 100, 0), now).ok());
+  const RoutingQuery query{prompt, 41};
+
+  // Without the prompt, load decides; with it, the holder's full hit (1.0) beats its load
+  // (0.2 KV + 2 x 0.1 sequences).
+  EXPECT_EQ(registry.pick_decode({}, now)->id, idle);
+  const std::optional<NodeRef> picked = registry.pick_decode({}, now, query);
+  ASSERT_TRUE(picked);
+  EXPECT_EQ(picked->id, holder);
+  EXPECT_EQ(picked->prompt_blocks, 10u);
+  EXPECT_EQ(picked->hit_blocks, 10u);
+  // A prompt that only shares the first half of the blocks hits half.
+  std::vector<int32_t> other = prompt;
+  other[25] = 99'999;
+  const std::optional<NodeRef> half = registry.pick_decode({}, now, {other, 41});
+  EXPECT_EQ(half->id, holder);
+  EXPECT_EQ(half->hit_blocks, 6u);
+  // Nine more sequences there: 0.2 + 1.1 - 1 > 0, the idle node wins.
+  for (int i = 0; i < 9; ++i) registry.begin_request(holder, "", 0);
+  EXPECT_EQ(registry.pick_decode({}, now, query)->id, idle);
+  EXPECT_EQ(registry.pick_decode({}, now, query)->hit_blocks, 0u);
+}
+
+TEST(NodeRegistryTest, ZeroPrefixWeightIsCacheUnaware) {
+  RegistryOptions options = test_options();
+  options.weights.prefix = 0.0;
+  NodeRegistry registry(options);
+  const auto now = Clock::now();
+  const std::string holder = must_register(registry, "decode", 9000, now);
+  const std::string idle = must_register(registry, "decode", 9001, now);
+  const std::vector<int32_t> prompt(9, 3);
+  ASSERT_TRUE(
+      registry.heartbeat(holder, load_and_prefix(1, 10, reusable_block_chain(prompt, 4)), now).ok());
+  EXPECT_EQ(registry.pick_decode({}, now, {prompt, 9})->id, idle);
+}
+
+TEST(NodeRegistryTest, PrefillNodesHoldingThePrefixRankFirst) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string a = must_register(registry, "prefill", 9000, now);
+  const std::string b = must_register(registry, "prefill", 9001, now);
+  const std::string decode = must_register(registry, "decode", 9002, now);
+  const std::vector<int32_t> prompt(41, 5);
+  ASSERT_TRUE(
+      registry.heartbeat(b, load_and_prefix(0, 0, reusable_block_chain(prompt, 4)), now).ok());
+  EXPECT_EQ(ids(registry.rank_prefill(now)), (std::vector<std::string>{a, b}));
+  EXPECT_EQ(ids(registry.rank_prefill(now, {prompt, 41})), (std::vector<std::string>{b, a}));
+  // 41 tokens queued on b: one prompt-length of work, as much as its hit saves.
+  registry.begin_request(decode, b, 45);
+  EXPECT_EQ(ids(registry.rank_prefill(now, {prompt, 41})), (std::vector<std::string>{a, b}));
+}
+
+TEST(NodeRegistryTest, PrefixKeysAreBoundedPerNodeAndLeaveWithTheNode) {
+  RegistryOptions options = test_options();
+  options.prefix_keys_per_node = 5;
+  NodeRegistry registry(options);
+  const auto now = Clock::now();
+  const std::string a = must_register(registry, "decode", 9000, now);
+  const std::string b = must_register(registry, "prefill", 9001, now);
+  ASSERT_TRUE(registry.heartbeat(a, load_and_prefix(0, 0, {1, 2, 3, 4, 5, 6, 7}), now).ok());
+  ASSERT_TRUE(registry.heartbeat(b, load_and_prefix(0, 0, {1, 2, 3}), now).ok());
+  EXPECT_EQ(registry.prefix_keys(), 8u);
+  EXPECT_EQ(node_json(registry, a, now)["prefix_cache"]["keys"], 5);
+  // A reset report replaces the node's keys.
+  Json reset = load(0, 0, 100, 0);
+  reset["prefix_cache"] = prefix_report({9}, true);
+  ASSERT_TRUE(registry.heartbeat(a, reset, now).ok());
+  EXPECT_EQ(registry.prefix_keys(), 4u);
+  ASSERT_TRUE(registry.remove(b).ok());
+  EXPECT_EQ(registry.prefix_keys(), 1u);
+  registry.expire(now + milliseconds(1'001));  // a falls silent
+  EXPECT_EQ(registry.prefix_keys(), 0u);
+}
+
+TEST(NodeRegistryTest, ABadPrefixReportIsRefusedAndChangesNothing) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string node = must_register(registry, "decode", 9000, now);
+  ASSERT_TRUE(registry.heartbeat(node, load_and_prefix(1, 10, {1, 2}), now).ok());
+  Json bad = load_and_prefix(3, 30, {3});
+  bad["prefix_cache"]["stored"].push_back("not-a-key");
+  const Result<NodeState> refused = registry.heartbeat(node, bad, now + milliseconds(900));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.prefix_keys(), 2u);
+  EXPECT_EQ(node_json(registry, node, now)["load"]["num_running"], 1);
+  // Nor its liveness: silent since `now`, it is gone after the timeout.
+  EXPECT_TRUE(registry.expire(now + milliseconds(1'001)).size() == 1);
+}
+
 TEST(NodeRegistryTest, PoolLoadSumsRoutableNodesOfOneRole) {
   NodeRegistry registry(test_options());
   const auto now = Clock::now();

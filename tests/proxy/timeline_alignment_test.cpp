@@ -61,7 +61,7 @@ ProxyMeasurements measured() {
   ProxyMeasurements proxy;
   proxy.trace_id = "0af7651916cd43dd8448eb211c80319c";
   // Routed at 0, refused, routed again at 3 and sent at 4; the head came at 20.
-  proxy.routes = {{0.0, 1.0, "decode-1", "prefill-1"}, {3.0, 4.0, "decode-2", ""}};
+  proxy.routes = {{0.0, 1.0, "decode-1", "prefill-1", "remote"}, {3.0, 4.0, "decode-2", "", "local"}};
   proxy.head_ms = 20.0;
   proxy.end_ms = 120.0;
   return proxy;
@@ -137,13 +137,16 @@ TEST(AlignTimeline, ShiftsNodeTimesAndAddsTheProxySpans) {
   EXPECT_DOUBLE_EQ((*request)["start_ms"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ((*request)["end_ms"].get<double>(), 120.0);
   EXPECT_EQ((*request)["args"]["attempts"], 2);
-  int routes = 0;
+  std::vector<Json> routes;
   for (const Json& span : t["spans"]) {
     if (span["name"] != "proxy.route") continue;
-    ++routes;
+    routes.push_back(span["args"]);
     EXPECT_LE(span["start_ms"].get<double>(), span["end_ms"].get<double>());
   }
-  EXPECT_EQ(routes, 2);
+  ASSERT_EQ(routes.size(), 2u);
+  // Where each try's prompt was to be prefilled.
+  EXPECT_EQ(routes[0], (Json{{"decode", "decode-1"}, {"prefill", "prefill-1"}, {"placement", "remote"}}));
+  EXPECT_EQ(routes[1], (Json{{"decode", "decode-2"}, {"placement", "local"}}));
 
   // Client-visible: the first token left at 36 and took 2 ms more to the proxy.
   EXPECT_DOUBLE_EQ(t["ttft_ms"].get<double>(), 38.0);
