@@ -1,9 +1,12 @@
 // NodeAgent against a fake proxy: a heartbeat that gets no answer (a lost packet, a stalled
-// proxy) does not hold up the next one, so a healthy node is not dropped for one lost call.
+// proxy) does not hold up the next one, so a healthy node is not dropped for one lost call; the
+// prefix-cache changes it carried are given back to be sent again.
 #include "common/cluster/node_agent.h"
 
 #include <chrono>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,9 +31,11 @@ class FakeProxy {
                      {200, "application/json", {}, RegistrationReply{"decode-1"}.to_json().dump()});
                });
     router.add_prefix("POST", "/cluster/nodes/",
-                      [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                      [this](const http::HttpRequest& request,
+                             std::shared_ptr<http::ResponseChannel> ch) {
                         std::lock_guard lock(mutex_);
                         arrivals_.push_back(Clock::now());
+                        bodies_.push_back(request.body);
                         if (arrivals_.size() == 1) {
                           stalled_ = ch;  // the first heartbeat is never answered
                           return;
@@ -53,10 +58,15 @@ class FakeProxy {
     std::lock_guard lock(mutex_);
     return arrivals_;
   }
+  std::vector<std::string> bodies() {
+    std::lock_guard lock(mutex_);
+    return bodies_;
+  }
 
  private:
   std::mutex mutex_;
   std::vector<Clock::time_point> arrivals_;
+  std::vector<std::string> bodies_;
   std::shared_ptr<http::ResponseChannel> stalled_;
   std::unique_ptr<http::HttpServer> server_;
 };
@@ -79,6 +89,47 @@ TEST(NodeAgent, AnUnansweredHeartbeatDoesNotHoldUpTheNext) {
   const double gap = std::chrono::duration<double>(arrivals[1] - arrivals[0]).count();
   EXPECT_LT(gap, 1.2) << "the heartbeat after an unanswered one came " << gap << " s later";
   EXPECT_EQ(agent->node_id(), "decode-1");
+}
+
+TEST(NodeAgent, PrefixChangesOfAnUnansweredHeartbeatAreGivenBackAndRegistrationAsksForASnapshot) {
+  FakeProxy proxy;
+  std::mutex mutex;
+  int resyncs = 0;
+  uint64_t next_key = 1;
+  std::vector<uint64_t> restored;
+  NodeAgentOptions options;
+  options.proxy_url = proxy.url();
+  options.registration.role = NodeRole::kPrefill;
+  options.registration.url = "http://127.0.0.1:1";
+  options.heartbeat_interval = 200ms;
+  PrefixCacheFeed feed;
+  feed.take = [&]() -> std::optional<PrefixCacheReport> {
+    std::lock_guard lock(mutex);
+    return PrefixCacheReport{16, false, {next_key++}, {}};
+  };
+  feed.restore = [&](PrefixCacheReport report) {
+    std::lock_guard lock(mutex);
+    restored.insert(restored.end(), report.stored.begin(), report.stored.end());
+  };
+  feed.resync = [&] {
+    std::lock_guard lock(mutex);
+    ++resyncs;
+  };
+  options.prefix_cache = feed;
+  std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
+  const auto deadline = Clock::now() + 10s;
+  while (proxy.bodies().size() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  agent.reset();
+  const std::vector<std::string> bodies = proxy.bodies();
+  ASSERT_GE(bodies.size(), 3u);
+  for (size_t index = 0; index < bodies.size(); ++index) {
+    const Heartbeat heartbeat = Heartbeat::parse(nlohmann::json::parse(bodies[index])).value();
+    ASSERT_TRUE(heartbeat.prefix_cache.has_value()) << bodies[index];
+    EXPECT_EQ(heartbeat.prefix_cache->stored, std::vector<uint64_t>{index + 1});
+  }
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(resyncs, 1);  // after the one registration
+  EXPECT_EQ(restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
 }
 
 }  // namespace
