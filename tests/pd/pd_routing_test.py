@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Cache-aware placement end to end (issue #20): a proxy, one prefill node and two decode nodes
+with small KV pools (each holds two of the four shared prefixes), run once cache-aware
+(the default weights) and once cache-unaware (--route-prefix-weight 0). Each round sends one
+request per prefix, staggered so that each is in flight when the next arrives, in an order
+rotated every round: placement by load alone then sends a prefix to the other decode node
+than last time, while cache-aware placement sends it back to the node that holds it (its
+heartbeats report its prefix-cache keys). Checks, on the decode nodes' own counters: the
+cache-aware run hits the decode prefix caches on the repeated prefixes, prefills them on the
+decode node that holds them (placement "cached", in the metrics and in the request's timeline)
+and transfers at most half the KV bytes of the unaware run; the proxy's index holds keys for
+both decode nodes and no more than its per-node bound.
+
+Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR.
+"""
+import concurrent.futures
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pd_e2e_test import AUTH, Cluster, complete, http, make_model, metric  # noqa: E402
+
+PREFIXES = 4
+PREFIX_TOKENS = 320  # 20 blocks of 16
+ROUNDS = 4
+STAGGER_S = 0.05  # a prefill here takes longer: each request is in flight when the next comes
+KEYS_PER_NODE = 4096
+
+
+def topology(prefix_weight, model):
+    return {"proxy": {"port": 0, "args": ["--tokenizer", model, "--route-prefix-weight", str(prefix_weight),
+                                          "--prefix-keys-per-node", str(KEYS_PER_NODE)]},
+            # 2-layer Qwen3-0.6B shape, float32 KV: 256 KiB a block, so 15 MiB is 60 blocks:
+            # two prefixes of 20 blocks and their requests' own blocks.
+            "node_args": ["--kv-cache-memory-gib", str(15 / 1024), "--threads", "1", "--max-model-len", "1024",
+                          "--heartbeat-interval-ms", "100", "--kv-transfer-timeout-ms", "10000"],
+            "prefill": [{"port": 0}],
+            "decode": [{"port": 0, "args": ["--local-prefill-max-tokens", "0"]} for _ in range(2)]}
+
+
+def rounds_of_requests():
+    rng = random.Random(20)
+    prefixes = [[rng.randrange(1000, 100000) for _ in range(PREFIX_TOKENS)] for _ in range(PREFIXES)]
+    rounds = []
+    for number in range(ROUNDS):
+        order = [(number + offset) % PREFIXES for offset in range(PREFIXES)]
+        rounds.append([{"prompt": prefixes[index] + [rng.randrange(1000, 100000) for _ in range(9)],
+                        "max_tokens": 24, "temperature": 0, "ignore_eos": True} for index in order])
+    return rounds
+
+
+def decode_sum(cluster, name):
+    return sum(metric(cluster.url("decode", index), name) for index in range(2))
+
+
+def run_policy(model, directory, prefix_weight):
+    cluster = Cluster(topology(prefix_weight, model), model, "tcp", directory, f"w{prefix_weight}")
+    try:
+        nodes = cluster.nodes()
+        blocks = [node["load"]["kv_blocks_total"] for node in nodes if node["role"] == "decode"]
+        print(f"prefix weight {prefix_weight}: decode KV pools of {blocks} blocks", flush=True)
+        for number, requests in enumerate(rounds_of_requests()):
+            with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+                futures = []
+                for request in requests:
+                    futures.append(pool.submit(complete, cluster.proxy, request))
+                    time.sleep(STAGGER_S)
+                for future in futures:
+                    future.result()
+            if number == 0:
+                first_round_bytes = decode_sum(cluster, "pdserve:kv_transfer_bytes_total")
+            time.sleep(0.5)  # the nodes' next heartbeats report the blocks just cached
+        # One more repeat, asking for its timeline: the proxy's route says where it was prefilled.
+        status, body = http("POST", cluster.proxy + "/v1/completions", rounds_of_requests()[0][0],
+                            headers=dict(AUTH, **{"X-Pdserve-Timeline": "1"}), timeout=300)
+        if status != 200:
+            raise AssertionError(f"HTTP {status}: {body[:300]}")
+        timeline = json.loads(body)["usage"]["pdserve_timeline"]
+        routes = [span["args"] for span in timeline["spans"] if span["name"] == "proxy.route"]
+        result = {
+            "bytes": decode_sum(cluster, "pdserve:kv_transfer_bytes_total"),
+            "first_round_bytes": first_round_bytes,
+            "hits": decode_sum(cluster, "pdserve:prefix_cache_hits_total"),
+            "queries": decode_sum(cluster, "pdserve:prefix_cache_queries_total"),
+            "proxy_hit_blocks": metric(cluster.proxy, 'pdserve:proxy_prefix_hit_blocks_total{pool="decode"}'),
+            "proxy_query_blocks": metric(cluster.proxy, 'pdserve:proxy_prefix_query_blocks_total{pool="decode"}'),
+            "index_keys": metric(cluster.proxy, "pdserve:proxy_prefix_index_keys"),
+            "node_keys": {node["id"]: node["prefix_cache"]["keys"] for node in cluster.nodes()},
+            "placements": {placement: metric(cluster.proxy, f'pdserve:proxy_prefill_placements_total{{placement="{placement}"}}')
+                           for placement in ("remote", "local", "cached")},
+            "last_route": routes[-1],
+        }
+        print(f"prefix weight {prefix_weight}: {json.dumps(result)}", flush=True)
+        return result
+    finally:
+        cluster.stop()
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="pdserve-routing-") as directory:
+        model = make_model(directory)
+        try:
+            aware = run_policy(model, directory, 1.0)
+            unaware = run_policy(model, directory, 0.0)
+        except Exception:
+            for root, _, files in os.walk(directory):
+                for name in files:
+                    if name.endswith(".log"):
+                        with open(os.path.join(root, name), errors="replace") as handle:
+                            print(f"---- {name}\n{handle.read()[-3000:]}", file=sys.stderr)
+            raise
+    failures = []
+    for result, what in ((aware, "cache-aware"), (unaware, "cache-unaware")):
+        if not all(keys > 0 for keys in result["node_keys"].values()):
+            failures.append(f"{what}: a node reported no prefix keys: {result['node_keys']}")
+        if any(keys > KEYS_PER_NODE for keys in result["node_keys"].values()):
+            failures.append(f"{what}: a node's keys exceed the bound: {result['node_keys']}")
+    # Rounds 2..4 repeat each prefix: cache-aware placement finds it on its node (hits of at
+    # least 20 blocks x 16 tokens per repeated request, as the decode nodes count them).
+    repeated = (ROUNDS - 1) * PREFIXES
+    if aware["hits"] < 0.9 * repeated * PREFIX_TOKENS:
+        failures.append(f"cache-aware: decode prefix-cache hits {aware['hits']} < 90% of "
+                        f"{repeated} x {PREFIX_TOKENS} tokens")
+    if aware["proxy_hit_blocks"] < 0.9 * repeated * (PREFIX_TOKENS // 16):
+        failures.append(f"cache-aware: the proxy found {aware['proxy_hit_blocks']} blocks on the chosen nodes")
+    if aware["placements"]["cached"] < 0.9 * repeated:
+        failures.append(f"cache-aware: {aware['placements']} placements, fewer than 90% of the {repeated} "
+                        "repeats prefilled on the decode node holding them")
+    if aware["last_route"].get("placement") != "cached":
+        failures.append(f"cache-aware: the last repeat's proxy.route is {aware['last_route']}, not placed 'cached'")
+    if aware["bytes"] > 0.5 * unaware["bytes"]:
+        failures.append(f"cache-aware transferred {aware['bytes']:.0f} KV bytes, more than half of the "
+                        f"cache-unaware {unaware['bytes']:.0f}")
+    if failures:
+        raise AssertionError("\n".join(failures))
+    print(f"cache-aware: {aware['bytes'] / 2**20:.1f} MiB of KV transferred vs {unaware['bytes'] / 2**20:.1f} MiB "
+          f"cache-unaware; decode prefix hits {aware['hits']:.0f} vs {unaware['hits']:.0f} tokens")
+
+
+if __name__ == "__main__":
+    main()
