@@ -199,8 +199,14 @@ class ProxyFailover : public ::testing::Test {
     }
   }
 
-  NodeRegistry registry_{RegistryOptions{.heartbeat_timeout = 300ms,
-                                         .static_down_cooldown = 2'000ms}};
+  static RegistryOptions registry_options() {
+    RegistryOptions options;
+    options.heartbeat_timeout = 300ms;
+    options.static_down_cooldown = 2'000ms;
+    return options;
+  }
+
+  NodeRegistry registry_{registry_options()};
   std::unique_ptr<http::HttpClient> client_;
   std::unique_ptr<ProxyServer> proxy_;
   std::unique_ptr<http::HttpServer> server_;

@@ -150,6 +150,26 @@ TEST_F(ProxyServerTest, ImpossibleLoadIs400AndDoesNotWinRouting) {
   EXPECT_EQ(picked->id, honest);
 }
 
+TEST_F(ProxyServerTest, PrefixCacheReportsAreAppliedAndBadOnesAre400) {
+  const std::string id = register_decode(9000);
+  const auto heartbeat = [&](const Json& report) {
+    return call("POST", "/cluster/nodes/" + id + "/heartbeat",
+                Json{{"load", {{"kv_blocks_total", 100}}}, {"prefix_cache", report}}.dump());
+  };
+  const Json good = PrefixCacheReport{16, false, {1, 2, 3}, {}}.to_json();
+  ASSERT_EQ(heartbeat(good).result_int(), 200);
+  EXPECT_EQ(cluster_node(id)["prefix_cache"], (Json{{"block_size", 16}, {"keys", 3}}));
+  Json bad = good;
+  bad["stored"].push_back(42);
+  expect_invalid_request(heartbeat(bad), "16 lowercase hex digits");
+  Json huge = good;
+  huge["block_size"] = 1 << 20;
+  expect_invalid_request(heartbeat(huge), "'block_size'");
+  EXPECT_EQ(cluster_node(id)["prefix_cache"]["keys"], 3);  // nothing of a refused report
+  const testing::HttpResponseMessage metrics = call("GET", "/metrics");
+  EXPECT_NE(metrics.body().find("pdserve:proxy_prefix_index_keys 3"), std::string::npos);
+}
+
 TEST_F(ProxyServerTest, ClusterAndTraceEndpointsNeedTheClusterToken) {
   const std::string id = register_decode(9000);
   const std::vector<std::pair<std::string, std::string>> guarded = {
