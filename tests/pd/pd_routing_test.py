@@ -7,8 +7,9 @@ rotated every round: placement by load alone then sends a prefix to the other de
 than last time, while cache-aware placement sends it back to the node that holds it (its
 heartbeats report its prefix-cache keys). Checks, on the decode nodes' own counters: the
 cache-aware run hits the decode prefix caches on the repeated prefixes, prefills them on the
-decode node that holds them (placement "cached", in the metrics and in the request's timeline)
-and transfers at most half the KV bytes of the unaware run; the proxy's index holds keys for
+decode node that holds them (placement "cached", in the metrics and in the request's timeline),
+transfers next to no KV after the first round and at most 3/4 of the unaware run's bytes (which
+has ranged 57-73 MiB against 21 MiB); the proxy's index holds keys for
 both decode nodes and no more than its per-node bound.
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR.
@@ -132,8 +133,11 @@ def main():
                         "repeats prefilled on the decode node holding them")
     if aware["last_route"].get("placement") != "cached":
         failures.append(f"cache-aware: the last repeat's proxy.route is {aware['last_route']}, not placed 'cached'")
-    if aware["bytes"] > 0.5 * unaware["bytes"]:
-        failures.append(f"cache-aware transferred {aware['bytes']:.0f} KV bytes, more than half of the "
+    if aware["bytes"] > 1.1 * aware["first_round_bytes"]:
+        failures.append(f"cache-aware transferred {aware['bytes'] - aware['first_round_bytes']:.0f} KV bytes "
+                        f"after the first round (which moved {aware['first_round_bytes']:.0f})")
+    if aware["bytes"] > 0.75 * unaware["bytes"]:
+        failures.append(f"cache-aware transferred {aware['bytes']:.0f} KV bytes, more than 3/4 of the "
                         f"cache-unaware {unaware['bytes']:.0f}")
     if failures:
         raise AssertionError("\n".join(failures))
