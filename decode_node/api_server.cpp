@@ -518,6 +518,7 @@ void ApiServer::record_finished(const SequenceDelta& delta) {
   if (!timings.finished) return;
   record_phases(delta);
   const double e2e = seconds_between(timings.arrival, *timings.finished);
+  log_finished(delta, e2e);
   metrics_
       .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
                  kLatencyBuckets)
@@ -529,6 +530,27 @@ void ApiServer::record_finished(const SequenceDelta& delta) {
                    "Mean time per output token after the first, per request.", kLatencyBuckets)
         .observe((e2e - ttft) / (delta.completion_tokens - 1));
   }
+}
+
+void ApiServer::log_finished(const SequenceDelta& delta, double e2e_seconds) const {
+  if (log_level() > LogLevel::kInfo) return;
+  const RequestTimings& timings = delta.timings;
+  std::string ttft = "-";
+  std::string tpot = "-";
+  if (timings.first_token) {
+    const double ttft_s = seconds_between(timings.arrival, *timings.first_token);
+    ttft = std::to_string(static_cast<int64_t>(ttft_s * 1000.0)) + " ms";
+    if (delta.completion_tokens > 1) {
+      tpot = std::to_string(static_cast<int64_t>((e2e_seconds - ttft_s) * 1000.0 /
+                                                 (delta.completion_tokens - 1))) + " ms";
+    }
+  }
+  PDS_LOG_INFO("request " + delta.request_id + " finished (" +
+               std::string(finish_reason_name(delta.finish_reason)) + "): prompt " +
+               std::to_string(delta.prompt_tokens) + " tokens, output " +
+               std::to_string(delta.completion_tokens) + " tokens, TTFT " + ttft + ", TPOT " +
+               tpot + ", e2e " + std::to_string(static_cast<int64_t>(e2e_seconds * 1000.0)) +
+               " ms");
 }
 
 void ApiServer::record_phases(const SequenceDelta& delta) {

@@ -89,6 +89,8 @@ class ApiServer {
   void record_finished(const SequenceDelta& delta);
   // Prefill, decode and inference times; for remotely prefilled requests the remote prefill,
   // the wait for the KV and the transfer. `delta` is final and has timings.finished.
+  // One log line per finished choice: its id, token counts, TTFT, TPOT and end-to-end time.
+  void log_finished(const SequenceDelta& delta, double e2e_seconds) const;
   void record_phases(const SequenceDelta& delta);
   void record_inter_token_latency(double seconds);
   void abort_requests(const std::vector<std::string>& engine_ids);

@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       "pdserve-proxy: OpenAI API front end that routes requests by phase across prefill and decode "
       "nodes"};
   app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
+  pdserve::add_log_options(app);
   app.add_option("--port", options.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));

@@ -6,12 +6,15 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "common/cluster/cluster_auth.h"
+#include "common/core/cli.h"
 #include "common/core/log.h"
 #include "common/engine/warm_up.h"
+#include "serving/stats_log.h"
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
 
@@ -91,6 +94,11 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "Heartbeats to the proxy")
       ->capture_default_str()
       ->check(CLI::Range(10, 60'000));
+  app.add_option("--log-stats-interval-s", options.log_stats_interval_s,
+                 "Seconds between the stats lines logged while there is work (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86'400));
+  add_log_options(app);
   app.add_flag("--exit-when-drained", options.exit_when_drained,
                "Exit 0 once the proxy has drained this node (POST /cluster/nodes/ID/drain) and its "
                "last request has finished");
@@ -168,6 +176,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                        warm_up(*node->engine, std::chrono::milliseconds(options.warm_up_timeout_ms)));
   PDS_LOG_INFO("warm-up: " + std::to_string(warmed.generated_tokens) + " tokens in " +
                std::to_string(warmed.elapsed.count()) + " ms; ready");
+  PDS_LOG_INFO(capacity_log_line(node->engine->stats(), engine_config.block_size,
+                                 node->engine->model_info().max_model_len));
   return node;
 }
 
@@ -276,7 +286,13 @@ Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& s
   }
   announce((*server)->port());
 
+  std::optional<StatsLogger> stats_logger;
+  if (options.log_stats_interval_s > 0) {
+    stats_logger.emplace([engine = node.engine.get()] { return engine->stats(); },
+                         std::chrono::seconds(options.log_stats_interval_s));
+  }
   const int received = wait_for_shutdown_signal(signals);
+  stats_logger.reset();
   PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
   agent->reset();       // leaves the cluster first, so the proxy routes no new work here
   (*server)->stop();    // closes connections: their requests are aborted

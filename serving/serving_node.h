@@ -41,7 +41,8 @@ struct ServingNodeOptions {
   std::string ucx_tls;         // UCX transports for KV ("tcp", "sm,self"; empty: UCX decides)
   int kv_transfer_timeout_ms = 30'000;
   int heartbeat_interval_ms = 1'000;
-  bool exit_when_drained = false;  // exit 0 once the proxy drained this node and it is idle
+  bool exit_when_drained = false;
+  int log_stats_interval_s = 10;  // the periodic stats line; 0: none  // exit 0 once the proxy drained this node and it is idle
 };
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options);

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/core/log.h"
 #include "common/core/status.h"
 
 namespace pdserve {
@@ -33,6 +34,21 @@ inline int parse_cli(CLI::App& app, int argc, char** argv) {
     return kExitUsage;
   }
   return -1;
+}
+
+// --log-level and --log-format (common/core/log.h), applied as they are parsed; a value outside
+// their lists is a usage error (exit 2).
+inline void add_log_options(CLI::App& app) {
+  app.add_option_function<std::string>(
+         "--log-level",
+         [](const std::string& name) { set_log_level(parse_log_level(name).value()); },
+         "debug, info, warn or error (default: $PDSERVE_LOG_LEVEL, else info)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  app.add_option_function<std::string>(
+         "--log-format",
+         [](const std::string& name) { set_log_format(parse_log_format(name).value()); },
+         "text (ISO-8601 time, level, source, message) or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}));
 }
 
 // Prints a failed Status as one line and returns its exit code: 2 for errors in the user's input

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the command-line tools on a tiny synthetic checkpoint:
 #   pdserve-generate reproduces the float64 reference's greedy tokens, honours seeds, prints
-#   the stats line, and rejects bad input with exit code 2; pdserve-tokenize round-trips.
+#   the stats line, and rejects bad input with exit code 2; pdserve-tokenize round-trips;
+#   the servers' log options (--log-level, --log-format json) and start-up lines.
 # Usage: cli_test.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1
@@ -9,6 +10,8 @@ source=$2
 make_model=$build/tools/make_model/pdserve-make-model
 generate=$build/tools/generate/pdserve-generate
 tokenize=$build/tools/tokenize/pdserve-tokenize
+decode=$build/decode_node/pdserve-decode
+proxy=$build/proxy/pdserve-proxy
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -91,6 +94,34 @@ expect_eq "chat ids" \
   "[151644,872,198,13048,151645,198,151644,77091,198]"
 expect_exit "tokenize bad JSON" 2 bash -c "echo '{bad' | '$tokenize' --model '$model'"
 expect_exit "decode bad id" 2 bash -c "echo '[-1]' | '$tokenize' --model '$model' --decode"
+
+# Log options of the servers.
+expect_exit "unknown log level" 2 "$proxy" --log-level loud
+expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
+# With --log-format json every stderr line is one JSON object (ISO-8601 UTC time, level,
+# source, message), and a node logs its warm-up and KV capacity before it serves.
+"$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \
+  >"$work/node.out" 2>"$work/node.err" &
+node_pid=$!
+for _ in $(seq 1 600); do
+  grep -q "serving" "$work/node.out" 2>/dev/null && break
+  kill -0 "$node_pid" 2>/dev/null || break
+  sleep 0.1
+done
+kill -TERM "$node_pid" 2>/dev/null
+wait "$node_pid"
+if python3 - "$work/node.err" <<'PY'
+import json, re, sys
+lines = [line for line in open(sys.argv[1], encoding="utf-8").read().splitlines() if line]
+entries = [json.loads(line) for line in lines]
+assert all(set(e) == {"time", "level", "source", "message"} for e in entries), entries
+assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["time"]) for e in entries), entries
+messages = [e["message"] for e in entries]
+warm = next(i for i, m in enumerate(messages) if re.match(r"warm-up: 2 tokens in \d+ ms; ready", m))
+kv = next(i for i, m in enumerate(messages) if re.match(r"KV cache: \d+ blocks of 16 tokens = \d+ tokens; maximum concurrency at \d+ tokens per request: \d+\.\d\dx", m))
+assert warm < kv, messages
+PY
+then pass "json log lines, warm-up and KV capacity"; else fail "json log lines: $(head -c 600 "$work/node.err")"; fi
 
 echo "cli: $passes passed, $failures failed"
 [[ $failures -eq 0 ]]
