@@ -635,7 +635,16 @@ std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
   }
   const TimelineSummary summary = summarize_timeline(*aligned);
   observe_timeline(metrics_, summary);
-  advisor_.record(finished_request(summary));
+  const FinishedRequest finished = finished_request(summary);
+  advisor_.record(finished);
+  PDS_LOG_INFO("request " + aligned->request_id + " finished on " + exchange.decode.id +
+               (exchange.prefill_id.empty() ? "" : " (prefill " + exchange.prefill_id + ")") +
+               ": HTTP " + std::to_string(exchange.status) + ", prefilled " +
+               std::to_string(finished.prompt_tokens) + " tokens (the rest cached), output " +
+               std::to_string(finished.output_tokens) + " tokens, TTFT " +
+               std::to_string(static_cast<int64_t>(finished.ttft_ms)) + " ms, TPOT " +
+               std::to_string(static_cast<int64_t>(finished.tpot_ms)) + " ms, e2e " +
+               std::to_string(static_cast<int64_t>(finished.e2e_ms)) + " ms");
   const double arrival_us =
       std::chrono::duration<double, std::micro>(exchange.arrival.time_since_epoch()).count();
   traces_.record({*aligned, arrival_us});
@@ -645,6 +654,9 @@ std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
 void ProxyServer::record_failure(const Exchange& exchange) {
   FinishedRequest failed;
   failed.e2e_ms = ms_between(exchange.arrival, Clock::now());
+  PDS_LOG_INFO("request failed on " + exchange.decode.id + " after " +
+               std::to_string(static_cast<int64_t>(failed.e2e_ms)) + " ms, " +
+               std::to_string(exchange.attempts) + " attempt(s)");
   failed.ok = false;
   advisor_.record(failed);
 }

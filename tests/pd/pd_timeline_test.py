@@ -457,6 +457,15 @@ def check_proxy(decode_url, prefill_url, directory):
         if counted != len(ids):
             raise AssertionError(f"proxy TTFT histogram counted {counted} of {len(ids)} requests")
         print(f"ok: proxy /trace, --trace-file and histograms hold the {len(ids)} requests", flush=True)
+        # One log line per finished request, naming its nodes.
+        with open(log, encoding="utf-8") as handle:
+            logged = re.findall(r"request (\S+) finished on decode-\d+ \(prefill prefill-\d+\): HTTP 200, "
+                                r"prefilled \d+ tokens \(the rest cached\), output 6 tokens, TTFT \d+ ms, TPOT \d+ ms, e2e \d+ ms",
+                                handle.read())
+        if sorted(logged) != sorted(ids):
+            raise AssertionError(f"the proxy's request log lines name {sorted(logged)}, not {sorted(ids)}:\n"
+                                 + "\n".join(line for line in open(log, encoding="utf-8") if "finished on" in line))
+        print(f"ok: the proxy logged one line per request", flush=True)
     finally:
         proxy.send_signal(signal.SIGTERM)
         try:
