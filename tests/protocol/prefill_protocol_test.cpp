@@ -149,13 +149,7 @@ TEST(PrefillWorkTest, AScriptedOutputTravelsWithTheSampling) {
 
 // The prefill node samples the first token under the decode node's constraint.
 TEST(PrefillWorkTest, TheStructuredOutputSurvivesARoundTrip) {
-  PrefillWork work;
-  work.request_id = "r";
-  work.prompt_token_ids = {1, 2, 3};
-  work.kv_descriptor = "AAAA";
-  work.kv_num_blocks = 8;
-  work.kv_layout = {2, 16, 8, 128, "float32"};
-  work.block_ids = {5};
+  PrefillWork work = minimal_work();
   work.sampling.structured_output =
       StructuredOutput{StructuredOutput::Kind::kToolCalls, R"({"tools": [{"name": "f"}]})"};
   nlohmann::json json = prefill_work_to_json(work);
