@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 namespace pdserve::proxy {
 namespace {
@@ -192,6 +193,24 @@ Json ClusterAdvisor::to_json(const ClusterLoad& load, Clock::time_point now) {
             {"decode_nodes", optional_json(advice.decode_nodes)},
             {"prefill_decode_ratio", optional_json(advice.prefill_decode_ratio)}}},
           {"explanation", advice.explanation}};
+}
+
+void export_advice_metrics(const Advice& advice, const ClusterLoad& load,
+                           metrics::Registry& registry) {
+  for (const auto& [pool, recommended, current] :
+       {std::tuple{"prefill", advice.prefill_nodes, load.prefill.nodes},
+        std::tuple{"decode", advice.decode_nodes, load.decode.nodes}}) {
+    const int desired = recommended ? *recommended : advice.requests == 0 ? 0 : current;
+    registry
+        .gauge("pdserve:cluster_advice_nodes",
+               "Nodes GET /cluster/advice wants in the pool (0: idle, the current size: unknown).",
+               {{"pool", pool}})
+        .set(desired);
+    registry
+        .gauge("pdserve:cluster_pool_nodes", "Routable nodes in the pool (draining ones excluded).",
+               {{"pool", pool}})
+        .set(current);
+  }
 }
 
 }  // namespace pdserve::proxy

@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/metrics/metrics.h"
+
 namespace pdserve::proxy {
 
 // One request's outcome, from its timeline (all durations in milliseconds).
@@ -118,5 +120,13 @@ class ClusterAdvisor {
   std::mutex mutex_;
   std::deque<Entry> entries_;  // oldest first
 };
+
+// The advice as gauges, for a HorizontalPodAutoscaler through prometheus-adapter (docs/METRICS.md):
+// pdserve:cluster_advice_nodes{pool} is the pool's desired size: the recommendation; 0 when no
+// request finished in the window (idle: the HPA's minReplicas applies); the current size when a
+// capacity is unknown (hold). pdserve:cluster_pool_nodes{pool} is the current size (routable
+// nodes: draining ones do not count).
+void export_advice_metrics(const Advice& advice, const ClusterLoad& load,
+                           metrics::Registry& registry);
 
 }  // namespace pdserve::proxy

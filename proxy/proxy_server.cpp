@@ -152,6 +152,11 @@ void ProxyServer::register_routes(http::Router& router) {
                    .gauge("pdserve:proxy_prefix_index_keys",
                           "Prefix-cache block keys the proxy holds for all nodes.")
                    .set(static_cast<double>(registry_.prefix_keys()));
+               // The advice gauges are computed when scraped, like /cluster/advice.
+               const auto now = Clock::now();
+               const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),
+                                      registry_.pool_load(NodeRole::kDecode, now)};
+               export_advice_metrics(advisor_.advise(load, now), load, metrics_);
                ch->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
              });
   router.add("GET", "/cluster",

@@ -1,5 +1,8 @@
-// ClusterAdvisor against numbers computed by hand from synthetic request records.
+// ClusterAdvisor against numbers computed by hand from synthetic request records, and the
+// gauges it exports for an autoscaler.
 #include "proxy/cluster_advice.h"
+
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -181,6 +184,49 @@ TEST(ClusterAdvisorTest, JsonCarriesLoadNumbersAndRecommendation) {
 
   ClusterAdvisor empty(test_options());
   EXPECT_TRUE(empty.to_json(ClusterLoad{}, now)["recommendation"]["prefill_nodes"].is_null());
+}
+
+// The line of `series` (name and labels) in the registry's text, e.g. `name{pool="decode"} 5`.
+std::string series_line(const metrics::Registry& registry, const std::string& series) {
+  const std::string text = registry.render();
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return "(no " + series + ")";
+  return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+}
+
+TEST(ClusterAdvisorTest, ExportsDesiredAndCurrentPoolSizesAsGauges) {
+  const auto now = Clock::now();
+  const ClusterLoad load = two_decode_nodes(640);  // 1 prefill and 2 decode nodes now
+  metrics::Registry registry;
+
+  // Idle (nothing finished in the window): 0, so that an HPA's minReplicas applies.
+  ClusterAdvisor advisor(test_options());
+  export_advice_metrics(advisor.advise(load, now), load, registry);
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="prefill"})"),
+            R"(pdserve:cluster_advice_nodes{pool="prefill"} 0)");
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="decode"})"),
+            R"(pdserve:cluster_advice_nodes{pool="decode"} 0)");
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_pool_nodes{pool="prefill"})"),
+            R"(pdserve:cluster_pool_nodes{pool="prefill"} 1)");
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_pool_nodes{pool="decode"})"),
+            R"(pdserve:cluster_pool_nodes{pool="decode"} 2)");
+
+  // Measured (RecommendsNodesFromMeasuredCapacities' workload): the recommendation.
+  record_steady(advisor, now, request(1'000, 101, 500, 600, 20));
+  export_advice_metrics(advisor.advise(load, now), load, registry);
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="prefill"})"),
+            R"(pdserve:cluster_advice_nodes{pool="prefill"} 10)");
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="decode"})"),
+            R"(pdserve:cluster_advice_nodes{pool="decode"} 5)");
+
+  // Requests but no prefill capacity (prefilled on the decode nodes): hold the current sizes.
+  ClusterAdvisor colocated(test_options());
+  colocated.record(request(100, 10, 0, 100, 10), now);
+  export_advice_metrics(colocated.advise(load, now), load, registry);
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="prefill"})"),
+            R"(pdserve:cluster_advice_nodes{pool="prefill"} 1)");
+  EXPECT_EQ(series_line(registry, R"(pdserve:cluster_advice_nodes{pool="decode"})"),
+            R"(pdserve:cluster_advice_nodes{pool="decode"} 2)");
 }
 
 }  // namespace
