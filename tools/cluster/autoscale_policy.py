@@ -90,10 +90,10 @@ class AutoscalePolicy:
                 state.above, state.below = 0, state.below + 1
             if state.above >= self.up_polls:
                 decisions.append(Decision(pool, "up", current, target,
-                                          f"{why}, {current} up for {state.above} polls"))
+                                          f"{why}, {current} routable, {state.above} polls in a row"))
             elif state.below >= self.down_polls:
                 decisions.append(Decision(pool, "down", current, target,
-                                          f"{why}, {current} up for {state.below} polls"))
+                                          f"{why}, {current} routable, {state.below} polls in a row"))
         return decisions
 
     def acted(self, pool, now):
