@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Stand-ins for pdserve-proxy, pdserve-prefill and pdserve-decode (by the name it is run
+as), for testing pdserve-cluster's autoscaling loop without a model:
+  * the proxy registers nodes, lists them (GET /cluster), drains them, and answers
+    GET /cluster/advice with the recommendation in the JSON file $FAKE_ADVICE
+    ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool;
+  * a node registers with --proxy, and with --exit-when-drained exits 0 once drained; it exits 1
+    at once while the file $FAKE_FAIL exists (a node that fails to start).
+Each prints the line pdserve-cluster reads for its address.
+"""
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ROLE = os.path.basename(sys.argv[0]).removeprefix("pdserve-")
+
+
+def serve(handler):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def run_proxy():
+    nodes = {}  # id -> {"id", "role", "url", "state"}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def answer(self, body, status=200):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            with lock:
+                listed = list(nodes.values())
+            if self.path == "/cluster":
+                return self.answer({"nodes": listed})
+            if self.path == "/cluster/advice":
+                with open(os.environ["FAKE_ADVICE"]) as handle:
+                    wanted = json.load(handle)
+                up = {pool: sum(n["role"] == pool and n["state"] == "up" for n in listed)
+                      for pool in ("prefill", "decode")}
+                return self.answer({"load": {pool: {"nodes": count} for pool, count in up.items()},
+                                    "workload": {"requests": wanted["requests"]},
+                                    "recommendation": {"prefill_nodes": wanted["prefill_nodes"],
+                                                       "decode_nodes": wanted["decode_nodes"]}})
+            self.answer({"error": "not found"}, 404)
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            with lock:
+                if self.path == "/cluster/nodes":
+                    node_id = f"{body['role']}-{len(nodes)}"
+                    nodes[node_id] = {"id": node_id, "role": body["role"], "url": body["url"], "state": "up"}
+                    return self.answer({"id": node_id})
+                node_id = self.path.removeprefix("/cluster/nodes/").removesuffix("/drain")
+                if self.path.endswith("/drain") and node_id in nodes:
+                    nodes[node_id]["state"] = "draining"
+                    return self.answer({"id": node_id, "ok": True})
+            self.answer({"error": "not found"}, 404)
+
+    print(f"pdserve-proxy: listening on {serve(Handler)} (0 prefill, 0 decode static nodes)", flush=True)
+    while True:
+        time.sleep(1)
+
+
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def run_node():
+    if os.path.exists(os.environ["FAKE_FAIL"]):
+        sys.exit(1)
+    proxy = sys.argv[sys.argv.index("--proxy") + 1]
+    url = serve(BaseHTTPRequestHandler)
+    print(f"pdserve-{ROLE}: {'prefilling' if ROLE == 'prefill' else 'serving'} fake on {url} (device cpu)",
+          flush=True)
+    node_id = post(proxy + "/cluster/nodes", {"role": ROLE, "url": url})["id"]
+    while True:
+        time.sleep(0.1)
+        with urllib.request.urlopen(proxy + "/cluster", timeout=5) as response:
+            mine = [n for n in json.loads(response.read())["nodes"] if n["id"] == node_id]
+        if mine and mine[0]["state"] == "draining" and "--exit-when-drained" in sys.argv:
+            sys.exit(0)
+
+
+if __name__ == "__main__":
+    run_proxy() if ROLE == "proxy" else run_node()
