@@ -518,39 +518,34 @@ void ApiServer::record_finished(const SequenceDelta& delta) {
   if (!timings.finished) return;
   record_phases(delta);
   const double e2e = seconds_between(timings.arrival, *timings.finished);
-  log_finished(delta, e2e);
   metrics_
       .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
                  kLatencyBuckets)
       .observe(e2e);
-  if (timings.first_token && delta.completion_tokens > 1) {
-    const double ttft = seconds_between(timings.arrival, *timings.first_token);
+  std::optional<double> ttft;
+  std::optional<double> tpot;
+  if (timings.first_token) ttft = seconds_between(timings.arrival, *timings.first_token);
+  if (ttft && delta.completion_tokens > 1) {
+    tpot = (e2e - *ttft) / (delta.completion_tokens - 1);
     metrics_
         .histogram("pdserve:time_per_output_token_seconds",
                    "Mean time per output token after the first, per request.", kLatencyBuckets)
-        .observe((e2e - ttft) / (delta.completion_tokens - 1));
+        .observe(*tpot);
   }
+  log_finished(delta, ttft, tpot, e2e);
 }
 
-void ApiServer::log_finished(const SequenceDelta& delta, double e2e_seconds) const {
-  if (log_level() > LogLevel::kInfo) return;
-  const RequestTimings& timings = delta.timings;
-  std::string ttft = "-";
-  std::string tpot = "-";
-  if (timings.first_token) {
-    const double ttft_s = seconds_between(timings.arrival, *timings.first_token);
-    ttft = std::to_string(static_cast<int64_t>(ttft_s * 1000.0)) + " ms";
-    if (delta.completion_tokens > 1) {
-      tpot = std::to_string(static_cast<int64_t>((e2e_seconds - ttft_s) * 1000.0 /
-                                                 (delta.completion_tokens - 1))) + " ms";
-    }
-  }
+void ApiServer::log_finished(const SequenceDelta& delta, std::optional<double> ttft_seconds,
+                             std::optional<double> tpot_seconds, double e2e_seconds) const {
+  const auto ms = [](std::optional<double> seconds) {
+    return seconds ? std::to_string(static_cast<int64_t>(*seconds * 1000.0)) + " ms"
+                   : std::string("-");
+  };
   PDS_LOG_INFO("request " + delta.request_id + " finished (" +
                std::string(finish_reason_name(delta.finish_reason)) + "): prompt " +
                std::to_string(delta.prompt_tokens) + " tokens, output " +
-               std::to_string(delta.completion_tokens) + " tokens, TTFT " + ttft + ", TPOT " +
-               tpot + ", e2e " + std::to_string(static_cast<int64_t>(e2e_seconds * 1000.0)) +
-               " ms");
+               std::to_string(delta.completion_tokens) + " tokens, TTFT " + ms(ttft_seconds) +
+               ", TPOT " + ms(tpot_seconds) + ", e2e " + ms(e2e_seconds));
 }
 
 void ApiServer::record_phases(const SequenceDelta& delta) {

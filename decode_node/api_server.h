@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,8 @@ class ApiServer {
   // Prefill, decode and inference times; for remotely prefilled requests the remote prefill,
   // the wait for the KV and the transfer. `delta` is final and has timings.finished.
   // One log line per finished choice: its id, token counts, TTFT, TPOT and end-to-end time.
-  void log_finished(const SequenceDelta& delta, double e2e_seconds) const;
+  void log_finished(const SequenceDelta& delta, std::optional<double> ttft_seconds,
+                    std::optional<double> tpot_seconds, double e2e_seconds) const;
   void record_phases(const SequenceDelta& delta);
   void record_inter_token_latency(double seconds);
   void abort_requests(const std::vector<std::string>& engine_ids);
