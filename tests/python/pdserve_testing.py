@@ -45,7 +45,7 @@ CLUSTER_TOKEN = "test-cluster-token"
 _children = []
 _cleanups = []
 _work_dir = tempfile.mkdtemp(prefix="pdserve-test-")
-_keep_work_dir = False
+_keep_work_dir = os.environ.get("PDSERVE_TEST_KEEP_FILES") == "1"
 
 
 def work_dir():
@@ -268,6 +268,9 @@ def wait_until(condition, seconds, what):
     raise AssertionError(f"not within {seconds} s: {what}" + (f" (last error: {last_error})" if last_error else ""))
 
 
+_failures = []  # (check name, its exception's last line), repeated at the end by finish()
+
+
 def run_checks(checks):
     """Runs (name, function) pairs in order, printing ok/FAIL for each; returns the failures."""
     failed = 0
@@ -276,8 +279,9 @@ def run_checks(checks):
         try:
             check()
             print(f"ok   {name} ({(time.monotonic() - start) * 1000:.0f} ms)", flush=True)
-        except Exception:  # noqa: BLE001 - every failure is reported, then the next check runs
+        except Exception as error:  # noqa: BLE001 - every failure is reported, then the next check runs
             failed += 1
+            _failures.append((name, f"{type(error).__name__}: {error}"))
             print(f"FAIL {name}:\n{traceback.format_exc()}", flush=True)
     return failed
 
@@ -288,6 +292,9 @@ def finish(failed, target=None, what="checks"):
     if failed:
         if target is not None:
             print(target.logs())
+        # Again after the logs, so that a CI system that keeps only the output's tail has them.
+        for name, error in _failures:
+            print(f"FAILED {name}: {error[:2000]}")
         _keep_work_dir = True
         print(f"{failed} of the {what} failed (files in {_work_dir})")
         sys.exit(1)
