@@ -225,7 +225,14 @@ def resumed_streams_continue_exactly():
         status, rest = t.http("POST", url, dict(body, pdserve_resume=resume), headers=t.cluster_headers())
         t.expect_equal(status, 200, f"resume after event {i}: {rest[:300]}")
         got = [raw for raw in rest.split("\n\n") if raw.startswith("data: ")]
-        t.expect_equal(got, [raw for raw, _, _ in events[i + 1:]], f"events after a resume after event {i}")
+        want = [raw for raw, _, _ in events[i + 1:]]
+        if got != want:
+            first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            raise AssertionError(
+                f"events after a resume after event {i} ({len(delivered)} tokens delivered): "
+                f"{len(got)} events, expected {len(want)}; the first difference at {first}: "
+                f"got {got[first] if first < len(got) else None!r}, "
+                f"expected {want[first] if first < len(want) else None!r}")
         resumed_points += 1
         inside_calls += delivered.count(TOOL_CALL_START) > delivered.count(TOOL_CALL_END)
     t.expect(resumed_points > 50 and inside_calls > 20,
