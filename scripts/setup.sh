@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
   python3 python3-venv python3-torch python3-numpy python3-matplotlib curl procps
+  systemd
 )
 
 missing=()
