@@ -280,13 +280,12 @@ struct ApiServer::Generation {
           piece.reasoning += tail.reasoning;
           piece.content += tail.content;
         }
-        std::vector<ChatToolCall> calls;
+        std::vector<ChatToolCallDelta> calls;
         if (choice.tools) {
-          const int first_call = choice.tools->num_calls();
           ToolCallDelta parsed = choice.tools->push(piece.content);
           if (delta.finished) parsed.content += choice.tools->finish().content;
           piece.content = std::move(parsed.content);
-          calls = numbered_calls(choice_index, first_call, std::move(parsed.calls));
+          calls = streamed_calls(choice_index, std::move(parsed.fragments));
         }
         // One event per delta, so that a resumable stream's checkpoint covers all of it.
         if (!piece.reasoning.empty() || !piece.content.empty() || !calls.empty() || logprobs) {
@@ -383,7 +382,7 @@ struct ApiServer::Generation {
         if (choice.tools) {
           ToolCallDelta parsed = split_tool_calls(split.content);
           split.content = std::move(parsed.content);
-          calls = numbered_calls(static_cast<int>(i), 0, std::move(parsed.calls));
+          calls = numbered_calls(static_cast<int>(i), std::move(parsed.calls));
         }
         out.push_back({static_cast<int>(i), chat_echo + split.content, std::move(split.reasoning),
                        requested_logprobs(choice), choice.finish_reason, std::move(calls)});
@@ -405,18 +404,33 @@ struct ApiServer::Generation {
     channel.reset();
   }
 
-  // The calls of choice `choice_index` with their index among its calls, from first_index on,
-  // and ids made of the response id, the choice and the index: unique, and the same when
-  // another node resumes the stream.
-  std::vector<ChatToolCall> numbered_calls(int choice_index, int first_index,
+  // Call ids are made of the response id, the choice and the call's index: unique, and the same
+  // when another node resumes the stream.
+  std::string call_id(int choice_index, int call_index) const {
+    return "call_" + meta.id.substr(meta.id.find('-') + 1) + "_" + std::to_string(choice_index) +
+           "_" + std::to_string(call_index);
+  }
+
+  std::vector<ChatToolCall> numbered_calls(int choice_index,
                                            std::vector<ParsedToolCall> parsed) const {
-    const std::string id_stem =
-        "call_" + meta.id.substr(meta.id.find('-') + 1) + "_" + std::to_string(choice_index) + "_";
     std::vector<ChatToolCall> calls;
     for (ParsedToolCall& call : parsed) {
-      const int index = first_index + static_cast<int>(calls.size());
-      calls.push_back({index, id_stem + std::to_string(index), std::move(call.name),
-                       std::move(call.arguments)});
+      calls.push_back({call_id(choice_index, static_cast<int>(calls.size())),
+                       std::move(call.name), std::move(call.arguments)});
+    }
+    return calls;
+  }
+
+  std::vector<ChatToolCallDelta> streamed_calls(int choice_index,
+                                                std::vector<ToolCallFragment> fragments) const {
+    std::vector<ChatToolCallDelta> calls;
+    for (ToolCallFragment& fragment : fragments) {
+      ChatToolCallDelta& call = calls.emplace_back();
+      call.index = fragment.index;
+      if (fragment.name) {
+        call.header = {call_id(choice_index, fragment.index), std::move(*fragment.name)};
+      }
+      call.arguments = std::move(fragment.arguments);
     }
     return calls;
   }

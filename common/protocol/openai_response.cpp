@@ -48,14 +48,30 @@ Json chat_finish_reason_json(FinishReason reason, bool called_tools) {
   return called_tools ? Json("tool_calls") : finish_reason_json(reason);
 }
 
-Json tool_calls_json(const std::vector<ChatToolCall>& calls, bool with_index) {
+Json tool_calls_json(const std::vector<ChatToolCall>& calls) {
   Json json = Json::array();
   for (const ChatToolCall& call : calls) {
     Json item;
-    if (with_index) item["index"] = call.index;
     item["id"] = call.id;
     item["type"] = "function";
     item["function"] = Json{{"name", call.name}, {"arguments", call.arguments}};
+    json.push_back(std::move(item));
+  }
+  return json;
+}
+
+Json tool_call_deltas_json(const std::vector<ChatToolCallDelta>& calls) {
+  Json json = Json::array();
+  for (const ChatToolCallDelta& call : calls) {
+    Json item;
+    item["index"] = call.index;
+    if (call.header) {
+      item["id"] = call.header->id;
+      item["type"] = "function";
+      item["function"] = Json{{"name", call.header->name}, {"arguments", call.arguments}};
+    } else {
+      item["function"] = Json{{"arguments", call.arguments}};
+    }
     json.push_back(std::move(item));
   }
   return json;
@@ -176,7 +192,7 @@ Json chat_completion_response(const ResponseMeta& meta, const std::vector<ChatCh
     message["content"] =
         called_tools && choice.content.empty() ? Json(nullptr) : Json(choice.content);
     if (choice.reasoning_content) message["reasoning_content"] = *choice.reasoning_content;
-    if (called_tools) message["tool_calls"] = tool_calls_json(choice.tool_calls, false);
+    if (called_tools) message["tool_calls"] = tool_calls_json(choice.tool_calls);
     Json item;
     item["index"] = choice.index;
     item["message"] = std::move(message);
@@ -211,11 +227,11 @@ Json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options, int
 Json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options, int index,
                       std::string_view reasoning, std::string_view content,
                       const std::vector<OutputTokenLogprob>* logprobs,
-                      const std::vector<ChatToolCall>& tool_calls) {
+                      const std::vector<ChatToolCallDelta>& tool_calls) {
   Json delta = Json::object();
   if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
   if (!content.empty()) delta["content"] = content;
-  if (!tool_calls.empty()) delta["tool_calls"] = tool_calls_json(tool_calls, true);
+  if (!tool_calls.empty()) delta["tool_calls"] = tool_call_deltas_json(tool_calls);
   Json item;
   item["index"] = index;
   item["delta"] = std::move(delta);

@@ -62,13 +62,25 @@ struct CompletionChoice {
   FinishReason finish_reason = FinishReason::kNone;
 };
 
-// A function call the model made: {"index", "id", "type": "function", "function": {"name",
-// "arguments"}}; index is its position among the choice's calls.
+// A function call the model made: {"id", "type": "function", "function": {"name",
+// "arguments"}}.
 struct ChatToolCall {
-  int index = 0;
   std::string id;
   std::string name;
   std::string arguments;  // JSON text
+};
+
+// A call's part in a stream chunk (an entry of delta.tool_calls): the first one of a call is
+// {"index", "id", "type": "function", "function": {"name", "arguments"}}, the next ones
+// {"index", "function": {"arguments"}}; their arguments concatenate to the call's.
+struct ChatToolCallDelta {
+  int index = 0;  // the call's position among the choice's calls
+  struct Header {
+    std::string id;
+    std::string name;
+  };
+  std::optional<Header> header;  // on the call's first part only
+  std::string arguments;         // the next bytes of the arguments' JSON text
 };
 
 // With tool calls, finish_reason is "tool_calls" whatever ended the generation (as vLLM), and
@@ -108,13 +120,12 @@ nlohmann::ordered_json completion_chunk(const ResponseMeta& meta, const StreamOp
 nlohmann::ordered_json chat_role_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                        int index);
 // chat.completion.chunk with delta {reasoning_content?, content?, tool_calls?} (fields only
-// when not empty) and optional logprobs; finish_reason null. A call goes out whole, in one
-// entry with its id, type, name and arguments.
+// when not empty) and optional logprobs; finish_reason null.
 nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options,
                                         int index, std::string_view reasoning,
                                         std::string_view content,
                                         const std::vector<OutputTokenLogprob>* logprobs,
-                                        const std::vector<ChatToolCall>& tool_calls = {});
+                                        const std::vector<ChatToolCallDelta>& tool_calls = {});
 // The last chunk of a choice: empty delta and its finish_reason ("tool_calls" when the choice
 // called a tool).
 nlohmann::ordered_json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options,

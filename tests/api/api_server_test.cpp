@@ -498,9 +498,22 @@ TEST_F(ApiServerTest, ToolCallsAfterTheReasoningWholeAndStreamed) {
   ASSERT_EQ(streamed.result_int(), 200) << streamed.body();
   bool done = false;
   std::string finish;
-  Json accumulated = accumulate_stream(sse_events(streamed.body(), done), finish);
+  const std::vector<Json> events = sse_events(streamed.body(), done);
+  Json accumulated = accumulate_stream(events, finish);
   EXPECT_TRUE(done);
   EXPECT_EQ(finish, "tool_calls");
+  // The first call's arguments come in the pieces the model wrote them in: with its name
+  // ({"city": "Os), then the rest (lo"}).
+  std::vector<Json> first_call_entries;
+  for (const Json& event : events) {
+    if (event["choices"].empty()) continue;
+    for (const Json& call : event["choices"][0]["delta"].value("tool_calls", Json::array())) {
+      if (call["index"] == 0) first_call_entries.push_back(call);
+    }
+  }
+  ASSERT_EQ(first_call_entries.size(), 2u) << streamed.body();
+  EXPECT_EQ(first_call_entries[0]["function"]["arguments"], R"({"city": "Os)");
+  EXPECT_EQ(first_call_entries[1], Json::parse(R"({"index": 0, "function": {"arguments": "lo\"}"}})"));
   EXPECT_EQ(accumulated["reasoning_content"], message["reasoning_content"]);
   EXPECT_EQ(accumulated["content"], message["content"]);
   ASSERT_EQ(accumulated["tool_calls"].size(), 2u);

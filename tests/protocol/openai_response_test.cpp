@@ -53,8 +53,8 @@ TEST(ChatResponse, MessageWithReasoningAndWithout) {
 }
 
 TEST(ChatResponse, ToolCallsMakeTheFinishReasonAndANullEmptyContent) {
-  const std::vector<ChatToolCall> calls = {{0, "call_a_0_0", "get_weather", R"({"city": "Oslo"})"},
-                                           {1, "call_a_0_1", "now", "{}"}};
+  const std::vector<ChatToolCall> calls = {{"call_a_0_0", "get_weather", R"({"city": "Oslo"})"},
+                                           {"call_a_0_1", "now", "{}"}};
   ChatChoice only_calls{0, "", std::nullopt, std::nullopt, FinishReason::kStop, calls};
   ChatChoice with_text{1,         "Let me look.", std::nullopt, std::nullopt, FinishReason::kLength,
                        {calls[1]}};
@@ -68,13 +68,22 @@ TEST(ChatResponse, ToolCallsMakeTheFinishReasonAndANullEmptyContent) {
   EXPECT_EQ(body["choices"][1]["message"]["content"], "Let me look.");
   EXPECT_EQ(body["choices"][1]["finish_reason"], "tool_calls");
 
-  // Streamed: each call whole in one entry with its index; the finish chunk says tool_calls.
-  const auto chunk = chat_delta_chunk({"chatcmpl-a", 1, "m"}, {}, 0, "", "Sure.", nullptr, calls);
+  // Streamed: a call's first entry has its id, type and name, the next ones only arguments;
+  // the finish chunk says tool_calls.
+  const std::vector<ChatToolCallDelta> parts = {
+      {0, ChatToolCallDelta::Header{"call_a_0_0", "get_weather"}, R"({"city": "Os)"},
+      {1, ChatToolCallDelta::Header{"call_a_0_1", "now"}, ""}};
+  const auto chunk = chat_delta_chunk({"chatcmpl-a", 1, "m"}, {}, 0, "", "Sure.", nullptr, parts);
   EXPECT_EQ(to_json_text(chunk["choices"][0]["delta"]),
             R"({"content":"Sure.","tool_calls":[{"index":0,"id":"call_a_0_0","type":"function",)"
-            R"("function":{"name":"get_weather","arguments":"{\"city\": \"Oslo\"}"}},)"
+            R"("function":{"name":"get_weather","arguments":"{\"city\": \"Os"}},)"
             R"({"index":1,"id":"call_a_0_1","type":"function",)"
-            R"("function":{"name":"now","arguments":"{}"}}]})");
+            R"("function":{"name":"now","arguments":""}}]})");
+  const auto next = chat_delta_chunk({"chatcmpl-a", 1, "m"}, {}, 0, "", "", nullptr,
+                                     {{0, std::nullopt, R"(lo"})"}, {1, std::nullopt, "{}"}});
+  EXPECT_EQ(to_json_text(next["choices"][0]["delta"]),
+            R"({"tool_calls":[{"index":0,"function":{"arguments":"lo\"}"}},)"
+            R"({"index":1,"function":{"arguments":"{}"}}]})");
   EXPECT_EQ(chat_finish_chunk({"c", 0, "m"}, {}, 0, FinishReason::kStop,
                               true)["choices"][0]["finish_reason"],
             "tool_calls");
