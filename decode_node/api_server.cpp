@@ -415,8 +415,8 @@ struct ApiServer::Generation {
                                            std::vector<ParsedToolCall> parsed) const {
     std::vector<ChatToolCall> calls;
     for (ParsedToolCall& call : parsed) {
-      calls.push_back({call_id(choice_index, static_cast<int>(calls.size())),
-                       std::move(call.name), std::move(call.arguments)});
+      calls.push_back({call_id(choice_index, static_cast<int>(calls.size())), std::move(call.name),
+                       std::move(call.arguments)});
     }
     return calls;
   }

@@ -204,8 +204,9 @@ void ToolCallParser::send_arguments(ToolCallDelta& delta) {
   const size_t end = scanner_.arguments_end().value_or(
       begin + complete_utf8_length(std::string_view(pending_).substr(begin, scanned_ - begin)));
   if (end <= begin + arguments_sent_) return;
-  add_fragment(delta, std::nullopt,
-               std::string_view(pending_).substr(begin + arguments_sent_, end - begin - arguments_sent_));
+  add_fragment(
+      delta, std::nullopt,
+      std::string_view(pending_).substr(begin + arguments_sent_, end - begin - arguments_sent_));
   arguments_sent_ = end - begin;
 }
 

@@ -50,8 +50,16 @@ class ToolCallBodyScanner {
     kRejected,
   };
   // Where a number stands: each part says which characters may come next.
-  enum class NumberPart { kMinus, kZero, kInteger, kPoint, kFraction, kExponentMark, kExponentSign,
-                          kExponent };
+  enum class NumberPart {
+    kMinus,
+    kZero,
+    kInteger,
+    kPoint,
+    kFraction,
+    kExponentMark,
+    kExponentSign,
+    kExponent
+  };
   enum class Member { kNone, kName, kArguments };
 
   bool reject();
@@ -65,8 +73,8 @@ class ToolCallBodyScanner {
   bool continues_number(char c);
 
   Expect expect_ = Expect::kObject;
-  size_t offset_ = 0;      // of the byte being read
-  std::string open_;       // the open objects and arrays, outermost first: '{' or '['
+  size_t offset_ = 0;  // of the byte being read
+  std::string open_;   // the open objects and arrays, outermost first: '{' or '['
   bool string_is_key_ = false;
   int unicode_digits_left_ = 0;
   NumberPart number_ = NumberPart::kMinus;

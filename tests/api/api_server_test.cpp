@@ -513,7 +513,8 @@ TEST_F(ApiServerTest, ToolCallsAfterTheReasoningWholeAndStreamed) {
   }
   ASSERT_EQ(first_call_entries.size(), 2u) << streamed.body();
   EXPECT_EQ(first_call_entries[0]["function"]["arguments"], R"({"city": "Os)");
-  EXPECT_EQ(first_call_entries[1], Json::parse(R"({"index": 0, "function": {"arguments": "lo\"}"}})"));
+  EXPECT_EQ(first_call_entries[1],
+            Json::parse(R"({"index": 0, "function": {"arguments": "lo\"}"}})"));
   EXPECT_EQ(accumulated["reasoning_content"], message["reasoning_content"]);
   EXPECT_EQ(accumulated["content"], message["content"]);
   ASSERT_EQ(accumulated["tool_calls"].size(), 2u);

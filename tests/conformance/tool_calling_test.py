@@ -10,9 +10,13 @@ tool-call parsers, SSE, the proxy's relay. Checked:
   * whole answers: message.tool_calls (ids, type, names), content before the calls, reasoning,
     finish_reason tool_calls; arguments valid against each tool's parameters (jsonschema);
   * streams, accumulated by the client's own ChatCompletionStreamState (chat.completions.stream),
-    equal the whole answers; the chunks follow the OpenAPI document's ToolCallDelta schema;
+    equal the whole answers; the chunks follow the OpenAPI document's ToolCallDelta schema; each
+    call is announced (index, id, type, name) in its first entry and its arguments come in
+    several more, as the tokens arrive, concatenating to exactly the whole answer's string;
   * tool_choice none and requests without tools leave the text alone; malformed and unterminated
-    calls stay content; a call to a function that is not in `tools` is returned (as vLLM);
+    calls stay content (streamed, a call announced before its block went wrong stays in the
+    stream as sent, and finish_reason says whether any call completed); a call to a function
+    that is not in `tools` is returned (as vLLM);
   * a conversation with the calls and their results renders as transformers renders it with the
     arguments as objects (vLLM's json.loads): the prompt token counts agree;
   * a stream resumed on the decode node after any of its events (the proxy's failover, replayed
@@ -118,21 +122,32 @@ def whole_answer():
 
 
 def streamed_answer():
+    whole = chat(SCRIPT).choices[0].message
     final, chunks = streamed(SCRIPT)
     choice = final.choices[0]
     t.expect_equal(choice.finish_reason, "tool_calls", "streamed finish_reason")
     t.expect_equal(choice.message.content, CONTENT, "streamed content")
     check_calls(choice.message)
+    # The arguments strings, as the client accumulated them, are the whole answer's exactly.
+    t.expect_equal([c.function.arguments for c in choice.message.tool_calls],
+                   [c.function.arguments for c in whole.tool_calls], "accumulated arguments")
     schema = {"components": OPENAPI["components"], "$ref": "#/components/schemas/ChatCompletionChunk"}
-    seen = set()
+    entries = {}
     for chunk in chunks:
         jsonschema.validate(chunk, schema)
         for entry in chunk["choices"][0]["delta"].get("tool_calls") or []:
-            if entry["index"] not in seen:
-                seen.add(entry["index"])
-                t.expect({"id", "type"} <= entry.keys() and "name" in entry["function"],
-                         f"the first entry of a call carries id, type and name: {entry}")
-    t.expect_equal(seen, {0, 1}, "streamed call indices")
+            entries.setdefault(entry["index"], []).append(entry)
+    t.expect_equal(sorted(entries), [0, 1], "streamed call indices")
+    for index, (first, *rest) in entries.items():
+        t.expect({"id", "type"} <= first.keys() and "name" in first["function"],
+                 f"the first entry of a call carries id, type and name: {first}")
+        t.expect(all(e.keys() == {"index", "function"} and e["function"].keys() == {"arguments"}
+                     for e in rest), f"later entries of call {index} carry only arguments: {rest}")
+        arguments = [e["function"].get("arguments", "") for e in [first] + rest]
+        t.expect(len([a for a in arguments if a]) > 1,
+                 f"call {index}'s arguments arrive in more than one chunk: {arguments}")
+        t.expect_equal("".join(arguments), whole.tool_calls[index].function.arguments,
+                       f"call {index}'s fragments concatenate to the whole answer's arguments")
 
 
 def not_parsed():
@@ -149,10 +164,18 @@ def not_parsed():
 def malformed_stays_content():
     bad = ('Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>\n'
            '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "UTC"}')
-    for response in (chat(bad + "<|im_end|>"), streamed(bad + "<|im_end|>")[0]):
-        choice = response.choices[0]
-        t.expect_equal((choice.finish_reason, choice.message.content, choice.message.tool_calls),
-                       ("stop", bad, None), "malformed calls")
+    whole = chat(bad + "<|im_end|>").choices[0]
+    t.expect_equal((whole.finish_reason, whole.message.content, whole.message.tool_calls),
+                   ("stop", bad, None), "malformed calls")
+    # Streamed, each call was announced, and got its arguments, before its block went wrong (bad
+    # JSON; no end tag before the end): nothing can be taken back. The blocks still come as
+    # content, so the content is the whole answer's, and finish_reason says no call completed.
+    final, _ = streamed(bad + "<|im_end|>")
+    choice = final.choices[0]
+    t.expect_equal((choice.finish_reason, choice.message.content), ("stop", bad), "streamed malformed calls")
+    t.expect_equal([(c.function.name, c.function.arguments) for c in choice.message.tool_calls],
+                   [("get_weather", '{"city": '), ("get_time", '{"timezone": "UTC"}')],
+                   "announced calls stay as they were sent")
 
 
 def unknown_function_is_returned():

@@ -91,7 +91,8 @@ std::vector<std::string> corpus() {
       "no calls at all, just\ntext with </tool_call> and <tool_call",
       // Non-ASCII (2-, 3- and 4-byte sequences), nesting, and strings holding brackets and
       // tag-like text.
-      call_block("météo", R"({"ville": "Zürich", "note": "晴れ ☀", "emoji": "🌧", "n": [[{}], []]})"),
+      call_block("météo",
+                 R"({"ville": "Zürich", "note": "晴れ ☀", "emoji": "🌧", "n": [[{}], []]})"),
       call_block("f", R"({"s": "a } b ] {", "t": "</tool_cal", "u": "<tool_call>", "v": "\\\"}"})"),
       // Blocks that stop being calls after their name went out: bad JSON in the arguments,
       // another member after them, a lone surrogate (only the final parse sees it), then a call.
@@ -284,17 +285,19 @@ bool is_valid_utf8(std::string_view text) {
 std::optional<std::string> arguments_due(const Script& script, const ScriptedCall& call,
                                          size_t read) {
   if (read <= call.body_begin) return std::nullopt;
-  const std::string_view body = std::string_view(script.text).substr(call.body_begin,
-                                                                       read - call.body_begin);
+  const std::string_view body =
+      std::string_view(script.text).substr(call.body_begin, read - call.body_begin);
   size_t possible_end_tag = 0;
   for (size_t length = 1; length < kToolCallEnd.size() && length <= body.size(); ++length) {
     if (body.ends_with(kToolCallEnd.substr(0, length))) possible_end_tag = length;
   }
   const size_t judged = read - possible_end_tag;
   if (judged < call.name_end) return std::nullopt;
-  std::string_view sent = std::string_view(script.text).substr(
-      call.arguments_begin, std::min(std::max(judged, call.arguments_begin) - call.arguments_begin,
-                                     call.arguments.size()));
+  std::string_view sent =
+      std::string_view(script.text)
+          .substr(call.arguments_begin,
+                  std::min(std::max(judged, call.arguments_begin) - call.arguments_begin,
+                           call.arguments.size()));
   while (!is_valid_utf8(sent)) sent.remove_suffix(1);
   return std::string(sent);
 }
@@ -312,7 +315,8 @@ std::vector<Script> realistic_scripts() {
                   R"({"filter": {"tags": ["a", "b}"], "range": [1, 2.5e3, -0.5E-2, 0]}, )"
                   R"("ok": true, "none": null, "q": "say \"hi\"\\n </tool_cal <tool_call> {]"})");
   // Non-ASCII, in the name and the arguments: 2-, 3- and 4-byte sequences, and \u escapes.
-  scripts[2].call("météo", R"({"ville": "Zürich", "note": "晴れ ☀", "emoji": "🌧🌧", "e": "\u00e9"})");
+  scripts[2].call(
+      "météo", R"({"ville": "Zürich", "note": "晴れ ☀", "emoji": "🌧🌧", "e": "\u00e9"})");
   // Arguments before the name, compact, with no whitespace around the object; then empty
   // arguments, and whitespace inside them.
   scripts[3]
@@ -320,8 +324,12 @@ std::vector<Script> realistic_scripts() {
       .call("h", "{}")
       .call("k", "{ \"a\" :\n [ 1 , 2 ] }", false, " \n ");
   // Three calls in one turn, no text.
-  scripts[4].call("a", R"({"n": 1})").content("\n").call("b", R"({"n": 2})").content("\n").call(
-      "c", R"({"n": [3]})");
+  scripts[4]
+      .call("a", R"({"n": 1})")
+      .content("\n")
+      .call("b", R"({"n": 2})")
+      .content("\n")
+      .call("c", R"({"n": [3]})");
   return scripts;
 }
 
