@@ -98,6 +98,11 @@ struct ApiServer::Generation {
     FinishReason finish_reason = FinishReason::kNone;
     int prompt_tokens = 0;
     int completion_tokens = 0;
+    // A resumable stream's tokens and sampler state not yet named by a checkpoint.
+    std::vector<int32_t> unnamed_tokens;
+    std::optional<SamplerRng::State> sampler_state;
+    // A resumed stream: the tokens of this choice the client had (their logprob offsets).
+    std::vector<int32_t> resumed_token_ids;
     int prompt_length = 0;       // for continuous usage stats, before the final delta says
     int tokens_streamed = 0;     // for continuous usage stats
     bool counts_prompt = false;  // the first choice of its prompt carries the prompt usage
@@ -122,12 +127,12 @@ struct ApiServer::Generation {
   bool continuous_usage = false;        // stream_options.continuous_usage_stats with include_usage
   std::string chat_echo;                // chat echo: the last message's content, before each answer
   std::vector<std::string> engine_ids;  // complete before any delta is handled
-  // A resumable stream (X-Pdserve-Resumable, one choice): a checkpoint before each event.
+  std::vector<size_t> engine_choices;   // the choice of each engine request
+  // A resumable stream (X-Pdserve-Resumable): a checkpoint before each event of a choice.
   bool resumable = false;
-  // Continues a stream another node started (X-Pdserve-Resume): no role chunk or echo, and
-  // the catch-up text of these tokens arrives with the first delta.
+  // Continues a stream another node started (pdserve_resume): no role chunks or echo, and
+  // the catch-up text of each choice's delivered tokens arrives with its first delta.
   bool resumed = false;
-  std::vector<int32_t> resumed_token_ids;
   // For the timeline: t = 0, whose trace this is, this node's name, and whether the caller
   // asked for it (X-Pdserve-Timeline: 1).
   SteadyTime arrival{};
@@ -146,13 +151,14 @@ struct ApiServer::Generation {
   SteadyTime head_sent{};
   std::vector<SteadyTime> first_choice_token_times;
   std::vector<ChoiceTimeline> finished_choices;
-  // The tokens and sampler state not yet named by a checkpoint (resumable streams).
-  StreamCheckpoint checkpoint;
 
-  // Called with the mutex held. A resumable stream's events follow their checkpoint. With
-  // continuous usage stats every choice chunk carries its choice's usage so far (vLLM).
+  // Called with the mutex held. A resumable stream's choice events follow their checkpoint
+  // (the usage chunk, of no choice, needs none). With continuous usage stats every choice
+  // chunk carries its choice's usage so far (vLLM).
   void write_event(nlohmann::ordered_json payload) {
-    if (resumable) write_checkpoint();
+    if (resumable && payload["choices"].size() == 1) {
+      write_checkpoint(payload["choices"][0]["index"].get<size_t>());
+    }
     if (continuous_usage && payload["choices"].size() == 1) {
       const Choice& choice = choices[payload["choices"][0]["index"].get<size_t>()];
       payload["usage"] = {{"prompt_tokens", choice.prompt_length},
@@ -162,9 +168,16 @@ struct ApiServer::Generation {
     channel->write(sse_event(payload));
   }
 
-  void write_checkpoint() {
+  void write_checkpoint(size_t index) {
+    Choice& choice = choices[index];
+    const StreamCheckpoint checkpoint{meta.id,
+                                      meta.created,
+                                      static_cast<int>(choices.size()),
+                                      static_cast<int>(index),
+                                      std::move(choice.unnamed_tokens),
+                                      choice.sampler_state};
     channel->write(checkpoint.to_comment());
-    checkpoint.token_ids.clear();
+    choice.unnamed_tokens.clear();
   }
 
   void fail(const ApiError& error) {
@@ -187,9 +200,9 @@ struct ApiServer::Generation {
     if (!stream) return;
     channel->start_stream(200, "text/event-stream", {});
     head_sent = std::chrono::steady_clock::now();
-    // The proxy learns the id at once: a stream that fails before its first event can be
-    // resumed too.
-    if (resumable) write_checkpoint();
+    // The proxy learns the id and the number of choices at once: a stream that fails before
+    // its first event can be resumed too.
+    if (resumable) write_checkpoint(0);
     if (resumed) return;  // the client has its role chunk or echo already
     for (size_t i = 0; i < choices.size(); ++i) {
       const int index = static_cast<int>(i);
@@ -256,15 +269,15 @@ struct ApiServer::Generation {
       fail(api_error_from_status(delta.error));
       std::vector<std::string> siblings;
       for (size_t i = 0; i < engine_ids.size(); ++i) {
-        if (i != index) siblings.push_back(engine_ids[i]);
+        if (engine_choices[i] != index) siblings.push_back(engine_ids[i]);
       }
       return siblings;
     }
     if (delta.resumed_text) catch_up(choice, *delta.resumed_text);
     if (resumable) {
-      checkpoint.token_ids.insert(checkpoint.token_ids.end(), delta.token_ids.begin(),
-                                  delta.token_ids.end());
-      if (delta.sampler_state) checkpoint.sampler_state = delta.sampler_state;
+      choice.unnamed_tokens.insert(choice.unnamed_tokens.end(), delta.token_ids.begin(),
+                                   delta.token_ids.end());
+      if (delta.sampler_state) choice.sampler_state = delta.sampler_state;
     }
     const int choice_index = static_cast<int>(index);
     const int64_t text_offset_start = choice.logprob_text_offset;
@@ -273,7 +286,13 @@ struct ApiServer::Generation {
       logprobs = output_logprobs(delta.logprobs, choice);
     }
     if (stream) {
-      if (chat) {
+      if (chat && delta.ended_before_resume) {
+        // The first node sent every token and all the text (its parsers' tails included);
+        // only the finish chunk was lost. The catch-up above counted the tool calls.
+        const bool called_tools = choice.tools && choice.tools->num_calls() > 0;
+        write_event(chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason,
+                                      called_tools));
+      } else if (chat) {
         ReasoningDelta piece = choice.reasoning->push(delta.text);
         if (delta.finished) {
           ReasoningDelta tail = choice.reasoning->finish();
@@ -333,7 +352,7 @@ struct ApiServer::Generation {
       if (choice.tools) choice.tools->push(replayed.content);
     }
     if (!want_logprobs) return;
-    for (const int32_t token : resumed_token_ids) {
+    for (const int32_t token : choice.resumed_token_ids) {
       choice.logprob_text_offset += code_points(token_string(token));
     }
   }
@@ -827,22 +846,33 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
   }
 
   // Stream resumption (common/protocol/stream_resume.h): between the proxy and its nodes only,
-  // for streams of one choice.
-  const bool one_streamed_choice = req.stream && prompts.size() == 1 && req.n == 1;
+  // for streams (any number of choices).
+  const size_t num_choices = prompts.size() * static_cast<size_t>(req.n);
   std::optional<StreamResume> resume;
   if (resume_field) {
-    if (!one_streamed_choice) {
+    if (!req.stream) {
       return reject(invalid_request(
-          std::string(kStreamResumeField) + " continues a streamed request with one choice",
-          kStreamResumeField));
+          std::string(kStreamResumeField) + " continues a streamed request", kStreamResumeField));
     }
     Result<StreamResume> parsed_resume = StreamResume::parse(*resume_field);
     if (!parsed_resume.ok()) {
       return reject(invalid_request(parsed_resume.status().message(), kStreamResumeField));
     }
     resume = std::move(parsed_resume).value();
+    if (resume->choices.size() != num_choices) {
+      return reject(invalid_request(std::string(kStreamResumeField) + " has " +
+                                        std::to_string(resume->choices.size()) +
+                                        " choices; the request has " +
+                                        std::to_string(num_choices),
+                                    kStreamResumeField));
+    }
+    if (std::ranges::all_of(resume->choices, &ResumedChoice::finished)) {
+      return reject(invalid_request(
+          std::string(kStreamResumeField) + ": every choice has finished; nothing is left",
+          kStreamResumeField));
+    }
   }
-  const bool resumable = one_streamed_choice && request.header(kResumableHeader) == "1" &&
+  const bool resumable = req.stream && request.header(kResumableHeader) == "1" &&
                          cluster_token_matches(request, options_.access.cluster_token);
 
   auto generation = std::make_shared<Generation>();
@@ -874,13 +904,11 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     generation->meta.id = resume->id;
     generation->meta.created = resume->created;
     generation->resumed = true;
-    generation->resumed_token_ids = resume->output_token_ids;
   }
   generation->resumable = resumable;
-  generation->checkpoint.id = generation->meta.id;
-  generation->checkpoint.created = generation->meta.created;
 
   std::vector<InferenceRequest> requests;
+  std::vector<size_t> request_choices;  // a resumed stream's finished choices have no request
   for (const PreparedPrompt& prompt : prompts) {
     ApiResult<int> max_tokens =
         resolve_max_tokens(req, static_cast<int>(prompt.tokens.size()), model.max_model_len);
@@ -890,6 +918,8 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     if (!sampling.ok()) return reject(sampling.error());
     sampling.value().scripted_output = scripted_output;
     for (int sample = 0; sample < req.n; ++sample) {
+      const size_t choice_index = generation->choices.size();
+      const ResumedChoice* resumed = resume ? &resume->choices[choice_index] : nullptr;
       Generation::Choice choice;
       choice.counts_prompt = sample == 0;
       choice.prompt_length = static_cast<int>(prompt.tokens.size());
@@ -897,9 +927,21 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       choice.starts_in_reasoning = prompt.starts_in_reasoning;
       if (chat) choice.reasoning.emplace(prompt.starts_in_reasoning);
       if (chat && req.parses_tool_calls()) choice.tools.emplace();
+      if (resumed) {
+        choice.resumed_token_ids = resumed->output_token_ids;
+        choice.tokens_streamed = static_cast<int>(resumed->output_token_ids.size());
+        choice.sampler_state = resumed->sampler_state;
+      }
+      if (resumed && resumed->finished) {
+        // The client has all of it; it only counts in the usage.
+        choice.prompt_tokens = choice.prompt_length;
+        choice.completion_tokens = choice.tokens_streamed;
+        generation->choices.push_back(std::move(choice));
+        continue;
+      }
       generation->choices.push_back(std::move(choice));
       InferenceRequest engine_request;
-      engine_request.id = generation->meta.id + "-" + std::to_string(requests.size());
+      engine_request.id = generation->meta.id + "-" + std::to_string(choice_index);
       engine_request.prompt_tokens = prompt.tokens;
       engine_request.sampling = sampling.value();
       // vLLM's parallel sampling: choice i of a seeded request draws with seed + i, so that
@@ -909,9 +951,9 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       engine_request.include_stop_str_in_output = req.include_stop_str_in_output;
       engine_request.skip_special_tokens = req.skip_special_tokens;
       engine_request.report_sampler_state = resumable;
-      if (resume && !resume->output_token_ids.empty()) {
+      if (resumed && !resumed->output_token_ids.empty()) {
         // Prompt + the delivered tokens: prefilled by a prefill node too (the hook decides).
-        engine_request.resume = ResumedOutput{resume->output_token_ids, *resume->sampler_state};
+        engine_request.resume = ResumedOutput{resumed->output_token_ids, *resumed->sampler_state};
       }
       if (request_hook_) {
         const Status hooked = request_hook_(request, engine_request);
@@ -919,6 +961,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       }
       if (engine_request.kv_import) engine_request.kv_import->traceparent = trace.traceparent();
       requests.push_back(std::move(engine_request));
+      request_choices.push_back(choice_index);
     }
   }
   generation->remaining = requests.size();
@@ -934,13 +977,14 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
     std::lock_guard lock(generation->mutex);
     for (size_t i = 0; i < requests.size(); ++i) {
       std::string engine_id = requests[i].id;
+      const size_t choice = request_choices[i];
       Status status =
-          service_.submit(std::move(requests[i]), [this, generation, i](SequenceDelta delta) {
+          service_.submit(std::move(requests[i]), [this, generation, choice](SequenceDelta delta) {
             // On the engine thread: a timestamp and a hand-over, nothing that can wait.
             const SteadyTime arrived = std::chrono::steady_clock::now();
             generation->strand->post(
-                [this, generation, i, delta = std::move(delta), arrived]() mutable {
-                  abort_requests(generation->on_delta(i, std::move(delta), arrived));
+                [this, generation, choice, delta = std::move(delta), arrived]() mutable {
+                  abort_requests(generation->on_delta(choice, std::move(delta), arrived));
                 });
           });
       if (!status.ok()) {
@@ -951,6 +995,7 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
         break;
       }
       generation->engine_ids.push_back(std::move(engine_id));
+      generation->engine_choices.push_back(choice);
     }
     if (!submit_error && !remote_prefill) generation->start();
   }

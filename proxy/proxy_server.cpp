@@ -310,7 +310,7 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->forward_headers.emplace_back(std::string(kTimelineHeader), "1");
   exchange->forward_headers.emplace_back(std::string(kAuthorizationHeader),
                                          cluster_auth_header_value(options_.access.cluster_token));
-  // Streams of one choice come with checkpoints, so a failed node's stream can be resumed.
+  // Streams come with checkpoints, so a failed node's stream can be resumed.
   if (options_.stream_resume) {
     exchange->forward_headers.emplace_back(std::string(kResumableHeader), "1");
   }

@@ -56,6 +56,12 @@ Result<std::optional<Json>> usage_timeline(const Json& response, std::string_vie
 
 }  // namespace
 
+bool DeliveredStream::resumable() const {
+  return !id.empty() && std::ranges::any_of(choices, [](const ResumedChoice& choice) {
+    return !choice.finished;
+  });
+}
+
 std::string SseRelay::feed(std::string_view bytes) {
   std::string out;
   pending_.append(bytes);
@@ -82,23 +88,32 @@ void SseRelay::note_checkpoint(std::string_view event) {
   if (delivered_.id.empty()) {
     delivered_.id = checkpoint->id;
     delivered_.created = checkpoint->created;
+    delivered_.choices.resize(static_cast<size_t>(checkpoint->choices));
   }
-  if (checkpoint_) {  // two in a row: the first one's tokens wait with the second's
-    checkpoint->token_ids.insert(checkpoint->token_ids.begin(), checkpoint_->token_ids.begin(),
-                                 checkpoint_->token_ids.end());
-    if (!checkpoint->sampler_state) checkpoint->sampler_state = checkpoint_->sampler_state;
+  if (static_cast<size_t>(checkpoint->choices) != delivered_.choices.size()) {
+    problem_ = invalid_argument("a stream checkpoint names " +
+                                std::to_string(checkpoint->choices) + " choices, the stream has " +
+                                std::to_string(delivered_.choices.size()));
+    return;
   }
-  checkpoint_ = std::move(*checkpoint);
+  checkpoints_.push_back(std::move(*checkpoint));
 }
 
 void SseRelay::note_forwarded(std::string_view event) {
   if (delivered_.id.empty()) return;  // no checkpoint yet: nothing to resume, nothing to scan
-  if (event.find(kFinishReasonSet) != std::string_view::npos) delivered_.finished = true;
-  if (!checkpoint_) return;
-  delivered_.token_ids.insert(delivered_.token_ids.end(), checkpoint_->token_ids.begin(),
-                              checkpoint_->token_ids.end());
-  if (checkpoint_->sampler_state) delivered_.sampler_state = checkpoint_->sampler_state;
-  checkpoint_.reset();
+  // Several checkpoints in a row (the head's, then a choice's) all count with this event.
+  for (StreamCheckpoint& checkpoint : checkpoints_) {
+    ResumedChoice& choice = delivered_.choices[static_cast<size_t>(checkpoint.index)];
+    choice.output_token_ids.insert(choice.output_token_ids.end(), checkpoint.token_ids.begin(),
+                                   checkpoint.token_ids.end());
+    if (checkpoint.sampler_state) choice.sampler_state = checkpoint.sampler_state;
+  }
+  if (event.find(kFinishReasonSet) != std::string_view::npos) {
+    // The checkpoint just before an event names its choice.
+    const size_t index = checkpoints_.empty() ? 0 : static_cast<size_t>(checkpoints_.back().index);
+    delivered_.choices[index].finished = true;
+  }
+  checkpoints_.clear();
 }
 
 void SseRelay::route_event(std::string_view event, std::string& out) {

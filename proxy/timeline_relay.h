@@ -18,13 +18,13 @@ namespace pdserve::proxy {
 struct DeliveredStream {
   std::string id;  // empty until the node's first checkpoint
   int64_t created = 0;
-  std::vector<int32_t> token_ids;                  // every token whose event was relayed
-  std::optional<SamplerRng::State> sampler_state;  // after the last of them
-  bool finished = false;                           // a finish_reason was relayed
+  // Per choice (as many as the first checkpoint names): every token whose event was relayed,
+  // the sampler state after the last of them, and whether its finish chunk was relayed.
+  std::vector<ResumedChoice> choices;
 
-  // Whether another node can take the stream over.
-  bool resumable() const { return !id.empty() && !finished; }
-  StreamResume resume() const { return {id, created, token_ids, sampler_state}; }
+  // Whether another node can take the stream over: it has an id and a choice left to finish.
+  bool resumable() const;
+  StreamResume resume() const { return {id, created, choices}; }
 };
 
 // Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
@@ -35,7 +35,8 @@ struct DeliveredStream {
 //  * with redact_errors(), an error event (`data: {"error"...`) has the addresses in its
 //    message redacted;
 //  * a stream checkpoint (`: pdserve_resume {json}`, common/protocol/stream_resume.h): dropped;
-//    its tokens count as delivered once the next event has been forwarded.
+//    its tokens count as delivered once the next event has been forwarded, and a finish_reason
+//    in that event finishes the checkpoint's choice.
 // Only events that contain the text "pdserve_timeline", or that start as an error event, are
 // parsed.
 class SseRelay {
@@ -80,7 +81,7 @@ class SseRelay {
   bool redact_errors_ = false;
   std::optional<Status> problem_;
   DeliveredStream delivered_;
-  std::optional<StreamCheckpoint> checkpoint_;  // waits for the event it precedes
+  std::vector<StreamCheckpoint> checkpoints_;  // wait for the event they precede
 };
 
 // A non-streaming response body that carries `usage.pdserve_timeline`, parsed once.

@@ -31,6 +31,20 @@ SteadyTime now() {
   return std::chrono::steady_clock::now();
 }
 
+// Pushes tokens the client already has through a detokenizer and stop matcher; returns the
+// text they streamed.
+std::string replay_text(const Tokenizer& tokenizer, IncrementalDetokenizer& detokenizer,
+                        StopStringMatcher& matcher, std::span<const int32_t> tokens) {
+  std::string text;
+  for (const int32_t token : tokens) {
+    if (!tokenizer.token_bytes(token).has_value()) continue;
+    Result<std::string> piece = detokenizer.push(token);
+    PDS_CHECK(piece.ok(), piece.status().to_string());
+    text += matcher.push(*piece);
+  }
+  return text;
+}
+
 }  // namespace
 
 EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq,
@@ -91,8 +105,8 @@ Status EngineCore::validate(const InferenceRequest& request) const {
     return invalid_argument(where + " resumes a stream without its output tokens");
   }
   if (request.resume &&
-      static_cast<int64_t>(request.resume->output_tokens.size()) >= request.sampling.max_tokens) {
-    return invalid_argument(where + " resumes a stream that already has max_tokens (" +
+      static_cast<int64_t>(request.resume->output_tokens.size()) > request.sampling.max_tokens) {
+    return invalid_argument(where + " resumes a stream that has more than max_tokens (" +
                             std::to_string(request.sampling.max_tokens) + ") tokens");
   }
   if (request.kv_import && request.kv_import->prefill_urls.empty()) {
@@ -136,6 +150,12 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   if (ids_.contains(request.id)) {
     return invalid_argument("request '" + request.id + "' is already in flight");
   }
+  if (request.resume) {
+    if (const FinishReason ended = resumed_output_end(request); ended != FinishReason::kNone) {
+      end_resumed_at_once(request, sink, ended);
+      return Status::ok_status();
+    }
+  }
   PDS_ASSIGN_OR_RETURN(std::optional<ConstraintMatcher> grammar, make_grammar(request));
   const SamplerRng rng = SamplerRng::for_request(request.sampling, seed_source_.next_u64());
   if (request.kv_import) return add_imported(request, rng, sink, grammar);
@@ -167,17 +187,52 @@ Result<std::optional<ConstraintMatcher>> EngineCore::make_grammar(
   return grammar;
 }
 
+FinishReason EngineCore::resumed_output_end(const InferenceRequest& request) const {
+  const std::vector<int32_t>& output = request.resume->output_tokens;
+  // validate() created the same checker.
+  Result<StopChecker> checker = StopChecker::create(
+      request.sampling, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size);
+  PDS_CHECK(checker.ok(), checker.status().to_string());
+  if (const FinishReason by_token = checker->check(output); by_token != FinishReason::kNone) {
+    return by_token;
+  }
+  if (request.stop.empty()) return FinishReason::kNone;
+  IncrementalDetokenizer detokenizer(tokenizer_, request.skip_special_tokens);
+  StopStringMatcher matcher(request.stop, request.include_stop_str_in_output);
+  replay_text(tokenizer_, detokenizer, matcher, output);
+  return matcher.match() ? FinishReason::kStop : FinishReason::kNone;
+}
+
+void EngineCore::end_resumed_at_once(const InferenceRequest& request, const DeltaSink& sink,
+                                     FinishReason reason) {
+  SequenceDelta delta;
+  delta.request_id = request.id;
+  delta.finished = true;
+  delta.finish_reason = reason;
+  delta.ended_before_resume = true;
+  delta.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
+  delta.completion_tokens = static_cast<int>(request.resume->output_tokens.size());
+  delta.timings.arrival = request.arrival;
+  delta.timings.finished = now();
+  // All the text the client has, held-back bytes included (the first node's final delta
+  // flushed them), for the front end's parsers to catch up on.
+  IncrementalDetokenizer detokenizer(tokenizer_, request.skip_special_tokens);
+  StopStringMatcher matcher(request.stop, request.include_stop_str_in_output);
+  std::string text = replay_text(tokenizer_, detokenizer, matcher, request.resume->output_tokens);
+  if (!matcher.match()) {
+    text += matcher.push(detokenizer.flush());
+    text += matcher.finish();
+  }
+  delta.resumed_text = std::move(text);
+  deliver_delta(sink, std::move(delta));
+}
+
 Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& resume) {
   PDS_ASSIGN_OR_RETURN(state.rng, SamplerRng::from_state(resume.sampler_state));
   // The detokenizer and the stop-string matcher catch up on what was streamed before, so the
   // next delta starts where the client's text ends (held-back bytes included).
-  std::string text;
-  for (const int32_t token : resume.output_tokens) {
-    if (!tokenizer_.token_bytes(token).has_value()) continue;
-    Result<std::string> piece = state.detokenizer.push(token);
-    PDS_CHECK(piece.ok(), piece.status().to_string());
-    text += state.stop_matcher.push(*piece);
-  }
+  std::string text =
+      replay_text(tokenizer_, state.detokenizer, state.stop_matcher, resume.output_tokens);
   if (state.stop_matcher.match()) {
     return invalid_argument("request '" + state.id +
                             "' resumes a stream whose output already contains a stop string");

@@ -102,6 +102,10 @@ struct SequenceDelta {
   // streamed before (stop strings applied), for the front end to catch up on; it was already
   // delivered and is not part of `text`.
   std::optional<std::string> resumed_text;
+  // The final delta of a resumed request whose delivered output had already ended (its first
+  // node was cut just before the finish chunk): the client has every token and all the text;
+  // only the finish is left to send.
+  bool ended_before_resume = false;
 };
 
 using DeltaSink = std::function<void(SequenceDelta)>;

@@ -234,17 +234,17 @@ def resumed_streams_continue_exactly():
             events.append((raw, list(tokens), state))
     t.expect(events[-1][0] == "data: [DONE]", "the stream ends with [DONE]")
     t.expect(any('"tool_calls":[' in raw for raw, _, _ in events), "the stream has tool calls")
-    resumed_points = inside_calls = 0
+    resumed_points = inside_calls = resumed_at_the_end = 0
     for i, (raw, delivered, sampler_state) in enumerate(events[:-1]):
-        if '"finish_reason":"' in raw or len(delivered) == len(events[-1][1]):
-            # The proxy resumes no stream whose end the client has; after the last token's
-            # event (logprobs) but before the finish chunk, a node refuses to resume: nothing
-            # is left to generate (not a tool-calling matter).
-            break
+        if '"finish_reason":"' in raw:
+            break  # the proxy resumes no stream whose end the client has
+        # After the last token's event but before the finish chunk, nothing is left to
+        # generate: the resuming node sends the finish chunk (tool_calls: its parser caught up).
+        resumed_at_the_end += len(delivered) == len(events[-1][1])
         if not delivered:
             continue
-        resume = {"id": head["id"], "created": head["created"], "output_token_ids": delivered,
-                  "sampler_state": sampler_state}
+        resume = {"id": head["id"], "created": head["created"],
+                  "choices": [{"index": 0, "output_token_ids": delivered, "sampler_state": sampler_state}]}
         status, rest = t.http("POST", url, dict(body, pdserve_resume=resume), headers=t.cluster_headers())
         t.expect_equal(status, 200, f"resume after event {i}: {rest[:300]}")
         got = [raw for raw in rest.split("\n\n") if raw.startswith("data: ")]
@@ -258,8 +258,9 @@ def resumed_streams_continue_exactly():
                 f"expected {want[first] if first < len(want) else None!r}")
         resumed_points += 1
         inside_calls += delivered.count(TOOL_CALL_START) > delivered.count(TOOL_CALL_END)
-    t.expect(resumed_points > 50 and inside_calls > 20,
-             f"resumed at {resumed_points} points, {inside_calls} inside a call")
+    t.expect(resumed_points > 50 and inside_calls > 20 and resumed_at_the_end == 1,
+             f"resumed at {resumed_points} points, {inside_calls} inside a call, "
+             f"{resumed_at_the_end} before the finish chunk only")
 
 
 failed = t.run_checks([

@@ -581,7 +581,6 @@ TEST_F(EngineCoreTest, ResumptionsThatCannotContinueAreRefused) {
   const auto refuse = [&](const std::string& id, std::vector<int32_t> output,
                           SamplerRng::State state, const std::string& mention) {
     InferenceRequest r = request(id, 9600, 6);
-    r.stop = {"quick"};
     r.resume = ResumedOutput{std::move(output), state};
     const Status status = core_->add(std::move(r), sink(id));
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.to_string();
@@ -589,13 +588,52 @@ TEST_F(EngineCoreTest, ResumptionsThatCannotContinueAreRefused) {
   };
   const SamplerRng::State state = SamplerRng(1).state();
   refuse("none", {}, state, "without its output tokens");
-  refuse("all", std::vector<int32_t>(script.begin(), script.begin() + 6), state, "max_tokens");
-  refuse("stopped", std::vector<int32_t>(script.begin(), script.begin() + 3), state,
-         "stop string");
-  refuse("eos", {script[0], kImEnd}, state, "ends the sequence");
+  refuse("more", std::vector<int32_t>(script.begin(), script.begin() + 7), state,
+         "more than max_tokens");
   refuse("outside", {script[0], kVocab}, state, "outside");
   refuse("rng", {script[0]}, SamplerRng::State{}, "");
   for (const auto& [id, stream] : streams_) EXPECT_TRUE(stream.deltas.empty()) << id;
+  run_to_completion();
+  expect_clean_end();
+}
+
+// A stream cut between its last token's event and its finish chunk: the delivered tokens
+// already end it (max_tokens, a stop token, a stop string). The resumed request generates
+// nothing and ends at once with the finish the first node would have sent, and the text the
+// client has for the front end's parsers (the tokenizer's decode is the oracle).
+TEST_F(EngineCoreTest, ResumptionsWhoseOutputAlreadyEndedFinishAtOnce) {
+  const std::vector<int32_t> script = encode(kFoxText);
+  executor_.set_script(9600, script);
+  make_core();
+  const auto ended = [&](const std::string& id, std::vector<std::string> stop,
+                         std::vector<int32_t> output, FinishReason reason,
+                         const std::string& text) {
+    InferenceRequest r = request(id, 9600, 6);
+    r.stop = std::move(stop);
+    const int delivered = static_cast<int>(output.size());
+    r.resume = ResumedOutput{std::move(output), SamplerRng(1).state()};
+    add(std::move(r));
+    const Stream& stream = streams_[id];
+    ASSERT_EQ(stream.deltas.size(), 1u) << id << ": ended at once, before any step";
+    const SequenceDelta& last = stream.last();
+    EXPECT_TRUE(last.finished && last.error.ok() && last.ended_before_resume) << id;
+    EXPECT_EQ(last.finish_reason, reason) << id;
+    EXPECT_TRUE(last.token_ids.empty() && last.text.empty()) << id;
+    EXPECT_EQ(last.completion_tokens, delivered) << id;
+    EXPECT_EQ(last.prompt_tokens, 5) << id;
+    EXPECT_EQ(last.resumed_text, text) << id;
+  };
+  const auto decode = [&](size_t tokens) {
+    return tokenizer().decode({script.begin(), script.begin() + tokens}, true).value();
+  };
+  ended("all", {}, std::vector<int32_t>(script.begin(), script.begin() + 6),
+        FinishReason::kLength, decode(6));
+  const std::string two = decode(2);
+  ASSERT_NE(two.find("quick"), std::string::npos);
+  ended("stopped", {"quick"}, std::vector<int32_t>(script.begin(), script.begin() + 2),
+        FinishReason::kStop, two.substr(0, two.find("quick")));
+  ended("eos", {}, {script[0], kImEnd}, FinishReason::kStop, decode(1));
+  EXPECT_FALSE(core_->has_unfinished());
   run_to_completion();
   expect_clean_end();
 }

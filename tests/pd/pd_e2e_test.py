@@ -267,8 +267,8 @@ def faults(cluster, requests, reference):
     # client got, so the client sees no error and the same text as an uninterrupted run.
     streams = long_streams(requests)
     uninterrupted = run_streams(proxy, streams)
-    for outcome in uninterrupted:
-        if outcome["error"] is not None or outcome["finish"] != "length":
+    for outcome, stream in zip(uninterrupted, streams):
+        if outcome["error"] is not None or outcome["finish"] != {i: "length" for i in range(stream.get("n", 1))}:
             raise AssertionError(f"an uninterrupted stream failed: {outcome['error']}")
     frozen_url = cut_streams(cluster, streams, uninterrupted, signal.SIGSTOP, "SIGSTOP")
     # Thawed, the node registers again and serves; it holds no block afterwards.
@@ -291,18 +291,21 @@ def faults(cluster, requests, reference):
 
 
 def long_streams(requests):
-    """Long streamed requests: one greedy, three seeded (about 20 s each on this model)."""
+    """Long streamed requests: one greedy, two seeded and one seeded with n = 2, whose choices
+    interleave in the stream (about 20 s each on this model)."""
     base = dict(requests[0], max_tokens=160, stream=True, stream_options={"include_usage": True})
-    return [base] + [dict(base, temperature=0.9, top_p=0.95, seed=seed) for seed in range(11, 14)]
+    seeded = [dict(base, temperature=0.9, top_p=0.95, seed=seed) for seed in (11, 12, 13)]
+    seeded[-1]["n"] = 2
+    return [base] + seeded
 
 
 def stream_text(base_url, request, start_delay=0.0):
-    """Streams a request; returns its text, finish reason, usage, error event and the longest
-    gap between two events (seconds)."""
+    """Streams a request; returns its text and finish reason per choice index, usage, error
+    event and the longest gap between two events (seconds)."""
     time.sleep(start_delay)
     req = urllib.request.Request(base_url + "/v1/completions", data=json.dumps(request).encode(),
                                  headers={"Content-Type": "application/json"})
-    outcome = {"text": "", "finish": None, "usage": None, "error": None, "gap": 0.0}
+    outcome = {"text": {}, "finish": {}, "usage": None, "error": None, "gap": 0.0}
     last = time.monotonic()
     with urllib.request.urlopen(req, timeout=150) as response:
         for raw in response:
@@ -324,8 +327,10 @@ def stream_text(base_url, request, start_delay=0.0):
             if chunk.get("usage"):
                 outcome["usage"] = chunk["usage"]["completion_tokens"]
             for choice in chunk.get("choices", []):
-                outcome["text"] += choice.get("text", "")
-                outcome["finish"] = choice.get("finish_reason") or outcome["finish"]
+                index = choice["index"]
+                outcome["text"][index] = outcome["text"].get(index, "") + choice.get("text", "")
+                if choice.get("finish_reason"):
+                    outcome["finish"][index] = choice["finish_reason"]
     return outcome
 
 
@@ -362,10 +367,14 @@ def cut_streams(cluster, streams, uninterrupted, sig, what):
         if got["error"] is not None:
             raise AssertionError(f"{what}: stream {i} ended with an error event: {got['error']}")
         if (got["text"], got["finish"], got["usage"]) != (expected["text"], expected["finish"], expected["usage"]):
+            differing = [k for k in expected["text"] if got["text"].get(k) != expected["text"][k]]
+            first = differing[0] if differing else None
+            got_text, expected_text = got["text"].get(first, ""), expected["text"].get(first, "")
             raise AssertionError(f"{what}: stream {i} differs from its uninterrupted run: "
-                                 f"{got['usage']} tokens, {len(got['text'])} characters vs "
-                                 f"{expected['usage']}, {len(expected['text'])}; first difference at character "
-                                 f"{next((k for k, (a, b) in enumerate(zip(got['text'], expected['text'])) if a != b), None)}")
+                                 f"{got['usage']} tokens vs {expected['usage']}, finish {got['finish']} vs "
+                                 f"{expected['finish']}; choices {differing} differ, choice {first}: "
+                                 f"{len(got_text)} characters vs {len(expected_text)}, first difference at "
+                                 f"{next((k for k, (a, b) in enumerate(zip(got_text, expected_text)) if a != b), None)}")
     # A stream whose head had not come yet (its first token still on the prefill node) is
     # simply sent to the other node; the others are resumed there.
     resumed = metric(cluster.proxy, "pdserve:proxy_stream_resumes_total") - resumes_before
@@ -377,7 +386,7 @@ def cut_streams(cluster, streams, uninterrupted, sig, what):
     if remote_prefills < len(streams):
         raise AssertionError(f"{what}: {len(streams)} streams ended on the other node, only "
                              f"{int(remote_prefills)} were prefilled on a prefill node")
-    print(f"ok: {what} of a decode node with {on_victim} of {len(streams)} streams (1 greedy, 3 seeded) "
+    print(f"ok: {what} of a decode node with {on_victim} of {len(streams)} streams (1 greedy, 2 seeded, 1 seeded with n = 2) "
           f"mid-stream: {int(resumed)} resumed on the other node, every stream identical to its "
           f"uninterrupted run, no error event; longest gap {max(o['gap'] for o in outcomes):.1f} s", flush=True)
     return victim["url"]

@@ -59,8 +59,9 @@ class FakeDecodeNode {
                  if (behaviour_ == Behaviour::kCheckpointThenFreeze) {
                    ch->start_stream(200, "text/event-stream", {});
                    if (asked_for_checkpoints()) {
-                     ch->write(StreamCheckpoint{"cmpl-7", 5, {7, 8}, SamplerRng::State{1, 2, 3, 4}}
-                                   .to_comment());
+                     ch->write(
+                         StreamCheckpoint{"cmpl-7", 5, 1, 0, {7, 8}, SamplerRng::State{1, 2, 3, 4}}
+                             .to_comment());
                    }
                    ch->write("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
                  }
@@ -191,8 +192,10 @@ class ProxyFailover : public ::testing::Test {
       ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
       EXPECT_EQ(resumed->id, "cmpl-7");
       EXPECT_EQ(resumed->created, 5);
-      EXPECT_EQ(resumed->output_token_ids, (std::vector<int32_t>{7, 8}));
-      EXPECT_EQ(resumed->sampler_state, (SamplerRng::State{1, 2, 3, 4}));
+      ASSERT_EQ(resumed->choices.size(), 1u);
+      EXPECT_EQ(resumed->choices[0].output_token_ids, (std::vector<int32_t>{7, 8}));
+      EXPECT_EQ(resumed->choices[0].sampler_state, (SamplerRng::State{1, 2, 3, 4}));
+      EXPECT_FALSE(resumed->choices[0].finished);
     } else {
       EXPECT_NE(response.body.find("\"error\""), std::string::npos) << response.body;
       EXPECT_EQ(healthy.requests(), 0);

@@ -192,10 +192,10 @@ TEST(BodyTimeline, FoundReplacedOrAbsent) {
 // A resumable stream as a decode node writes it: a checkpoint before every event.
 std::string checkpointed_stream() {
   const SamplerRng::State s1 = {1, 1, 1, 1}, s2 = {2, 2, 2, 2};
-  std::string stream = StreamCheckpoint{"cmpl-7", 99, {}, std::nullopt}.to_comment();
-  stream += StreamCheckpoint{"cmpl-7", 99, {10, 11}, s1}.to_comment();
+  std::string stream = StreamCheckpoint{"cmpl-7", 99, 1, 0, {}, std::nullopt}.to_comment();
+  stream += StreamCheckpoint{"cmpl-7", 99, 1, 0, {10, 11}, s1}.to_comment();
   stream += "data: {\"id\":\"cmpl-7\",\"choices\":[{\"text\":\"a\",\"finish_reason\":null}]}\n\n";
-  stream += StreamCheckpoint{"cmpl-7", 99, {12}, s2}.to_comment();
+  stream += StreamCheckpoint{"cmpl-7", 99, 1, 0, {12}, s2}.to_comment();
   stream += "data: {\"id\":\"cmpl-7\",\"choices\":[{\"text\":\"b\",\"finish_reason\":null}]}\n\n";
   return stream;
 }
@@ -214,8 +214,9 @@ TEST(SseRelayResume, CheckpointsAreStrippedAndTheirTokensCountOnceTheNextEventIs
     const DeliveredStream& delivered = relay.delivered();
     EXPECT_EQ(delivered.id, "cmpl-7");
     EXPECT_EQ(delivered.created, 99);
-    EXPECT_EQ(delivered.token_ids, (std::vector<int32_t>{10, 11, 12}));
-    EXPECT_EQ(delivered.sampler_state, (SamplerRng::State{2, 2, 2, 2}));
+    ASSERT_EQ(delivered.choices.size(), 1u);
+    EXPECT_EQ(delivered.choices[0].output_token_ids, (std::vector<int32_t>{10, 11, 12}));
+    EXPECT_EQ(delivered.choices[0].sampler_state, (SamplerRng::State{2, 2, 2, 2}));
     EXPECT_TRUE(delivered.resumable());
   }
 }
@@ -225,23 +226,77 @@ TEST(SseRelayResume, TokensWhoseEventNeverCameAreNotDelivered) {
   const size_t last_event = stream.rfind("data:");
   SseRelay relay;
   relay.feed(std::string_view(stream).substr(0, last_event + 10));  // cut inside the event
-  EXPECT_EQ(relay.delivered().token_ids, (std::vector<int32_t>{10, 11}));
-  EXPECT_EQ(relay.delivered().sampler_state, (SamplerRng::State{1, 1, 1, 1}));
+  EXPECT_EQ(relay.delivered().choices.at(0).output_token_ids, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(relay.delivered().choices.at(0).sampler_state, (SamplerRng::State{1, 1, 1, 1}));
 
   // Another node continues: its checkpoints add to what was delivered.
   SseRelay next(relay.delivered());
-  next.feed(StreamCheckpoint{"cmpl-7", 99, {}, std::nullopt}.to_comment());
-  next.feed(StreamCheckpoint{"cmpl-7", 99, {12, 13}, SamplerRng::State{3, 3, 3, 3}}.to_comment());
+  next.feed(StreamCheckpoint{"cmpl-7", 99, 1, 0, {}, std::nullopt}.to_comment());
+  next.feed(StreamCheckpoint{"cmpl-7", 99, 1, 0, {12, 13}, SamplerRng::State{3, 3, 3, 3}}.to_comment());
   EXPECT_EQ(next.feed("data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n"),
             "data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n");
-  EXPECT_EQ(next.delivered().token_ids, (std::vector<int32_t>{10, 11, 12, 13}));
-  EXPECT_EQ(next.delivered().sampler_state, (SamplerRng::State{3, 3, 3, 3}));
+  EXPECT_EQ(next.delivered().choices.at(0).output_token_ids,
+            (std::vector<int32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(next.delivered().choices.at(0).sampler_state, (SamplerRng::State{3, 3, 3, 3}));
   // A finished choice is not resumed: the client has its whole answer.
-  EXPECT_TRUE(next.delivered().finished);
+  EXPECT_TRUE(next.delivered().choices.at(0).finished);
   EXPECT_FALSE(next.delivered().resumable());
   const StreamResume resume = next.delivered().resume();
   EXPECT_EQ(resume.id, "cmpl-7");
-  EXPECT_EQ(resume.output_token_ids, (std::vector<int32_t>{10, 11, 12, 13}));
+  ASSERT_EQ(resume.choices.size(), 1u);
+  EXPECT_EQ(resume.choices[0].output_token_ids, (std::vector<int32_t>{10, 11, 12, 13}));
+}
+
+// n = 3: interleaved events of three choices. Each checkpoint's tokens go to its own choice
+// once its event is forwarded; a finish chunk finishes only its choice; the stream stays
+// resumable while one choice is unfinished.
+TEST(SseRelayResume, ChoicesAreTrackedApartAndTheStreamEndsWithItsLastChoice) {
+  const auto checkpoint = [](int index, std::vector<int32_t> tokens, uint64_t state) {
+    return StreamCheckpoint{"cmpl-3", 5, 3, index, std::move(tokens),
+                            SamplerRng::State{state, state, state, state}}
+        .to_comment();
+  };
+  const auto event = [](int index, const char* finish) {
+    return "data: " +
+           Json{{"choices", {{{"index", index}, {"text", "x"},
+                              {"finish_reason", finish ? Json(finish) : Json()}}}}}
+               .dump() +
+           "\n\n";
+  };
+  SseRelay relay;
+  relay.feed(StreamCheckpoint{"cmpl-3", 5, 3, 0, {}, std::nullopt}.to_comment());
+  relay.feed(checkpoint(0, {}, 0) + event(0, nullptr));  // role chunks
+  relay.feed(checkpoint(1, {}, 0) + event(1, nullptr));
+  relay.feed(checkpoint(2, {}, 0) + event(2, nullptr));
+  relay.feed(checkpoint(1, {20}, 1) + event(1, nullptr));
+  relay.feed(checkpoint(0, {10, 11}, 2) + event(0, nullptr));
+  relay.feed(checkpoint(1, {21}, 3) + event(1, "stop"));
+  relay.feed(checkpoint(2, {30}, 4));  // its event never came
+  const DeliveredStream& delivered = relay.delivered();
+  ASSERT_EQ(delivered.choices.size(), 3u);
+  EXPECT_EQ(delivered.choices[0].output_token_ids, (std::vector<int32_t>{10, 11}));
+  EXPECT_EQ(delivered.choices[1].output_token_ids, (std::vector<int32_t>{20, 21}));
+  EXPECT_TRUE(delivered.choices[2].output_token_ids.empty());
+  EXPECT_EQ(delivered.choices[0].sampler_state, (SamplerRng::State{2, 2, 2, 2}));
+  EXPECT_EQ(delivered.choices[1].sampler_state, (SamplerRng::State{3, 3, 3, 3}));
+  EXPECT_EQ(delivered.choices[2].sampler_state, (SamplerRng::State{0, 0, 0, 0}));
+  EXPECT_FALSE(delivered.choices[0].finished);
+  EXPECT_TRUE(delivered.choices[1].finished);
+  EXPECT_FALSE(delivered.choices[2].finished);
+  EXPECT_TRUE(delivered.resumable());
+
+  relay.feed(event(2, "length"));
+  EXPECT_EQ(relay.delivered().choices[2].output_token_ids, (std::vector<int32_t>{30}));
+  EXPECT_TRUE(relay.delivered().choices[2].finished);
+  EXPECT_TRUE(relay.delivered().resumable()) << "choice 0 is still going";
+  relay.feed(checkpoint(0, {12}, 5) + event(0, "stop"));
+  EXPECT_FALSE(relay.delivered().resumable());
+
+  // A checkpoint that disagrees on the number of choices is a problem, not a crash.
+  SseRelay odd;
+  odd.feed(checkpoint(0, {}, 0));
+  EXPECT_EQ(odd.feed(StreamCheckpoint{"cmpl-3", 5, 2, 1, {1}, std::nullopt}.to_comment()), "");
+  EXPECT_TRUE(odd.problem().has_value());
 }
 
 TEST(SseRelayResume, AStreamWithoutCheckpointsIsNotResumableAndABadCheckpointIsAProblem) {
@@ -256,7 +311,7 @@ TEST(SseRelayResume, AStreamWithoutCheckpointsIsNotResumableAndABadCheckpointIsA
   EXPECT_FALSE(bad.delivered().resumable());
   // Content that spells a finish_reason is escaped in JSON and does not count as one.
   SseRelay content;
-  content.feed(StreamCheckpoint{"cmpl-1", 1, {}, std::nullopt}.to_comment());
+  content.feed(StreamCheckpoint{"cmpl-1", 1, 1, 0, {}, std::nullopt}.to_comment());
   content.feed("data: " + Json{{"choices", {{{"text", "\"finish_reason\":\"stop\""}}}}}.dump() +
                "\n\n");
   EXPECT_TRUE(content.delivered().resumable());
