@@ -941,7 +941,10 @@ void ApiServer::handle_generation(const http::HttpRequest& request,
       }
       generation->choices.push_back(std::move(choice));
       InferenceRequest engine_request;
-      engine_request.id = generation->meta.id + "-" + std::to_string(choice_index);
+      // Unique on this node: a resumed stream keeps its response id, and a late abort meant
+      // for an earlier attempt (or a second resumption here) must not reach this one.
+      engine_request.id = (resume ? generation->meta.id + "." + id : generation->meta.id) + "-" +
+                          std::to_string(choice_index);
       engine_request.prompt_tokens = prompt.tokens;
       engine_request.sampling = sampling.value();
       // vLLM's parallel sampling: choice i of a seeded request draws with seed + i, so that
