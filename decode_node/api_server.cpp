@@ -1,6 +1,7 @@
 #include "decode_node/api_server.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <iterator>
@@ -13,6 +14,7 @@
 #include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/http/service_routes.h"
+#include "common/metrics/vllm_compat.h"
 #include "common/protocol/chat_prompt.h"
 #include "common/protocol/openai_error.h"
 #include "common/protocol/openai_request.h"
@@ -26,9 +28,14 @@
 namespace pdserve {
 namespace {
 
-const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
-                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
-                                             7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+// pdserve's own phase histograms (seconds): finer than vLLM's request buckets at the low end,
+// where a KV transfer or a remote prefill of a short prompt lies.
+const std::vector<double> kPhaseBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                           0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                           7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+
+// The finish reasons an engine request can end with (vLLM's request_success_total labels).
+constexpr FinishReason kFinishReasons[] = {FinishReason::kStop, FinishReason::kLength};
 
 http::HttpResponse json_response(int status, std::string body) {
   return {status, "application/json", {}, std::move(body)};
@@ -460,18 +467,100 @@ struct ApiServer::Generation {
   }
 };
 
+struct ApiServer::RequestSeries {
+  RequestSeries(metrics::Registry& registry, const ModelInfo& model) {
+    const metrics::Labels labels = metrics::vllm_labels(model.name);
+    const auto histogram = [&registry](const char* name, const char* help,
+                                       const std::vector<double>& buckets,
+                                       const metrics::Labels& with) {
+      return &registry.histogram(name, help, buckets, with);
+    };
+    const auto& request_buckets = metrics::vllm_request_latency_buckets();
+    const auto& token_buckets = metrics::vllm_token_latency_buckets();
+    const std::vector<double> length_buckets = metrics::vllm_1_2_5_buckets(model.max_model_len);
+    ttft = histogram("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.",
+                      metrics::vllm_ttft_buckets(), labels);
+    inter_token = histogram("vllm:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", token_buckets, labels);
+    inter_token_deprecated = histogram(
+        "vllm:time_per_output_token_seconds",
+        "Histogram of time per output token in seconds. DEPRECATED in vLLM 0.11: the same "
+        "observations as vllm:inter_token_latency_seconds.",
+        token_buckets, labels);
+    request_tpot = histogram("vllm:request_time_per_output_token_seconds",
+                              "Histogram of time_per_output_token_seconds per request.",
+                              token_buckets, labels);
+    e2e = histogram("vllm:e2e_request_latency_seconds",
+                     "Histogram of e2e request latency in seconds.", request_buckets, labels);
+    queue = histogram("vllm:request_queue_time_seconds",
+                       "Histogram of time spent in WAITING phase for request.", request_buckets,
+                       labels);
+    prefill = histogram("vllm:request_prefill_time_seconds",
+                         "Histogram of time spent in PREFILL phase for request (prefilled here).",
+                         request_buckets, labels);
+    decode = histogram("vllm:request_decode_time_seconds",
+                        "Histogram of time spent in DECODE phase for request.", request_buckets,
+                        labels);
+    inference = histogram("vllm:request_inference_time_seconds",
+                           "Histogram of time spent in RUNNING phase for request.",
+                           request_buckets, labels);
+    prompt_tokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                               length_buckets, labels);
+    generation_tokens = histogram("vllm:request_generation_tokens",
+                                   "Number of generation tokens processed.", length_buckets,
+                                   labels);
+    for (const FinishReason reason : kFinishReasons) {
+      metrics::Labels with_reason = labels;
+      with_reason.emplace_back("finished_reason", std::string(finish_reason_name(reason)));
+      success[static_cast<size_t>(reason)] = &registry.counter(
+          "vllm:request_success_total", "Count of successfully processed requests.", with_reason);
+    }
+    remote_prefill = histogram(
+        "pdserve:remote_prefill_time_seconds",
+        "Prefill work posted to a prefill node to its first token received.", kPhaseBuckets, {});
+    kv_wait = histogram("pdserve:kv_wait_time_seconds",
+                         "First token received from the prefill node to its KV landed here.",
+                         kPhaseBuckets, {});
+    kv_transfer = histogram(
+        "pdserve:kv_transfer_time_seconds",
+        "KV transfer as the prefill node measured it (first put to acknowledgement).",
+        kPhaseBuckets, {});
+    kv_transfer_bytes =
+        &registry.counter("pdserve:kv_transfer_bytes_total", "KV bytes received from prefill nodes.");
+  }
+
+  metrics::Histogram* ttft;
+  metrics::Histogram* inter_token;
+  metrics::Histogram* inter_token_deprecated;
+  metrics::Histogram* request_tpot;
+  metrics::Histogram* e2e;
+  metrics::Histogram* queue;
+  metrics::Histogram* prefill;
+  metrics::Histogram* decode;
+  metrics::Histogram* inference;
+  metrics::Histogram* prompt_tokens;
+  metrics::Histogram* generation_tokens;
+  // By FinishReason; kNone's slot stays null (a finished request always has a reason).
+  std::array<metrics::Counter*, std::size(kFinishReasons) + 1> success{};
+  metrics::Histogram* remote_prefill;
+  metrics::Histogram* kv_wait;
+  metrics::Histogram* kv_transfer;
+  metrics::Counter* kv_transfer_bytes;
+};
+
 ApiServer::ApiServer(InferenceService& service, const Tokenizer& tokenizer,
                      const ChatTemplate& chat_template, ApiOptions options)
     : service_(service),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       options_(options),
-      inter_token_latency_(metrics_.histogram(
-          "pdserve:inter_token_latency_seconds",
-          "Gap between consecutive token deltas of one request.", kLatencyBuckets)),
-      id_prefix_(random_id_prefix()),
+      series_(std::make_unique<RequestSeries>(metrics_, service.model_info())),
       // Counters start at the engine's totals now: the warm-up's tokens are not traffic.
-      last_scraped_(service.stats()) {}
+      engine_metrics_(metrics_, service.model_info().name, NodeRole::kDecode, service.stats()),
+      id_prefix_(random_id_prefix()) {}
+
+ApiServer::~ApiServer() = default;
 
 void ApiServer::register_routes(http::Router& router) {
   const AccessPolicy& access = options_.access;
@@ -531,39 +620,28 @@ void ApiServer::count_response(int status) {
 }
 
 void ApiServer::record_finished(const SequenceDelta& delta) {
-  metrics_
-      .counter("pdserve:request_success_total", "Requests finished, by finish reason.",
-               {{"finished_reason", std::string(finish_reason_name(delta.finish_reason))}})
-      .inc();
+  if (metrics::Counter* success = series_->success[static_cast<size_t>(delta.finish_reason)]) {
+    success->inc();
+  }
   const RequestTimings& timings = delta.timings;
   if (timings.first_scheduled) {
-    metrics_
-        .histogram("pdserve:request_queue_time_seconds", "Arrival to first scheduled.",
-                   kLatencyBuckets)
-        .observe(seconds_between(timings.arrival, *timings.first_scheduled));
+    series_->queue->observe(seconds_between(timings.arrival, *timings.first_scheduled));
   }
   if (timings.first_token) {
-    metrics_
-        .histogram("pdserve:time_to_first_token_seconds", "Time to the first token.",
-                   kLatencyBuckets)
-        .observe(seconds_between(timings.arrival, *timings.first_token));
+    series_->ttft->observe(seconds_between(timings.arrival, *timings.first_token));
   }
   if (!timings.finished) return;
   record_phases(delta);
+  series_->prompt_tokens->observe(static_cast<double>(delta.prompt_tokens));
+  series_->generation_tokens->observe(static_cast<double>(delta.completion_tokens));
   const double e2e = seconds_between(timings.arrival, *timings.finished);
-  metrics_
-      .histogram("pdserve:e2e_request_latency_seconds", "Arrival to the last token.",
-                 kLatencyBuckets)
-      .observe(e2e);
+  series_->e2e->observe(e2e);
   std::optional<double> ttft;
   std::optional<double> tpot;
   if (timings.first_token) ttft = seconds_between(timings.arrival, *timings.first_token);
   if (ttft && delta.completion_tokens > 1) {
     tpot = (e2e - *ttft) / (delta.completion_tokens - 1);
-    metrics_
-        .histogram("pdserve:time_per_output_token_seconds",
-                   "Mean time per output token after the first, per request.", kLatencyBuckets)
-        .observe(*tpot);
+    series_->request_tpot->observe(*tpot);
   }
   log_finished(delta, ttft, tpot, e2e);
 }
@@ -583,46 +661,35 @@ void ApiServer::log_finished(const SequenceDelta& delta, std::optional<double> t
 
 void ApiServer::record_phases(const SequenceDelta& delta) {
   const RequestTimings& timings = delta.timings;
-  const auto observe = [this](const char* name, const char* help, double seconds) {
-    metrics_.histogram(name, help, kLatencyBuckets).observe(seconds);
-  };
   // Where the work on the prompt started: the prefill work's POST, or the local schedule.
   std::optional<SteadyTime> inference_start = timings.first_scheduled;
   if (delta.remote_prefill && delta.remote_prefill->work_posted != SteadyTime{}) {
     const RemotePrefillStats& remote = *delta.remote_prefill;
     inference_start = remote.work_posted;
-    observe("pdserve:remote_prefill_time_seconds",
-            "Prefill work posted to a prefill node to its first token received.",
-            seconds_between(remote.work_posted, remote.first_token_received));
+    series_->remote_prefill->observe(
+        seconds_between(remote.work_posted, remote.first_token_received));
     // A request ended by its first token does not wait for its KV.
     if (timings.kv_ready) {
-      observe("pdserve:kv_wait_time_seconds",
-              "First token received from the prefill node to its KV landed here.",
-              seconds_between(remote.first_token_received, *timings.kv_ready));
-      observe("pdserve:kv_transfer_time_seconds",
-              "KV transfer as the prefill node measured it (first put to acknowledgement).",
-              remote.transfer_seconds);
-      metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes received from prefill nodes.")
-          .inc(static_cast<double>(remote.transfer_bytes));
+      series_->kv_wait->observe(seconds_between(remote.first_token_received, *timings.kv_ready));
+      series_->kv_transfer->observe(remote.transfer_seconds);
+      series_->kv_transfer_bytes->inc(static_cast<double>(remote.transfer_bytes));
     }
   } else if (timings.first_scheduled && timings.first_token) {
-    observe("pdserve:request_prefill_time_seconds",
-            "Local prefill: first scheduled to the first token.",
-            seconds_between(*timings.first_scheduled, *timings.first_token));
+    // A remote prefill is counted by the prefill node that did it, so that a sum over all
+    // nodes counts every request's prefill once.
+    series_->prefill->observe(seconds_between(*timings.first_scheduled, *timings.first_token));
   }
   if (timings.first_token) {
-    observe("pdserve:request_decode_time_seconds", "First token to the last token.",
-            seconds_between(*timings.first_token, *timings.finished));
+    series_->decode->observe(seconds_between(*timings.first_token, *timings.finished));
   }
   if (inference_start) {
-    observe("pdserve:request_inference_time_seconds",
-            "Prompt work started (scheduled here or posted to a prefill node) to the last token.",
-            seconds_between(*inference_start, *timings.finished));
+    series_->inference->observe(seconds_between(*inference_start, *timings.finished));
   }
 }
 
 void ApiServer::record_inter_token_latency(double seconds) {
-  inter_token_latency_.observe(seconds);
+  series_->inter_token->observe(seconds);
+  series_->inter_token_deprecated->observe(seconds);
 }
 
 void ApiServer::abort_requests(const std::vector<std::string>& engine_ids) {
@@ -715,55 +782,8 @@ void ApiServer::handle_detokenize(const http::HttpRequest& request,
   channel->send(json_response(200, to_json_text(nlohmann::ordered_json{{"prompt", *text}})));
 }
 
-void ApiServer::publish_engine_stats() {
-  const ServiceStats stats = service_.stats();
-  metrics_.gauge("pdserve:num_requests_running", "Sequences in the running batch.")
-      .set(stats.num_running);
-  metrics_.gauge("pdserve:num_requests_waiting", "Sequences waiting to be scheduled.")
-      .set(stats.num_waiting);
-  metrics_.gauge("pdserve:kv_cache_blocks_total", "KV blocks in the pool.")
-      .set(stats.kv_blocks_total);
-  metrics_.gauge("pdserve:kv_cache_blocks_used", "KV blocks held by sequences.")
-      .set(stats.kv_blocks_used);
-  metrics_
-      .gauge("pdserve:kv_cache_blocks_cached",
-             "Free KV blocks that keep prefix-cache content (evictable).")
-      .set(stats.kv_blocks_cached);
-  metrics_.gauge("pdserve:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).")
-      .set(stats.kv_blocks_total > 0
-               ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total
-               : 0.0);
-
-  // Serialized so that concurrent scrapes add each increase once.
-  std::lock_guard lock(scrape_mutex_);
-  const auto advance = [this](const char* name, const char* help, int64_t now, int64_t before) {
-    metrics::Counter& counter = metrics_.counter(name, help);
-    if (now > before) counter.inc(static_cast<double>(now - before));
-  };
-  advance("pdserve:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-          stats.prefix_cache_queried_tokens, last_scraped_.prefix_cache_queried_tokens);
-  advance("pdserve:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
-          stats.prefix_cache_hit_tokens, last_scraped_.prefix_cache_hit_tokens);
-  advance("pdserve:prompt_tokens_total", "Prompt tokens scheduled.", stats.prompt_tokens_total,
-          last_scraped_.prompt_tokens_total);
-  advance("pdserve:generation_tokens_total", "Tokens generated.", stats.generation_tokens_total,
-          last_scraped_.generation_tokens_total);
-  advance("pdserve:num_preemptions_total", "Sequences preempted (recomputed later).",
-          stats.preemptions_total, last_scraped_.preemptions_total);
-  advance("pdserve:kv_checksum_mismatches_total",
-          "Imported KV that failed its block checksums (then fetched again or prefilled here).",
-          stats.kv_checksum_mismatches_total, last_scraped_.kv_checksum_mismatches_total);
-  advance("pdserve:kv_refetches_total",
-          "Imported KV that failed its checksums and was fetched again from another prefill node.",
-          stats.kv_refetches_total, last_scraped_.kv_refetches_total);
-  advance("pdserve:remote_prefill_fallbacks_total",
-          "Remote prefills that failed and were prefilled here instead.",
-          stats.remote_prefill_fallbacks_total, last_scraped_.remote_prefill_fallbacks_total);
-  last_scraped_ = stats;
-}
-
 void ApiServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
-  publish_engine_stats();
+  engine_metrics_.publish(service_.stats());
   count_response(200);
   channel->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
 }

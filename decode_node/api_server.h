@@ -42,6 +42,7 @@
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
+#include "serving/engine_metrics.h"
 
 namespace pdserve {
 
@@ -61,6 +62,7 @@ class ApiServer {
   // the sinks of requests in flight call into it.
   ApiServer(InferenceService& service, const Tokenizer& tokenizer,
             const ChatTemplate& chat_template, ApiOptions options = {});
+  ~ApiServer();
 
   void register_routes(http::Router& router);
 
@@ -96,26 +98,24 @@ class ApiServer {
   void record_phases(const SequenceDelta& delta);
   void record_inter_token_latency(double seconds);
   void abort_requests(const std::vector<std::string>& engine_ids);
-  // Copies the engine's stats into the gauges, and advances the counters by what the engine's
-  // running totals grew since the previous scrape.
-  void publish_engine_stats();
 
   InferenceService& service_;
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
   const ApiOptions options_;
   metrics::Registry metrics_;
-  // Observed for every token: resolved once, so that the engine thread never waits on the
-  // registry's lock, which a /metrics scrape holds while it renders.
-  metrics::Histogram& inter_token_latency_;
+  // Every request series, created with the server (a dashboard sees them at zero before the
+  // first request) and resolved once, so that recording never waits on the registry's lock,
+  // which a /metrics scrape holds while it renders.
+  struct RequestSeries;
+  std::unique_ptr<RequestSeries> series_;
+  EngineMetrics engine_metrics_;
   RequestHook request_hook_;
   http::TraceIdGenerator trace_ids_;
   // Response ids are id_prefix_ (random per server) then a counter, so they repeat neither
   // across restarts nor across the nodes behind one proxy.
   const uint64_t id_prefix_;
   std::atomic<uint64_t> next_id_{0};
-  std::mutex scrape_mutex_;
-  ServiceStats last_scraped_;  // guarded by scrape_mutex_
 };
 
 }  // namespace pdserve

@@ -11,14 +11,16 @@
 #include "common/cluster/cluster_auth.h"
 #include "common/http/api_error_response.h"
 #include "common/http/service_routes.h"
+#include "common/metrics/vllm_compat.h"
 #include "common/protocol/openai_error.h"
 
 namespace pdserve {
 namespace {
 
-const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
-                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
-                                             7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
+// pdserve's own phase histograms (seconds), as the decode node's.
+const std::vector<double> kPhaseBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                           0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                           7.5,   10.0,  20.0, 40.0, 80.0, 160.0};
 
 // Cancels remembered for work that has not arrived (yet): enough for any burst of clients that
 // leave; the oldest are forgotten first.
@@ -122,7 +124,30 @@ struct PrefillServer::Exchange {
 
 PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
                              std::string cluster_token)
-    : service_(service), layout_(std::move(layout)), cluster_token_(std::move(cluster_token)) {}
+    : service_(service),
+      layout_(std::move(layout)),
+      cluster_token_(std::move(cluster_token)),
+      // Counters start at the engine's totals now: the warm-up is not traffic.
+      engine_metrics_(metrics_, service.model_info().name, NodeRole::kPrefill, service.stats()),
+      requests_(metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.")),
+      cancels_(metrics_.counter("pdserve:prefill_cancels_total",
+                                "Prefill work cancelled by decode nodes.")),
+      prompt_tokens_(metrics_.counter("pdserve:prefill_prompt_tokens_total",
+                                      "Prompt tokens of the work that produced a first token.")),
+      queue_time_(metrics_.histogram("pdserve:prefill_queue_time_seconds",
+                                     "Prefill work arrival to first scheduled.", kPhaseBuckets)),
+      // vLLM's name: the decode node counts only the prompts it prefills itself, so a sum over
+      // all nodes has every request's prefill once.
+      prefill_time_(metrics_.histogram("vllm:request_prefill_time_seconds",
+                                       "Histogram of time spent in PREFILL phase for request.",
+                                       metrics::vllm_request_latency_buckets(),
+                                       metrics::vllm_labels(service.model_info().name))),
+      transfer_time_(metrics_.histogram(
+          "pdserve:kv_transfer_time_seconds",
+          "KV transfer of a prefilled prompt, first put to the receiver's acknowledgement.",
+          kPhaseBuckets)),
+      transfer_bytes_(
+          metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.")) {}
 
 void PrefillServer::register_routes(http::Router& router) {
   router.add("POST", "/internal/v1/prefill",
@@ -189,12 +214,8 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   target.transfer_tag = work->transfer_tag;
   target.timeout = std::chrono::milliseconds(work->timeout_ms);
   target.checksum = work->kv_checksum;
-  metrics::Histogram& transfer_time = metrics_.histogram(
-      "pdserve:kv_transfer_time_seconds",
-      "KV transfer of a prefilled prompt, first put to the receiver's acknowledgement.",
-      kLatencyBuckets);
-  metrics::Counter& transfer_bytes =
-      metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.");
+  metrics::Histogram& transfer_time = transfer_time_;
+  metrics::Counter& transfer_bytes = transfer_bytes_;
   target.on_finished = [exchange, &transfer_time, &transfer_bytes](const KvTransferReport& report) {
     const SteadyTime at = std::chrono::steady_clock::now();
     if (report.status.ok()) {
@@ -218,13 +239,9 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   };
   engine_request.kv_export = std::move(target);
 
-  metrics::Counter& tokens_counter =
-      metrics_.counter("pdserve:prompt_tokens_total", "Prompt tokens prefilled here.");
-  metrics::Histogram& queue_time = metrics_.histogram(
-      "pdserve:request_queue_time_seconds", "Prefill arrival to first scheduled.", kLatencyBuckets);
-  metrics::Histogram& prefill_time = metrics_.histogram(
-      "pdserve:request_prefill_time_seconds",
-      "First scheduled to the first token (the prompt's forward steps).", kLatencyBuckets);
+  metrics::Counter& tokens_counter = prompt_tokens_;
+  metrics::Histogram& queue_time = queue_time_;
+  metrics::Histogram& prefill_time = prefill_time_;
   const int prompt_tokens = static_cast<int>(engine_request.prompt_tokens.size());
   auto handle_delta = [exchange, &tokens_counter, &queue_time, &prefill_time,
                        prompt_tokens](SequenceDelta delta) {
@@ -291,7 +308,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     work_in_flight_[key] = engine_id;
   }
   exchange->on_end = [this, key] { forget_work(key); };
-  metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.").inc();
+  requests_.inc();
   channel->start_stream(200, "application/x-ndjson", {});
   exchange->head_sent_ms = milliseconds_between(receipt, std::chrono::steady_clock::now());
   channel->on_cancel([this, engine_id] { service_.abort(engine_id); });
@@ -331,20 +348,13 @@ void PrefillServer::handle_cancel(const http::HttpRequest& request,
   // The engine aborts the request: an error event when it had not exported yet. An export
   // already under way ends as it would have (kv_sent, or kv_failed once no put can land).
   if (engine_id) service_.abort(*engine_id);
-  metrics_.counter("pdserve:prefill_cancels_total", "Prefill work cancelled by decode nodes.")
-      .inc();
+  cancels_.inc();
   channel->send({200, "application/json", {},
                  nlohmann::json{{"found", engine_id.has_value()}}.dump()});
 }
 
 void PrefillServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
-  const ServiceStats stats = service_.stats();
-  metrics_.gauge("pdserve:num_requests_waiting", "Prefills waiting.").set(stats.num_waiting);
-  metrics_.gauge("pdserve:num_requests_running", "Prefills running.").set(stats.num_running);
-  metrics_.gauge("pdserve:kv_cache_usage_perc", "Fraction of KV blocks in use.")
-      .set(stats.kv_blocks_total == 0
-               ? 0.0
-               : static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total);
+  engine_metrics_.publish(service_.stats());
   channel->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
 }
 

@@ -21,6 +21,7 @@
 #include "common/http/router.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/prefill_protocol.h"
+#include "serving/engine_metrics.h"
 
 namespace pdserve {
 
@@ -48,6 +49,15 @@ class PrefillServer {
   KvBlockLayout layout_;
   std::string cluster_token_;
   metrics::Registry metrics_;
+  // Created with the server, so that every series is there at zero from the start.
+  EngineMetrics engine_metrics_;
+  metrics::Counter& requests_;
+  metrics::Counter& cancels_;
+  metrics::Counter& prompt_tokens_;
+  metrics::Histogram& queue_time_;
+  metrics::Histogram& prefill_time_;
+  metrics::Histogram& transfer_time_;
+  metrics::Counter& transfer_bytes_;
   std::atomic<uint64_t> next_id_{0};
 
   // Work in flight by "request id/transfer tag" (the engine's request id), for cancel; and

@@ -35,6 +35,25 @@ http::HttpResponse json_response(int status, const Json& body) {
 const std::vector<double> kFastBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
                                           0.001,   0.0025,   0.005,   0.01,   0.025};
 
+metrics::Counter& placement_counter(metrics::Registry& metrics, PrefillPlacement placement) {
+  return metrics.counter("pdserve:proxy_prefill_placements_total",
+                         "Where requests' prompts were prefilled: remote (a prefill node), local "
+                         "(the decode node), cached (the decode node held every reusable block).",
+                         {{"placement", std::string(prefill_placement_name(placement))}});
+}
+
+metrics::Counter& prefix_query_counter(metrics::Registry& metrics, NodeRole pool) {
+  return metrics.counter("pdserve:proxy_prefix_query_blocks_total",
+                         "Reusable prompt blocks looked up in the proxy's prefix index, by pool.",
+                         {{"pool", std::string(node_role_name(pool))}});
+}
+
+metrics::Counter& prefix_hit_counter(metrics::Registry& metrics, NodeRole pool) {
+  return metrics.counter("pdserve:proxy_prefix_hit_blocks_total",
+                         "Of those, the leading blocks the chosen node held, by pool.",
+                         {{"pool", std::string(node_role_name(pool))}});
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -88,8 +107,35 @@ ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, Proxy
     : registry_(registry),
       client_(client),
       options_(std::move(options)),
+      retries_(metrics_.counter("pdserve:proxy_retries_total",
+                                "Requests sent to another decode node.")),
+      upstream_failures_(
+          metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")),
+      stream_resumes_(metrics_.counter("pdserve:proxy_stream_resumes_total",
+                                       "Streams continued on another decode node after theirs "
+                                       "failed.")),
+      routing_time_(metrics_.histogram("pdserve:proxy_routing_seconds",
+                                       "Arrival to the upstream request.", kLatencyBuckets)),
+      first_byte_time_(metrics_.histogram("pdserve:proxy_time_to_first_byte_seconds",
+                                          "Arrival to the first response byte from the decode node.",
+                                          kLatencyBuckets)),
+      e2e_time_(metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
+                                   "Arrival to the end of the response.", kLatencyBuckets)),
+      tokenize_time_(metrics_.histogram(
+          "pdserve:proxy_prompt_tokenize_seconds",
+          "Parsing, templating and tokenizing a prompt for cache-aware routing.", kFastBuckets)),
       advisor_(options_.advice),
-      traces_(options_.trace_capacity) {}
+      traces_(options_.trace_capacity) {
+  for (const PrefillPlacement placement :
+       {PrefillPlacement::kRemote, PrefillPlacement::kLocal, PrefillPlacement::kCached}) {
+    placement_counter(metrics_, placement);
+  }
+  for (const NodeRole pool : {NodeRole::kDecode, NodeRole::kPrefill}) {
+    prefix_query_counter(metrics_, pool);
+    prefix_hit_counter(metrics_, pool);
+  }
+  declare_timeline_metrics(metrics_);
+}
 
 void ProxyServer::count_response(int status) {
   metrics_
@@ -99,15 +145,8 @@ void ProxyServer::count_response(int status) {
 }
 
 void ProxyServer::count_prefix_hits(NodeRole pool, const NodeRef& node) {
-  const metrics::Labels labels = {{"pool", std::string(node_role_name(pool))}};
-  metrics_
-      .counter("pdserve:proxy_prefix_query_blocks_total",
-               "Reusable prompt blocks looked up in the proxy's prefix index, by pool.", labels)
-      .inc(static_cast<double>(node.prompt_blocks));
-  metrics_
-      .counter("pdserve:proxy_prefix_hit_blocks_total",
-               "Of those, the leading blocks the chosen node held, by pool.", labels)
-      .inc(static_cast<double>(node.hit_blocks));
+  prefix_query_counter(metrics_, pool).inc(static_cast<double>(node.prompt_blocks));
+  prefix_hit_counter(metrics_, pool).inc(static_cast<double>(node.hit_blocks));
 }
 
 void ProxyServer::register_routes(http::Router& router) {
@@ -295,11 +334,7 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
       if (tokens->whole) exchange->prompt_estimate = static_cast<int64_t>(tokens->ids.size());
       exchange->prompt_ids = std::move(tokens->ids);
     }
-    metrics_
-        .histogram("pdserve:proxy_prompt_tokenize_seconds",
-                   "Parsing, templating and tokenizing a prompt for cache-aware routing.",
-                   kFastBuckets)
-        .observe(seconds_since(start));
+    tokenize_time_.observe(seconds_since(start));
   }
   exchange->trace = trace_ids_.context_for(request.header(kTraceparentHeader));
   exchange->forward_headers.emplace_back(std::string(kTraceparentHeader),
@@ -439,12 +474,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   const PrefillPlacement placement = choose_prefill_placement(placement_input, options_.placement);
   const bool remote = placement == PrefillPlacement::kRemote;
   exchange->prefill_id = remote ? prefill.front().id : std::string();
-  metrics_
-      .counter("pdserve:proxy_prefill_placements_total",
-               "Where requests' prompts were prefilled: remote (a prefill node), local (the "
-               "decode node), cached (the decode node held every reusable block).",
-               {{"placement", std::string(prefill_placement_name(placement))}})
-      .inc();
+  placement_counter(metrics_, placement).inc();
   if (placement_input.prompt_known) {
     count_prefix_hits(NodeRole::kDecode, *decode);
     if (remote) count_prefix_hits(NodeRole::kPrefill, prefill.front());
@@ -464,10 +494,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     for (const NodeRef& node : prefill) urls += (urls.empty() ? "" : ",") + node.url;
     upstream.headers.emplace_back(std::string(kPrefillHeader), std::move(urls));
   }
-  metrics_
-      .histogram("pdserve:proxy_routing_seconds", "Arrival to the upstream request.",
-                 kLatencyBuckets)
-      .observe(seconds_since(exchange->arrival));
+  routing_time_.observe(seconds_since(exchange->arrival));
 
   // The callbacks own the exchange until the call ends (on_done drops the call).
   const std::shared_ptr<Exchange>& strong = exchange;
@@ -504,10 +531,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     if (ex->over) return;
     if (!ex->first_byte) {
       ex->first_byte = true;
-      metrics_
-          .histogram("pdserve:proxy_time_to_first_byte_seconds",
-                     "Arrival to the first response byte from the decode node.", kLatencyBuckets)
-          .observe(seconds_since(ex->arrival));
+      first_byte_time_.observe(seconds_since(ex->arrival));
     }
     if (!ex->streaming) {
       if (ex->client_stream_open) return;  // a refused resumption's body: on_done ends the stream
@@ -526,28 +550,22 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       if (ex->over) return;
       if (ex->retry && outcome.ok()) {
         if (ex->status == 503) ex->last_refusal = std::move(ex->refusal);
-        metrics_.counter("pdserve:proxy_retries_total", "Requests sent to another decode node.")
-            .inc();
+        retries_.inc();
         again = true;
       } else if (!outcome.ok() && ex->status == 0) {
         // Never answered: the node is gone. Try another one.
         PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url +
                      ") failed: " + outcome.message());
         registry_.mark_down(ex->decode.id, Clock::now());
-        metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
-            .inc();
+        upstream_failures_.inc();
         again = true;
       } else if (!outcome.ok()) {
         PDS_LOG_WARN("decode node " + ex->decode.id + " failed mid-response: " + outcome.message());
         registry_.mark_down(ex->decode.id, Clock::now());
-        metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")
-            .inc();
+        upstream_failures_.inc();
         if (ex->streaming && ex->relay.delivered().resumable()) {
           // Another decode node continues the stream from the last event the client got.
-          metrics_
-              .counter("pdserve:proxy_stream_resumes_total",
-                       "Streams continued on another decode node after theirs failed.")
-              .inc();
+          stream_resumes_.inc();
           again = true;
         } else {
           ex->over = true;
@@ -576,10 +594,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       } else {
         ex->over = true;
         count_response(ex->status);
-        metrics_
-            .histogram("pdserve:proxy_e2e_request_latency_seconds",
-                       "Arrival to the end of the response.", kLatencyBuckets)
-            .observe(seconds_since(ex->arrival));
+        e2e_time_.observe(seconds_since(ex->arrival));
         if (ex->streaming) {
           if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
           const std::optional<RequestTimeline> aligned =

@@ -125,6 +125,14 @@ class ProxyServer {
   std::map<std::string, std::vector<std::weak_ptr<Exchange>>> in_flight_;  // by decode node id
   ProxyOptions options_;
   metrics::Registry metrics_;
+  // Created with the server, so that every series is there at zero from the start.
+  metrics::Counter& retries_;
+  metrics::Counter& upstream_failures_;
+  metrics::Counter& stream_resumes_;
+  metrics::Histogram& routing_time_;
+  metrics::Histogram& first_byte_time_;
+  metrics::Histogram& e2e_time_;
+  metrics::Histogram& tokenize_time_;
   ClusterAdvisor advisor_;
   http::TraceIdGenerator trace_ids_;
   TraceRecorder traces_;

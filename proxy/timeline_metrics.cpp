@@ -38,9 +38,36 @@ std::optional<double> length(const std::optional<std::pair<double, double>>& ran
   return range->second - range->first;
 }
 
-void observe_ms(metrics::Registry& metrics, const std::string& name, const std::string& help,
+struct HistogramName {
+  const char* name;
+  const char* help;
+};
+
+constexpr HistogramName kTtft = {
+    "pdserve:proxy_time_to_first_token_seconds",
+    "Proxy arrival to the first token reaching the client (from the timeline)."};
+constexpr HistogramName kTpot = {"pdserve:proxy_time_per_output_token_seconds",
+                                 "(E2E - TTFT) / (output tokens - 1), as the client saw it."};
+constexpr HistogramName kInterToken = {
+    "pdserve:proxy_inter_token_latency_seconds",
+    "Gap between consecutive output tokens leaving the decode node."};
+constexpr HistogramName kPrefillQueue = {
+    "pdserve:proxy_prefill_queue_time_seconds",
+    "Prefill engine arrival to first scheduled (prefill.queue)."};
+constexpr HistogramName kPrefill = {"pdserve:proxy_prefill_time_seconds",
+                                    "First prefill chunk start to last prefill chunk end."};
+constexpr HistogramName kKvTransfer = {
+    "pdserve:proxy_kv_transfer_time_seconds",
+    "KV transfer of a remotely prefilled request (first put to acknowledgement)."};
+constexpr HistogramName kDecodeQueue = {
+    "pdserve:proxy_decode_queue_time_seconds",
+    "Decode queue: arrival or KV landed to first scheduled (decode.queue)."};
+constexpr HistogramName kTimelineHistograms[] = {kTtft,    kTpot,       kInterToken, kPrefillQueue,
+                                                 kPrefill, kKvTransfer, kDecodeQueue};
+
+void observe_ms(metrics::Registry& metrics, const HistogramName& histogram,
                 std::optional<double> ms) {
-  if (ms) metrics.histogram(name, help, kPhaseBuckets).observe(*ms / 1000.0);
+  if (ms) metrics.histogram(histogram.name, histogram.help, kPhaseBuckets).observe(*ms / 1000.0);
 }
 
 }  // namespace
@@ -85,27 +112,20 @@ FinishedRequest finished_request(const TimelineSummary& summary) {
   return request;
 }
 
-void observe_timeline(metrics::Registry& metrics, const TimelineSummary& summary) {
-  observe_ms(metrics, "pdserve:proxy_time_to_first_token_seconds",
-             "Proxy arrival to the first token reaching the client (from the timeline).",
-             summary.ttft_ms);
-  observe_ms(metrics, "pdserve:proxy_time_per_output_token_seconds",
-             "(E2E - TTFT) / (output tokens - 1), as the client saw it.", summary.tpot_ms);
-  for (double gap : summary.inter_token_ms) {
-    observe_ms(metrics, "pdserve:proxy_inter_token_latency_seconds",
-               "Gap between consecutive output tokens leaving the decode node.", gap);
+void declare_timeline_metrics(metrics::Registry& metrics) {
+  for (const HistogramName& histogram : kTimelineHistograms) {
+    metrics.histogram(histogram.name, histogram.help, kPhaseBuckets);
   }
-  observe_ms(metrics, "pdserve:proxy_prefill_queue_time_seconds",
-             "Prefill engine arrival to first scheduled (prefill.queue).",
-             summary.prefill_queue_ms);
-  observe_ms(metrics, "pdserve:proxy_prefill_time_seconds",
-             "First prefill chunk start to last prefill chunk end.", summary.prefill_compute_ms);
-  observe_ms(metrics, "pdserve:proxy_kv_transfer_time_seconds",
-             "KV transfer of a remotely prefilled request (first put to acknowledgement).",
-             summary.kv_transfer_ms);
-  observe_ms(metrics, "pdserve:proxy_decode_queue_time_seconds",
-             "Decode queue: arrival or KV landed to first scheduled (decode.queue).",
-             summary.decode_queue_ms);
+}
+
+void observe_timeline(metrics::Registry& metrics, const TimelineSummary& summary) {
+  observe_ms(metrics, kTtft, summary.ttft_ms);
+  observe_ms(metrics, kTpot, summary.tpot_ms);
+  for (double gap : summary.inter_token_ms) observe_ms(metrics, kInterToken, gap);
+  observe_ms(metrics, kPrefillQueue, summary.prefill_queue_ms);
+  observe_ms(metrics, kPrefill, summary.prefill_compute_ms);
+  observe_ms(metrics, kKvTransfer, summary.kv_transfer_ms);
+  observe_ms(metrics, kDecodeQueue, summary.decode_queue_ms);
 }
 
 }  // namespace pdserve::proxy

@@ -37,6 +37,9 @@ TimelineSummary summarize_timeline(const RequestTimeline& aligned);
 // The advisor's view of the request (GET /cluster/advice); absent phases count as 0.
 FinishedRequest finished_request(const TimelineSummary& summary);
 
+// Creates the histograms observe_timeline() feeds, empty (a dashboard sees them from the start).
+void declare_timeline_metrics(metrics::Registry& metrics);
+
 void observe_timeline(metrics::Registry& metrics, const TimelineSummary& summary);
 
 }  // namespace pdserve::proxy

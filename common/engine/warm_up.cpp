@@ -1,11 +1,14 @@
 #include "common/engine/warm_up.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace pdserve {
 namespace {
@@ -25,6 +28,7 @@ struct WarmUpResult {
 
 Result<WarmUpReport> warm_up(InferenceService& service, std::chrono::milliseconds deadline) {
   const auto start = std::chrono::steady_clock::now();
+  const int64_t tokens_before = service.stats().generation_tokens_total;
   InferenceRequest request;
   request.id = "pdserve-warm-up";
   // Any ids of the vocabulary do: nothing reads the text.
@@ -57,10 +61,23 @@ Result<WarmUpReport> warm_up(InferenceService& service, std::chrono::millisecond
   if (!result->final_delta->error.ok()) {
     return result->final_delta->error.with_context("warm-up");
   }
+  // The engine publishes its stats after the step that delivered the final delta: wait for
+  // them, so that a node's counters, which start from the stats after its warm-up, never count
+  // a warm-up token.
+  const int generated = result->tokens;
+  const int64_t tokens_after = tokens_before + generated;
+  lock.unlock();
+  while (service.stats().generation_tokens_total < tokens_after) {
+    if (std::chrono::steady_clock::now() - start > deadline) {
+      return deadline_exceeded("warm-up: the engine's stats did not count its tokens within " +
+                               std::to_string(deadline.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   WarmUpReport report;
   report.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
-  report.generated_tokens = result->tokens;
+  report.generated_tokens = generated;
   return report;
 }
 

@@ -1,0 +1,86 @@
+#include "serving/engine_metrics.h"
+
+#include "common/metrics/vllm_compat.h"
+
+namespace pdserve {
+namespace {
+
+void advance(metrics::Counter* counter, int64_t now, int64_t before) {
+  if (counter != nullptr && now > before) counter->inc(static_cast<double>(now - before));
+}
+
+}  // namespace
+
+EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& model_name,
+                             NodeRole role, const ServiceStats& baseline)
+    : running_(registry.gauge("vllm:num_requests_running",
+                              "Number of requests in model execution batches.",
+                              metrics::vllm_labels(model_name))),
+      waiting_(registry.gauge("vllm:num_requests_waiting",
+                              "Number of requests waiting to be processed.",
+                              metrics::vllm_labels(model_name))),
+      kv_usage_(registry.gauge("vllm:kv_cache_usage_perc",
+                               "KV-cache usage. 1 means 100 percent usage.",
+                               metrics::vllm_labels(model_name))),
+      kv_blocks_total_(registry.gauge("pdserve:kv_cache_blocks_total", "KV blocks in the pool.")),
+      kv_blocks_used_(registry.gauge("pdserve:kv_cache_blocks_used", "KV blocks held by sequences.")),
+      kv_blocks_cached_(registry.gauge("pdserve:kv_cache_blocks_cached",
+                                       "Free KV blocks that keep prefix-cache content (evictable).")),
+      prefix_queries_(registry.counter(
+          "vllm:prefix_cache_queries_total",
+          "Prefix cache queries, in terms of number of queried tokens.",
+          metrics::vllm_labels(model_name))),
+      prefix_hits_(registry.counter("vllm:prefix_cache_hits_total",
+                                    "Prefix cache hits, in terms of number of cached tokens.",
+                                    metrics::vllm_labels(model_name))),
+      preemptions_(registry.counter("vllm:num_preemptions_total",
+                                    "Cumulative number of preemption from the engine.",
+                                    metrics::vllm_labels(model_name))),
+      last_(baseline) {
+  registry
+      .gauge("pdserve:node_info", "The node's role and served model (always 1).",
+             {{"role", std::string(node_role_name(role))}, {"model_name", model_name}})
+      .set(1.0);
+  if (role != NodeRole::kDecode) return;
+  prompt_tokens_ = &registry.counter("vllm:prompt_tokens_total",
+                                     "Number of prefill tokens processed.",
+                                     metrics::vllm_labels(model_name));
+  generation_tokens_ = &registry.counter("vllm:generation_tokens_total",
+                                         "Number of generation tokens processed.",
+                                         metrics::vllm_labels(model_name));
+  kv_checksum_mismatches_ = &registry.counter(
+      "pdserve:kv_checksum_mismatches_total",
+      "Imported KV that failed its block checksums (then fetched again or prefilled here).");
+  kv_refetches_ = &registry.counter(
+      "pdserve:kv_refetches_total",
+      "Imported KV that failed its checksums and was fetched again from another prefill node.");
+  remote_prefill_fallbacks_ =
+      &registry.counter("pdserve:remote_prefill_fallbacks_total",
+                        "Remote prefills that failed and were prefilled here instead.");
+}
+
+void EngineMetrics::publish(const ServiceStats& stats) {
+  running_.set(stats.num_running);
+  waiting_.set(stats.num_waiting);
+  kv_usage_.set(stats.kv_blocks_total > 0
+                    ? static_cast<double>(stats.kv_blocks_used) / stats.kv_blocks_total
+                    : 0.0);
+  kv_blocks_total_.set(stats.kv_blocks_total);
+  kv_blocks_used_.set(stats.kv_blocks_used);
+  kv_blocks_cached_.set(stats.kv_blocks_cached);
+
+  std::lock_guard lock(mutex_);
+  advance(&prefix_queries_, stats.prefix_cache_queried_tokens, last_.prefix_cache_queried_tokens);
+  advance(&prefix_hits_, stats.prefix_cache_hit_tokens, last_.prefix_cache_hit_tokens);
+  advance(&preemptions_, stats.preemptions_total, last_.preemptions_total);
+  advance(prompt_tokens_, stats.prompt_tokens_total, last_.prompt_tokens_total);
+  advance(generation_tokens_, stats.generation_tokens_total, last_.generation_tokens_total);
+  advance(kv_checksum_mismatches_, stats.kv_checksum_mismatches_total,
+          last_.kv_checksum_mismatches_total);
+  advance(kv_refetches_, stats.kv_refetches_total, last_.kv_refetches_total);
+  advance(remote_prefill_fallbacks_, stats.remote_prefill_fallbacks_total,
+          last_.remote_prefill_fallbacks_total);
+  last_ = stats;
+}
+
+}  // namespace pdserve

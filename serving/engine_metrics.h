@@ -1,0 +1,48 @@
+// The /metrics series a node's engine state feeds, shared by pdserve-decode and pdserve-prefill:
+// vLLM's names, labels and types (common/metrics/vllm_compat.h) for what vLLM has, pdserve's
+// for the rest. Every series exists from construction, at zero.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "common/cluster/cluster_messages.h"
+#include "common/engine/inference_service.h"
+#include "common/metrics/metrics.h"
+
+namespace pdserve {
+
+class EngineMetrics {
+ public:
+  // `baseline`: the engine's totals now; the counters count from there (a node's warm-up is not
+  // traffic). Only a decode node exports the token counters: every client request passes
+  // through exactly one decode node, which counts its whole prompt and every token, so a sum
+  // over all nodes counts each once.
+  EngineMetrics(metrics::Registry& registry, const std::string& model_name, NodeRole role,
+                const ServiceStats& baseline);
+
+  // Copies `stats` into the gauges and advances the counters by what the engine's totals grew
+  // since the previous call. Thread-safe: concurrent scrapes add each increase once.
+  void publish(const ServiceStats& stats);
+
+ private:
+  metrics::Gauge& running_;
+  metrics::Gauge& waiting_;
+  metrics::Gauge& kv_usage_;
+  metrics::Gauge& kv_blocks_total_;
+  metrics::Gauge& kv_blocks_used_;
+  metrics::Gauge& kv_blocks_cached_;
+  metrics::Counter& prefix_queries_;
+  metrics::Counter& prefix_hits_;
+  metrics::Counter& preemptions_;
+  // Decode node only (null on a prefill node).
+  metrics::Counter* prompt_tokens_ = nullptr;
+  metrics::Counter* generation_tokens_ = nullptr;
+  metrics::Counter* kv_checksum_mismatches_ = nullptr;
+  metrics::Counter* kv_refetches_ = nullptr;
+  metrics::Counter* remote_prefill_fallbacks_ = nullptr;
+  std::mutex mutex_;
+  ServiceStats last_;  // guarded by mutex_
+};
+
+}  // namespace pdserve
