@@ -783,7 +783,7 @@ void ApiServer::handle_detokenize(const http::HttpRequest& request,
 }
 
 void ApiServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
-  engine_metrics_.publish(service_.stats());
+  engine_metrics_.publish(service_.stats(), options_.draining && options_.draining());
   count_response(200);
   channel->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
 }

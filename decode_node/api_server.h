@@ -53,6 +53,8 @@ struct ApiOptions {
   // Test only (PDSERVE_TEST_SCRIPTED_OUTPUT=1): a request's `pdserve_test_output` text becomes
   // the first tokens of its output (SamplingParams::scripted_output). Off, it is an unknown field.
   bool test_scripted_output = false;
+  // Whether the proxy drained this node (pdserve:node_state); none: a node outside a cluster.
+  std::function<bool()> draining = {};
 };
 
 class ApiServer {

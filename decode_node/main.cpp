@@ -47,6 +47,7 @@ Status run(const Options& options) {
   ApiOptions api_options = options.api;
   api_options.access.cluster_token = options.node.cluster_token;
   api_options.test_scripted_output = test_scripted_output_enabled();
+  api_options.draining = [&membership = node->membership] { return membership.draining(); };
   ApiServer api(*node->engine, node->tokenizer, chat_template, api_options);
   if (disaggregated) {
     RemotePrefillPolicy policy;

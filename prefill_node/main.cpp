@@ -17,7 +17,9 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
                        start_serving_node(options, /*with_kv_transfer=*/true));
   node->connector->set_layerwise(kv_layerwise);
-  PrefillServer prefill(*node->engine, kv_block_layout(node->connector->layout()), options.cluster_token);
+  PrefillServer prefill(*node->engine, kv_block_layout(node->connector->layout()),
+                        options.cluster_token,
+                        [&membership = node->membership] { return membership.draining(); });
   http::Router router;
   prefill.register_routes(router);
   return serve_until_shutdown(

@@ -123,10 +123,11 @@ struct PrefillServer::Exchange {
 };
 
 PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
-                             std::string cluster_token)
+                             std::string cluster_token, std::function<bool()> draining)
     : service_(service),
       layout_(std::move(layout)),
       cluster_token_(std::move(cluster_token)),
+      draining_(std::move(draining)),
       // Counters start at the engine's totals now: the warm-up is not traffic.
       engine_metrics_(metrics_, service.model_info().name, NodeRole::kPrefill, service.stats()),
       requests_(metrics_.counter("pdserve:prefill_requests_total", "Prefill work accepted.")),
@@ -354,7 +355,7 @@ void PrefillServer::handle_cancel(const http::HttpRequest& request,
 }
 
 void PrefillServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {
-  engine_metrics_.publish(service_.stats());
+  engine_metrics_.publish(service_.stats(), draining_());
   channel->send({200, "text/plain; version=0.0.4", {}, metrics_.render()});
 }
 

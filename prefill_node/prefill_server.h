@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,8 +29,10 @@ namespace pdserve {
 class PrefillServer {
  public:
   // `service` must outlive the server and be stopped before it is destroyed. `layout` is this
-  // node's KV block layout; work for another layout is refused.
-  PrefillServer(InferenceService& service, KvBlockLayout layout, std::string cluster_token);
+  // node's KV block layout; work for another layout is refused. `draining`: whether the proxy
+  // drained this node (pdserve:node_state).
+  PrefillServer(InferenceService& service, KvBlockLayout layout, std::string cluster_token,
+                std::function<bool()> draining);
 
   void register_routes(http::Router& router);
   metrics::Registry& metrics() { return metrics_; }
@@ -48,6 +51,7 @@ class PrefillServer {
   InferenceService& service_;
   KvBlockLayout layout_;
   std::string cluster_token_;
+  std::function<bool()> draining_;
   metrics::Registry metrics_;
   // Created with the server, so that every series is there at zero from the start.
   EngineMetrics engine_metrics_;

@@ -5,6 +5,9 @@
 namespace pdserve {
 namespace {
 
+constexpr const char* kNodeStateHelp =
+    "1 for the node's state: up (serving), draining (the proxy drained it: no new work).";
+
 void advance(metrics::Counter* counter, int64_t now, int64_t before) {
   if (counter != nullptr && now > before) counter->inc(static_cast<double>(now - before));
 }
@@ -36,7 +39,10 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
       preemptions_(registry.counter("vllm:num_preemptions_total",
                                     "Cumulative number of preemption from the engine.",
                                     metrics::vllm_labels(model_name))),
+      state_up_(registry.gauge("pdserve:node_state", kNodeStateHelp, {{"state", "up"}})),
+      state_draining_(registry.gauge("pdserve:node_state", kNodeStateHelp, {{"state", "draining"}})),
       last_(baseline) {
+  state_up_.set(1.0);
   registry
       .gauge("pdserve:node_info", "The node's role and served model (always 1).",
              {{"role", std::string(node_role_name(role))}, {"model_name", model_name}})
@@ -59,7 +65,9 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
                         "Remote prefills that failed and were prefilled here instead.");
 }
 
-void EngineMetrics::publish(const ServiceStats& stats) {
+void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
+  state_up_.set(draining ? 0.0 : 1.0);
+  state_draining_.set(draining ? 1.0 : 0.0);
   running_.set(stats.num_running);
   waiting_.set(stats.num_waiting);
   kv_usage_.set(stats.kv_blocks_total > 0

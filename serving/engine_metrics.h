@@ -22,8 +22,9 @@ class EngineMetrics {
                 const ServiceStats& baseline);
 
   // Copies `stats` into the gauges and advances the counters by what the engine's totals grew
-  // since the previous call. Thread-safe: concurrent scrapes add each increase once.
-  void publish(const ServiceStats& stats);
+  // since the previous call; `draining`: the proxy drained this node. Thread-safe: concurrent
+  // scrapes add each increase once.
+  void publish(const ServiceStats& stats, bool draining);
 
  private:
   metrics::Gauge& running_;
@@ -35,6 +36,8 @@ class EngineMetrics {
   metrics::Counter& prefix_queries_;
   metrics::Counter& prefix_hits_;
   metrics::Counter& preemptions_;
+  metrics::Gauge& state_up_;
+  metrics::Gauge& state_draining_;
   // Decode node only (null on a prefill node).
   metrics::Counter* prompt_tokens_ = nullptr;
   metrics::Counter* generation_tokens_ = nullptr;

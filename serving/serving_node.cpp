@@ -266,6 +266,16 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
 
 }  // namespace
 
+void NodeMembership::attach(const NodeAgent* agent) {
+  std::lock_guard lock(mutex_);
+  agent_ = agent;
+}
+
+bool NodeMembership::draining() const {
+  std::lock_guard lock(mutex_);
+  return agent_ != nullptr && agent_->draining();
+}
+
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
                             NodeRole role, ServingNode& node, http::Router router,
                             const std::function<void(uint16_t port)>& announce) {
@@ -284,6 +294,7 @@ Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& s
     node.engine->stop();
     return agent.status();
   }
+  node.membership.attach(agent->get());
   announce((*server)->port());
 
   std::optional<StatsLogger> stats_logger;
@@ -294,6 +305,7 @@ Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& s
   const int received = wait_for_shutdown_signal(signals);
   stats_logger.reset();
   PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
+  node.membership.attach(nullptr);
   agent->reset();       // leaves the cluster first, so the proxy routes no new work here
   (*server)->stop();    // closes connections: their requests are aborted
   node.engine->stop();  // every request still in flight gets its final delta

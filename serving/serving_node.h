@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +48,19 @@ struct ServingNodeOptions {
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options);
 
+// What /metrics says of the node's cluster membership (pdserve:node_state): whether the proxy
+// drained it. Thread-safe: scrapes read it while serve_until_shutdown attaches and detaches the
+// node's agent.
+class NodeMembership {
+ public:
+  void attach(const NodeAgent* agent);  // null: not (or no longer) in a cluster
+  bool draining() const;
+
+ private:
+  mutable std::mutex mutex_;
+  const NodeAgent* agent_ = nullptr;
+};
+
 struct ServingNode {
   ServingNode(LoadedModel loaded, Tokenizer model_tokenizer)
       : model(std::move(loaded)), tokenizer(std::move(model_tokenizer)) {}
@@ -55,6 +69,7 @@ struct ServingNode {
   Tokenizer tokenizer;
   std::unique_ptr<LlmEngine> engine;                 // started
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
+  NodeMembership membership;
 };
 
 // Loads the model, starts its engine, with a KV connector when `with_kv_transfer` (which

@@ -284,6 +284,12 @@ std::optional<double> metric_value(const std::string& body, const std::string& s
   return std::nullopt;
 }
 
+// The labels of the fake model's vLLM series, and the same with one more label.
+const std::string kVllmLabels = "{model_name=\"fake-model\",engine=\"0\"}";
+std::string vllm_labels_and(const std::string& label) {
+  return kVllmLabels.substr(0, kVllmLabels.size() - 1) + "," + label + "}";
+}
+
 class ApiServerTest : public ::testing::Test {
  protected:
   void start(std::vector<std::string> script, ApiOptions options = {}) {
@@ -779,7 +785,7 @@ TEST_F(ApiServerTest, ModelsHealthAndMetrics) {
   EXPECT_NE(metrics->body().find("pdserve:http_requests_total{status=\"200\"} 3"),
             std::string::npos)
       << metrics->body();
-  EXPECT_NE(metrics->body().find("# TYPE pdserve:num_requests_running gauge"), std::string::npos);
+  EXPECT_NE(metrics->body().find("# TYPE vllm:num_requests_running gauge"), std::string::npos);
 }
 
 TEST_F(ApiServerTest, CompletionLogprobs) {
@@ -869,31 +875,31 @@ TEST_F(ApiServerTest, LatencyHistogramsFromDeltaArrivalsAndEngineTimings) {
   service_->set_step_delay(20ms);
   ASSERT_EQ(post("/v1/completions", R"({"prompt": "x", "max_tokens": 5})").result_int(), 200);
   std::string metrics = scrape_metrics();
-  const std::string itl = "pdserve:inter_token_latency_seconds";
+  const std::string itl = "vllm:inter_token_latency_seconds";
   // Five deltas of one request: four gaps, each at least one 20 ms engine step.
-  EXPECT_EQ(metric_value(metrics, itl + "_count"), 4.0) << metrics;
-  EXPECT_GE(metric_value(metrics, itl + "_sum").value_or(0.0), 0.079);
-  EXPECT_EQ(metric_value(metrics, itl + "_bucket{le=\"0.01\"}"), 0.0);
+  EXPECT_EQ(metric_value(metrics, itl + "_count" + kVllmLabels), 4.0) << metrics;
+  EXPECT_GE(metric_value(metrics, itl + "_sum" + kVllmLabels).value_or(0.0), 0.079);
+  EXPECT_EQ(metric_value(metrics, itl + "_bucket" + vllm_labels_and("le=\"0.01\"")), 0.0);
   // From the engine's timestamps (synthetic in the fake).
-  EXPECT_NEAR(metric_value(metrics, "pdserve:request_queue_time_seconds_sum").value_or(-1), 0.03,
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_queue_time_seconds_sum" + kVllmLabels).value_or(-1), 0.03,
               1e-9);
-  EXPECT_NEAR(metric_value(metrics, "pdserve:time_to_first_token_seconds_sum").value_or(-1), 0.05,
+  EXPECT_NEAR(metric_value(metrics, "vllm:time_to_first_token_seconds_sum" + kVllmLabels).value_or(-1), 0.05,
               1e-9);
-  EXPECT_NEAR(metric_value(metrics, "pdserve:e2e_request_latency_seconds_sum").value_or(-1),
+  EXPECT_NEAR(metric_value(metrics, "vllm:e2e_request_latency_seconds_sum" + kVllmLabels).value_or(-1),
               0.05 + 4 * 0.02, 1e-9);
-  EXPECT_NEAR(metric_value(metrics, "pdserve:time_per_output_token_seconds_sum").value_or(-1), 0.02,
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_time_per_output_token_seconds_sum" + kVllmLabels).value_or(-1), 0.02,
               1e-9);
 
   // Two choices of three tokens: two gaps each; one TPOT observation per choice.
   ASSERT_EQ(post("/v1/completions", R"({"prompt": "x", "max_tokens": 3, "n": 2})").result_int(),
             200);
   metrics = scrape_metrics();
-  EXPECT_EQ(metric_value(metrics, itl + "_count"), 8.0) << metrics;
-  EXPECT_EQ(metric_value(metrics, "pdserve:time_per_output_token_seconds_count"), 3.0);
-  EXPECT_NEAR(metric_value(metrics, "pdserve:time_per_output_token_seconds_sum").value_or(-1),
+  EXPECT_EQ(metric_value(metrics, itl + "_count" + kVllmLabels), 8.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "vllm:request_time_per_output_token_seconds_count" + kVllmLabels), 3.0);
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_time_per_output_token_seconds_sum" + kVllmLabels).value_or(-1),
               3 * 0.02, 1e-9);
-  EXPECT_EQ(metric_value(metrics, "pdserve:request_queue_time_seconds_count"), 3.0);
-  EXPECT_EQ(metric_value(metrics, "pdserve:request_success_total{finished_reason=\"length\"}"),
+  EXPECT_EQ(metric_value(metrics, "vllm:request_queue_time_seconds_count" + kVllmLabels), 3.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:request_success_total" + vllm_labels_and("finished_reason=\"length\"")),
             3.0);
 }
 
@@ -903,15 +909,15 @@ TEST_F(ApiServerTest, PhaseHistogramsOfALocallyPrefilledRequest) {
   start({"a", "b", "c", "d"});
   ASSERT_EQ(post("/v1/completions", R"({"prompt": "x", "max_tokens": 4})").result_int(), 200);
   const std::string metrics = scrape_metrics();
-  EXPECT_NEAR(metric_value(metrics, "pdserve:request_prefill_time_seconds_sum").value_or(-1), 0.02,
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_prefill_time_seconds_sum" + kVllmLabels).value_or(-1), 0.02,
               1e-9)
       << metrics;
-  EXPECT_NEAR(metric_value(metrics, "pdserve:request_decode_time_seconds_sum").value_or(-1),
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_decode_time_seconds_sum" + kVllmLabels).value_or(-1),
               3 * 0.02, 1e-9);
-  EXPECT_NEAR(metric_value(metrics, "pdserve:request_inference_time_seconds_sum").value_or(-1),
+  EXPECT_NEAR(metric_value(metrics, "vllm:request_inference_time_seconds_sum" + kVllmLabels).value_or(-1),
               0.02 + 3 * 0.02, 1e-9);
-  // Nothing was prefilled remotely.
-  EXPECT_FALSE(metric_value(metrics, "pdserve:remote_prefill_time_seconds_count").has_value());
+  // Nothing was prefilled remotely (the series is there from the start, at zero).
+  EXPECT_EQ(metric_value(metrics, "pdserve:remote_prefill_time_seconds_count"), 0.0);
 }
 
 // The timeline in a non-streamed answer asked for it: one token time per completion token of
@@ -1075,13 +1081,13 @@ TEST_F(ApiServerTest, EngineStatsAtScrapeTime) {
   stats.preemptions_total = 1;
   service_->set_stats(stats);
   std::string metrics = scrape_metrics();
-  EXPECT_EQ(metric_value(metrics, "pdserve:num_requests_waiting"), 3.0) << metrics;
-  EXPECT_EQ(metric_value(metrics, "pdserve:num_requests_running"), 2.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:num_requests_waiting" + kVllmLabels), 3.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "vllm:num_requests_running" + kVllmLabels), 2.0);
   EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_total"), 200.0);
   EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_used"), 50.0);
   EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_blocks_cached"), 10.0);
-  EXPECT_EQ(metric_value(metrics, "pdserve:kv_cache_usage_perc"), 0.25);
-  EXPECT_NE(metrics.find("# TYPE pdserve:prefix_cache_queries_total counter"), std::string::npos);
+  EXPECT_EQ(metric_value(metrics, "vllm:kv_cache_usage_perc" + kVllmLabels), 0.25);
+  EXPECT_NE(metrics.find("# TYPE vllm:prefix_cache_queries_total counter"), std::string::npos);
 
   // Counters follow the engine's running totals, however many scrapes come between.
   stats.prefix_cache_queried_tokens = 1000;
@@ -1092,11 +1098,11 @@ TEST_F(ApiServerTest, EngineStatsAtScrapeTime) {
   service_->set_stats(stats);
   scrape_metrics();
   metrics = scrape_metrics();
-  EXPECT_EQ(metric_value(metrics, "pdserve:prefix_cache_queries_total"), 1000.0) << metrics;
-  EXPECT_EQ(metric_value(metrics, "pdserve:prefix_cache_hits_total"), 600.0);
-  EXPECT_EQ(metric_value(metrics, "pdserve:prompt_tokens_total"), 900.0);
-  EXPECT_EQ(metric_value(metrics, "pdserve:generation_tokens_total"), 300.0);
-  EXPECT_EQ(metric_value(metrics, "pdserve:num_preemptions_total"), 4.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:prefix_cache_queries_total" + kVllmLabels), 1000.0) << metrics;
+  EXPECT_EQ(metric_value(metrics, "vllm:prefix_cache_hits_total" + kVllmLabels), 600.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:prompt_tokens_total" + kVllmLabels), 900.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:generation_tokens_total" + kVllmLabels), 300.0);
+  EXPECT_EQ(metric_value(metrics, "vllm:num_preemptions_total" + kVllmLabels), 4.0);
 }
 
 TEST_F(ApiServerTest, FailedChoiceAbortsItsSiblings) {

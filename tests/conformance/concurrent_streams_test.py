@@ -61,7 +61,7 @@ def concurrent_streams():
 
     def sample():
         while not done.is_set():
-            peak["running"] = max(peak["running"], t.metric(decode_url, "pdserve:num_requests_running"))
+            peak["running"] = max(peak["running"], t.metric(decode_url, "vllm:num_requests_running"))
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample)
@@ -87,12 +87,12 @@ def concurrent_streams():
 
 
 def prefix_cache_hit():
-    t.expect(t.metric(decode_url, "pdserve:prefix_cache_hits_total") > 0, "no prefix-cache hit on the decode node")
+    t.expect(t.metric(decode_url, "vllm:prefix_cache_hits_total") > 0, "no prefix-cache hit on the decode node")
 
 
 def no_block_left():
     t.wait_until(lambda: t.metric(decode_url, "pdserve:kv_cache_blocks_used") == 0, 10, "no KV block in use")
-    for name in ("pdserve:kv_cache_usage_perc", "pdserve:num_requests_running", "pdserve:num_requests_waiting"):
+    for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting"):
         t.expect_equal(t.metric(decode_url, name), 0, name)
 
 

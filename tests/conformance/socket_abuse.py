@@ -45,8 +45,10 @@ class Server:
         values = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
+                series, _, value = line.rpartition(" ")
+                values[series] = float(value)
+                # Also by the bare name (its first series): vLLM's carry model_name and engine.
+                values.setdefault(series.split("{", 1)[0], float(value))
         return values
 
     def kv_blocks_in_use(self):
@@ -236,14 +238,14 @@ def check_disconnect_burst(server):
     end = time.monotonic() + 15
     while True:
         values = server.metrics()
-        idle = values["pdserve:num_requests_running"] == 0 and values["pdserve:num_requests_waiting"] == 0
+        idle = values["vllm:num_requests_running"] == 0 and values["vllm:num_requests_waiting"] == 0
         in_use = server.kv_blocks_in_use()
         if idle and in_use == 0:
             break
-        assert time.monotonic() < end, (f"15 s after the burst: running {values['pdserve:num_requests_running']}, "
-                                        f"waiting {values['pdserve:num_requests_waiting']}, KV in use {in_use}")
+        assert time.monotonic() < end, (f"15 s after the burst: running {values['vllm:num_requests_running']}, "
+                                        f"waiting {values['vllm:num_requests_waiting']}, KV in use {in_use}")
         time.sleep(0.1)
-    assert server.metrics()["pdserve:kv_cache_usage_perc"] == 0
+    assert server.metrics()["vllm:kv_cache_usage_perc"] == 0
     status, after = server.post_json("/v1/completions", probe)
     assert status == 200
     assert after["choices"][0]["text"] == before["choices"][0]["text"], "greedy text changed after the aborts"

@@ -84,7 +84,7 @@ PREFILL_VLLM = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:
 
 DECODE_PDSERVE = {
     "pdserve:kv_cache_blocks_total": "gauge", "pdserve:kv_cache_blocks_used": "gauge",
-    "pdserve:kv_cache_blocks_cached": "gauge", "pdserve:node_info": "gauge",
+    "pdserve:kv_cache_blocks_cached": "gauge", "pdserve:node_info": "gauge", "pdserve:node_state": "gauge",
     "pdserve:remote_prefill_time_seconds": "histogram", "pdserve:kv_wait_time_seconds": "histogram",
     "pdserve:kv_transfer_time_seconds": "histogram", "pdserve:kv_transfer_bytes": "counter",
     "pdserve:kv_checksum_mismatches": "counter", "pdserve:kv_refetches": "counter",
@@ -92,7 +92,7 @@ DECODE_PDSERVE = {
 }
 PREFILL_PDSERVE = {
     "pdserve:kv_cache_blocks_total": "gauge", "pdserve:kv_cache_blocks_used": "gauge",
-    "pdserve:kv_cache_blocks_cached": "gauge", "pdserve:node_info": "gauge",
+    "pdserve:kv_cache_blocks_cached": "gauge", "pdserve:node_info": "gauge", "pdserve:node_state": "gauge",
     "pdserve:prefill_requests": "counter", "pdserve:prefill_cancels": "counter",
     "pdserve:prefill_prompt_tokens": "counter", "pdserve:prefill_queue_time_seconds": "histogram",
     "pdserve:kv_transfer_time_seconds": "histogram", "pdserve:kv_transfer_bytes": "counter",
@@ -142,6 +142,11 @@ def value(families, name, suffix="", **labels):
                if s.name == name + suffix and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
+def expect_up(families, where):
+    states = {s.labels["state"]: s.value for s in families["pdserve:node_state"].samples}
+    t.expect_equal(states, {"up": 1.0, "draining": 0.0}, f"{where}: pdserve:node_state")
+
+
 def main():
     t.set_deadline(150)
     model = t.make_model()
@@ -166,8 +171,10 @@ def main():
                        [{"role": "decode", "model_name": served}], "pdserve:node_info")
         zero = [n for n in expected_vllm] + [n for n in DECODE_PDSERVE
                                              if not n.startswith("pdserve:kv_cache_blocks")
-                                             and n not in ("pdserve:node_info", "pdserve:http_requests")]
+                                             and n not in ("pdserve:node_info", "pdserve:node_state",
+                                                           "pdserve:http_requests")]
         expect_all_zero(families, zero, "decode")
+        expect_up(families, "decode")
         t.expect(value(families, "pdserve:kv_cache_blocks_total") > 0, "the decode node's KV pool size")
 
     def prefill_at_start():
@@ -183,8 +190,10 @@ def main():
         t.expect_equal([s.labels for s in families["pdserve:node_info"].samples],
                        [{"role": "prefill", "model_name": served}], "pdserve:node_info")
         zero = PREFILL_VLLM + [n for n in PREFILL_PDSERVE
-                               if not n.startswith("pdserve:kv_cache_blocks") and n != "pdserve:node_info"]
+                               if not n.startswith("pdserve:kv_cache_blocks")
+                               and n not in ("pdserve:node_info", "pdserve:node_state")]
         expect_all_zero(families, zero, "prefill")
+        expect_up(families, "prefill")
 
     def proxy_at_start():
         families = scrape(proxy_url)

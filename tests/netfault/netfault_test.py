@@ -384,14 +384,14 @@ def registered(proxy_url):
 
 def blocks_used(urls):
     used = {role: metric(urls[role], "pdserve:kv_cache_blocks_used") for role in ROLES if role.startswith("decode")}
-    used.update({role: metric(urls[role], "pdserve:kv_cache_usage_perc") for role in ROLES
+    used.update({role: metric(urls[role], "vllm:kv_cache_usage_perc") for role in ROLES
                  if role.startswith("prefill")})
     return used
 
 
 def wait_no_blocks_in_use(urls, since, what):
     t.wait_until(lambda: not any(blocks_used(urls).values()), 40, f"{what}: no KV block in use on any node "
-                 "(decode: pdserve:kv_cache_blocks_used, prefill: pdserve:kv_cache_usage_perc)")
+                 "(decode: pdserve:kv_cache_blocks_used, prefill: vllm:kv_cache_usage_perc)")
     print(f"ok: {what}: every node's KV blocks back to 0, {time.monotonic() - since:.1f} s after the heal",
           flush=True)
 
@@ -496,7 +496,7 @@ def partition(lab, urls, baseline, victim_kind):
 
 PROXY_COUNTERS = ("pdserve:proxy_retries_total", "pdserve:proxy_upstream_failures_total")
 # What shows that a node did work: a prefill node's accepted work, a decode node's tokens.
-WORK_COUNTER = {"prefill": "pdserve:prefill_requests_total", "decode": "pdserve:generation_tokens_total"}
+WORK_COUNTER = {"prefill": "pdserve:prefill_requests_total", "decode": "vllm:generation_tokens_total"}
 
 
 def main():

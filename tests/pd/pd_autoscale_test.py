@@ -127,7 +127,7 @@ def main():
                 raise AssertionError("the launcher added a node without logging the decision and its reason")
             print(f"ok: decode-1 added under load at {added['url']}", flush=True)
             wait_for("the proxy to route work to the added node",
-                     lambda: metric(added["url"], "pdserve:generation_tokens_total") > 0, 60)
+                     lambda: metric(added["url"], "vllm:generation_tokens_total") > 0, 60)
             print("ok: the added decode node generated tokens", flush=True)
 
             load.stop()

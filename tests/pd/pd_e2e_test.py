@@ -147,7 +147,7 @@ def check_no_blocks_in_use(cluster, roles=("decode", "prefill")):
             deadline = time.monotonic() + 15
             while True:
                 try:
-                    used = metric(url, "pdserve:kv_cache_usage_perc")
+                    used = metric(url, "vllm:kv_cache_usage_perc")
                 except OSError:
                     break  # a node killed by the test
                 if used == 0:
@@ -210,11 +210,11 @@ def phase_2p2d(model, log_dir):
         got = run_all(cluster.proxy, requests[:1]) + run_all(cluster.proxy, requests[1:2])
         got += run_all(cluster.proxy, requests[2:])
         expect_same(reference, got, "2P2D with a shared 64-token system prompt")
-        for role in ("prefill", "decode"):
-            served = [metric(cluster.url(role, i), "pdserve:prompt_tokens_total") for i in range(2)]
+        for role, counter in (("prefill", "pdserve:prefill_prompt_tokens_total"), ("decode", "vllm:prompt_tokens_total")):
+            served = [metric(cluster.url(role, i), counter) for i in range(2)]
             if min(served) == 0:
                 raise AssertionError(f"one {role} node got no work: {served}")
-        hits = sum(metric(cluster.url("decode", i), "pdserve:prefix_cache_hits_total") for i in range(2))
+        hits = sum(metric(cluster.url("decode", i), "vllm:prefix_cache_hits_total") for i in range(2))
         if hits == 0:
             raise AssertionError("the decode nodes' prefix caches never hit on the shared prompt")
         print(f"ok: both pools shared the work; decode prefix-cache hits: {int(hits)} tokens not transferred",

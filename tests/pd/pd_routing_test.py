@@ -85,8 +85,8 @@ def run_policy(model, directory, prefix_weight):
         result = {
             "bytes": decode_sum(cluster, "pdserve:kv_transfer_bytes_total"),
             "first_round_bytes": first_round_bytes,
-            "hits": decode_sum(cluster, "pdserve:prefix_cache_hits_total"),
-            "queries": decode_sum(cluster, "pdserve:prefix_cache_queries_total"),
+            "hits": decode_sum(cluster, "vllm:prefix_cache_hits_total"),
+            "queries": decode_sum(cluster, "vllm:prefix_cache_queries_total"),
             "proxy_hit_blocks": metric(cluster.proxy, 'pdserve:proxy_prefix_hit_blocks_total{pool="decode"}'),
             "proxy_query_blocks": metric(cluster.proxy, 'pdserve:proxy_prefix_query_blocks_total{pool="decode"}'),
             "index_keys": metric(cluster.proxy, "pdserve:proxy_prefix_index_keys"),

@@ -123,12 +123,14 @@ def start_node(processes, name, role, model, proxy, extra=(), node_args=NODE_ARG
 
 
 def work_done(url):
-    return metric(url, "pdserve:prompt_tokens_total")
+    """Prompt tokens a node served: a decode node's vllm:prompt_tokens_total, a prefill node's own
+    counter (the other is absent: 0)."""
+    return metric(url, "vllm:prompt_tokens_total") + metric(url, "pdserve:prefill_prompt_tokens_total")
 
 
 def check_no_blocks_in_use(urls):
     for url in urls:
-        wait_for(f"{url} to free its KV blocks", lambda: metric(url, "pdserve:kv_cache_usage_perc") == 0,
+        wait_for(f"{url} to free its KV blocks", lambda: metric(url, "vllm:kv_cache_usage_perc") == 0,
                  timeout=15)
 
 
@@ -275,7 +277,7 @@ def phase_cancel(model, log_dir):
             list(pool.map(lambda request: leave_early(proxy, request, 0.5), requests))
         left_at = time.monotonic()
         wait_for("the decode node to free the blocks of the clients that left",
-                 lambda: metric(decode, "pdserve:kv_cache_usage_perc") == 0, timeout=60)
+                 lambda: metric(decode, "vllm:kv_cache_usage_perc") == 0, timeout=60)
         freed_after = time.monotonic() - left_at
         if freed_after > 15:
             raise AssertionError(f"the blocks of clients that left came back after {freed_after:.1f} s "

@@ -343,7 +343,7 @@ def run(decode_url, prefill_url, block_bytes, block_size):
               (metric(decode_url, "pdserve:remote_prefill_time_seconds_count"), remote_requests, "remote prefills"),
               (metric(decode_url, "pdserve:kv_wait_time_seconds_count"), remote_requests, "kv waits"),
               (metric(prefill_url, "pdserve:kv_transfer_time_seconds_count"), remote_requests, "prefill transfers"),
-              (metric(decode_url, "pdserve:request_prefill_time_seconds_count"),
+              (metric(decode_url, "vllm:request_prefill_time_seconds_count"),
                sum(1 for case in cases if not case[1]) + 2, "local prefills")]
     for got, expected, what in checks:
         if got != expected:

@@ -1,0 +1,64 @@
+// The engine-state series both node roles export (serving/engine_metrics.h): present at zero
+// from construction, counters that follow the engine's totals from the baseline on, the token
+// counters on decode nodes only, and the node state.
+#include "serving/engine_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace pdserve {
+namespace {
+
+const std::string kLabels = "{model_name=\"m\",engine=\"0\"}";
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(EngineMetricsTest, EverySeriesAtZeroFromConstructionWithTheWarmUpExcluded) {
+  metrics::Registry registry;
+  ServiceStats warmed_up;
+  warmed_up.generation_tokens_total = 2;
+  warmed_up.prompt_tokens_total = 8;
+  EngineMetrics engine(registry, "m", NodeRole::kDecode, warmed_up);
+  const std::string text = registry.render();
+  for (const char* name : {"vllm:num_requests_running", "vllm:num_requests_waiting",
+                           "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
+                           "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
+                           "vllm:prompt_tokens_total", "vllm:generation_tokens_total"}) {
+    EXPECT_TRUE(has_line(text, name + kLabels + " 0")) << name << "\n" << text;
+  }
+  EXPECT_TRUE(has_line(text, "pdserve:node_info{role=\"decode\",model_name=\"m\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:node_state{state=\"up\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:node_state{state=\"draining\"} 0")) << text;
+
+  ServiceStats later = warmed_up;
+  later.generation_tokens_total = 12;
+  later.prompt_tokens_total = 40;
+  later.kv_blocks_total = 100;
+  later.kv_blocks_used = 25;
+  engine.publish(later, /*draining=*/true);
+  engine.publish(later, /*draining=*/true);  // a second scrape adds nothing
+  const std::string after = registry.render();
+  EXPECT_TRUE(has_line(after, "vllm:generation_tokens_total" + kLabels + " 10")) << after;
+  EXPECT_TRUE(has_line(after, "vllm:prompt_tokens_total" + kLabels + " 32")) << after;
+  EXPECT_TRUE(has_line(after, "vllm:kv_cache_usage_perc" + kLabels + " 0.25")) << after;
+  EXPECT_TRUE(has_line(after, "pdserve:node_state{state=\"up\"} 0")) << after;
+  EXPECT_TRUE(has_line(after, "pdserve:node_state{state=\"draining\"} 1")) << after;
+}
+
+// A request's tokens are counted by its decode node only, so that a sum over all nodes counts
+// each once.
+TEST(EngineMetricsTest, APrefillNodeExportsNoTokenCounters) {
+  metrics::Registry registry;
+  EngineMetrics engine(registry, "m", NodeRole::kPrefill, ServiceStats{});
+  const std::string text = registry.render();
+  EXPECT_EQ(text.find("vllm:prompt_tokens_total"), std::string::npos) << text;
+  EXPECT_EQ(text.find("vllm:generation_tokens_total"), std::string::npos) << text;
+  EXPECT_TRUE(has_line(text, "vllm:num_requests_running" + kLabels + " 0")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:node_info{role=\"prefill\",model_name=\"m\"} 1")) << text;
+}
+
+}  // namespace
+}  // namespace pdserve
