@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs pdserve's build and test dependencies: Debian 12 packages (needs root or sudo) and
+# Installs pdserve's build and test dependencies: Debian 12 packages (needs root or sudo; among
+# them `prometheus`, which tests/metrics/prometheus_test.py runs against a cluster) and
 # one Python virtual environment with the pinned packages of python/requirements.txt (the
 # official `openai` client, Hugging Face's tokenizer and chat-template code, schemathesis,
 # aiperf), and the source of the xgrammar grammar engine (the sdist on PyPI, pinned, into
@@ -14,7 +15,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
   python3 python3-venv python3-torch python3-numpy python3-matplotlib curl procps
-  systemd
+  systemd prometheus
 )
 
 missing=()

@@ -147,6 +147,8 @@ def node_bounds(record):
 
 
 def main():
+    if not os.access(PROMETHEUS, os.X_OK):
+        sys.exit(f"{PROMETHEUS} is missing: Debian's prometheus package (scripts/setup.sh installs it)")
     t.set_deadline(120)
     model = t.make_model()
     target = t.start_1p1d(model)
