@@ -479,55 +479,54 @@ struct ApiServer::RequestSeries {
     const auto& token_buckets = metrics::vllm_token_latency_buckets();
     const std::vector<double> length_buckets = metrics::vllm_1_2_5_buckets(model.max_model_len);
     ttft = histogram("vllm:time_to_first_token_seconds",
-                      "Histogram of time to first token in seconds.",
-                      metrics::vllm_ttft_buckets(), labels);
+                     "Histogram of time to first token in seconds.", metrics::vllm_ttft_buckets(),
+                     labels);
     inter_token = histogram("vllm:inter_token_latency_seconds",
-                             "Histogram of inter-token latency in seconds.", token_buckets, labels);
+                            "Histogram of inter-token latency in seconds.", token_buckets, labels);
     inter_token_deprecated = histogram(
         "vllm:time_per_output_token_seconds",
         "Histogram of time per output token in seconds. DEPRECATED in vLLM 0.11: the same "
         "observations as vllm:inter_token_latency_seconds.",
         token_buckets, labels);
-    request_tpot = histogram("vllm:request_time_per_output_token_seconds",
-                              "Histogram of time_per_output_token_seconds per request.",
-                              token_buckets, labels);
+    request_tpot =
+        histogram("vllm:request_time_per_output_token_seconds",
+                  "Histogram of time_per_output_token_seconds per request.", token_buckets, labels);
     e2e = histogram("vllm:e2e_request_latency_seconds",
-                     "Histogram of e2e request latency in seconds.", request_buckets, labels);
-    queue = histogram("vllm:request_queue_time_seconds",
-                       "Histogram of time spent in WAITING phase for request.", request_buckets,
-                       labels);
+                    "Histogram of e2e request latency in seconds.", request_buckets, labels);
+    queue =
+        histogram("vllm:request_queue_time_seconds",
+                  "Histogram of time spent in WAITING phase for request.", request_buckets, labels);
     prefill = histogram("vllm:request_prefill_time_seconds",
-                         "Histogram of time spent in PREFILL phase for request (prefilled here).",
-                         request_buckets, labels);
-    decode = histogram("vllm:request_decode_time_seconds",
-                        "Histogram of time spent in DECODE phase for request.", request_buckets,
-                        labels);
-    inference = histogram("vllm:request_inference_time_seconds",
-                           "Histogram of time spent in RUNNING phase for request.",
-                           request_buckets, labels);
+                        "Histogram of time spent in PREFILL phase for request (prefilled here).",
+                        request_buckets, labels);
+    decode =
+        histogram("vllm:request_decode_time_seconds",
+                  "Histogram of time spent in DECODE phase for request.", request_buckets, labels);
+    inference =
+        histogram("vllm:request_inference_time_seconds",
+                  "Histogram of time spent in RUNNING phase for request.", request_buckets, labels);
     prompt_tokens = histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                               length_buckets, labels);
+                              length_buckets, labels);
     generation_tokens = histogram("vllm:request_generation_tokens",
-                                   "Number of generation tokens processed.", length_buckets,
-                                   labels);
+                                  "Number of generation tokens processed.", length_buckets, labels);
     for (const FinishReason reason : kFinishReasons) {
       metrics::Labels with_reason = labels;
       with_reason.emplace_back("finished_reason", std::string(finish_reason_name(reason)));
       success[static_cast<size_t>(reason)] = &registry.counter(
           "vllm:request_success_total", "Count of successfully processed requests.", with_reason);
     }
-    remote_prefill = histogram(
-        "pdserve:remote_prefill_time_seconds",
-        "Prefill work posted to a prefill node to its first token received.", kPhaseBuckets, {});
+    remote_prefill = histogram("pdserve:remote_prefill_time_seconds",
+                               "Prefill work posted to a prefill node to its first token received.",
+                               kPhaseBuckets, {});
     kv_wait = histogram("pdserve:kv_wait_time_seconds",
-                         "First token received from the prefill node to its KV landed here.",
-                         kPhaseBuckets, {});
-    kv_transfer = histogram(
-        "pdserve:kv_transfer_time_seconds",
-        "KV transfer as the prefill node measured it (first put to acknowledgement).",
-        kPhaseBuckets, {});
-    kv_transfer_bytes =
-        &registry.counter("pdserve:kv_transfer_bytes_total", "KV bytes received from prefill nodes.");
+                        "First token received from the prefill node to its KV landed here.",
+                        kPhaseBuckets, {});
+    kv_transfer =
+        histogram("pdserve:kv_transfer_time_seconds",
+                  "KV transfer as the prefill node measured it (first put to acknowledgement).",
+                  kPhaseBuckets, {});
+    kv_transfer_bytes = &registry.counter("pdserve:kv_transfer_bytes_total",
+                                          "KV bytes received from prefill nodes.");
   }
 
   metrics::Histogram* ttft;

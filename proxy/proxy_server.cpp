@@ -107,8 +107,8 @@ ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, Proxy
     : registry_(registry),
       client_(client),
       options_(std::move(options)),
-      retries_(metrics_.counter("pdserve:proxy_retries_total",
-                                "Requests sent to another decode node.")),
+      retries_(
+          metrics_.counter("pdserve:proxy_retries_total", "Requests sent to another decode node.")),
       upstream_failures_(
           metrics_.counter("pdserve:proxy_upstream_failures_total", "Decode nodes that failed.")),
       stream_resumes_(metrics_.counter("pdserve:proxy_stream_resumes_total",
@@ -116,9 +116,9 @@ ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, Proxy
                                        "failed.")),
       routing_time_(metrics_.histogram("pdserve:proxy_routing_seconds",
                                        "Arrival to the upstream request.", kLatencyBuckets)),
-      first_byte_time_(metrics_.histogram("pdserve:proxy_time_to_first_byte_seconds",
-                                          "Arrival to the first response byte from the decode node.",
-                                          kLatencyBuckets)),
+      first_byte_time_(metrics_.histogram(
+          "pdserve:proxy_time_to_first_byte_seconds",
+          "Arrival to the first response byte from the decode node.", kLatencyBuckets)),
       e2e_time_(metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
                                    "Arrival to the end of the response.", kLatencyBuckets)),
       tokenize_time_(metrics_.histogram(

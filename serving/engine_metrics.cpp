@@ -26,13 +26,15 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
                                "KV-cache usage. 1 means 100 percent usage.",
                                metrics::vllm_labels(model_name))),
       kv_blocks_total_(registry.gauge("pdserve:kv_cache_blocks_total", "KV blocks in the pool.")),
-      kv_blocks_used_(registry.gauge("pdserve:kv_cache_blocks_used", "KV blocks held by sequences.")),
-      kv_blocks_cached_(registry.gauge("pdserve:kv_cache_blocks_cached",
-                                       "Free KV blocks that keep prefix-cache content (evictable).")),
-      prefix_queries_(registry.counter(
-          "vllm:prefix_cache_queries_total",
-          "Prefix cache queries, in terms of number of queried tokens.",
-          metrics::vllm_labels(model_name))),
+      kv_blocks_used_(
+          registry.gauge("pdserve:kv_cache_blocks_used", "KV blocks held by sequences.")),
+      kv_blocks_cached_(
+          registry.gauge("pdserve:kv_cache_blocks_cached",
+                         "Free KV blocks that keep prefix-cache content (evictable).")),
+      prefix_queries_(
+          registry.counter("vllm:prefix_cache_queries_total",
+                           "Prefix cache queries, in terms of number of queried tokens.",
+                           metrics::vllm_labels(model_name))),
       prefix_hits_(registry.counter("vllm:prefix_cache_hits_total",
                                     "Prefix cache hits, in terms of number of cached tokens.",
                                     metrics::vllm_labels(model_name))),
@@ -40,7 +42,8 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
                                     "Cumulative number of preemption from the engine.",
                                     metrics::vllm_labels(model_name))),
       state_up_(registry.gauge("pdserve:node_state", kNodeStateHelp, {{"state", "up"}})),
-      state_draining_(registry.gauge("pdserve:node_state", kNodeStateHelp, {{"state", "draining"}})),
+      state_draining_(
+          registry.gauge("pdserve:node_state", kNodeStateHelp, {{"state", "draining"}})),
       last_(baseline) {
   state_up_.set(1.0);
   registry
@@ -48,12 +51,12 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
              {{"role", std::string(node_role_name(role))}, {"model_name", model_name}})
       .set(1.0);
   if (role != NodeRole::kDecode) return;
-  prompt_tokens_ = &registry.counter("vllm:prompt_tokens_total",
-                                     "Number of prefill tokens processed.",
-                                     metrics::vllm_labels(model_name));
-  generation_tokens_ = &registry.counter("vllm:generation_tokens_total",
-                                         "Number of generation tokens processed.",
-                                         metrics::vllm_labels(model_name));
+  prompt_tokens_ =
+      &registry.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+                        metrics::vllm_labels(model_name));
+  generation_tokens_ =
+      &registry.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+                        metrics::vllm_labels(model_name));
   kv_checksum_mismatches_ = &registry.counter(
       "pdserve:kv_checksum_mismatches_total",
       "Imported KV that failed its block checksums (then fetched again or prefilled here).");

@@ -3,8 +3,8 @@
 namespace pdserve::metrics {
 
 const std::vector<double>& vllm_ttft_buckets() {
-  static const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,  0.1,
-                                              0.25,  0.5,   0.75, 1.0,  2.5,  5.0,   7.5,   10.0,
+  static const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                              0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                               20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
   return buckets;
 }
@@ -17,8 +17,8 @@ const std::vector<double>& vllm_token_latency_buckets() {
 }
 
 const std::vector<double>& vllm_request_latency_buckets() {
-  static const std::vector<double> buckets = {0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,
-                                              5.0,  10.0, 15.0,  20.0,  30.0,  40.0,  50.0,
+  static const std::vector<double> buckets = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                              5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
   return buckets;
 }

@@ -23,10 +23,10 @@ TEST(EngineMetricsTest, EverySeriesAtZeroFromConstructionWithTheWarmUpExcluded) 
   warmed_up.prompt_tokens_total = 8;
   EngineMetrics engine(registry, "m", NodeRole::kDecode, warmed_up);
   const std::string text = registry.render();
-  for (const char* name : {"vllm:num_requests_running", "vllm:num_requests_waiting",
-                           "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries_total",
-                           "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-                           "vllm:prompt_tokens_total", "vllm:generation_tokens_total"}) {
+  for (const char* name :
+       {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"}) {
     EXPECT_TRUE(has_line(text, name + kLabels + " 0")) << name << "\n" << text;
   }
   EXPECT_TRUE(has_line(text, "pdserve:node_info{role=\"decode\",model_name=\"m\"} 1")) << text;
