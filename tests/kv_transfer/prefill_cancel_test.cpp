@@ -120,7 +120,7 @@ struct WorkCall {
 class PrefillCancelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken);
+    prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken, [] { return false; });
     http::Router router;
     prefill_->register_routes(router);
     auto server = http::HttpServer::start({}, std::move(router));
