@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,11 +46,41 @@ struct Options {
   size_t trace_capacity = 1000;
   bool ready_needs_prefill = false;
   std::string trace_file;
+  std::string otlp_traces_endpoint;
+  int otlp_batch_delay_ms = 1000;
+  int otlp_timeout_ms = 5000;
+  size_t otlp_max_queue_spans = 4096;
   std::string tokenizer_dir;
   size_t route_max_prompt_bytes = 8'192;
   RegistryOptions registry;
   PlacementPolicy placement;
 };
+
+// --otlp-traces-endpoint, else $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; service.name from
+// $OTEL_SERVICE_NAME. Nothing to do without an endpoint.
+Status export_otlp_traces(const Options& options, ProxyServer& proxy) {
+  std::string url = options.otlp_traces_endpoint;
+  if (url.empty()) {
+    if (const char* from_env = std::getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) url = from_env;
+  }
+  if (url.empty()) return {};
+  OtlpExporterOptions otlp;
+  Result<OtlpEndpoint> endpoint = parse_otlp_traces_endpoint(url);
+  if (!endpoint.ok()) return endpoint.status().with_context("--otlp-traces-endpoint");
+  otlp.endpoint = std::move(endpoint).value();
+  if (const char* service = std::getenv("OTEL_SERVICE_NAME"); service && *service) {
+    otlp.service_name = service;
+  }
+  otlp.batch_delay = std::chrono::milliseconds(options.otlp_batch_delay_ms);
+  otlp.post_timeout = std::chrono::milliseconds(options.otlp_timeout_ms);
+  otlp.max_queue_spans = options.otlp_max_queue_spans;
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<OtlpExporter> exporter,
+                       OtlpExporter::create(otlp, proxy.metrics()));
+  PDS_LOG_INFO("exporting request spans over OTLP/HTTP to " + otlp.endpoint.base.to_string() +
+               otlp.endpoint.path + " as service " + otlp.service_name);
+  proxy.export_traces(std::move(exporter));
+  return {};
+}
 
 Status run(const Options& options) {
   const sigset_t signals = block_shutdown_signals();
@@ -93,6 +124,7 @@ Status run(const Options& options) {
   if (!options.trace_file.empty()) {
     PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
   }
+  PDS_RETURN_IF_ERROR(export_otlp_traces(options, proxy));
   http::Router router;
   proxy.register_routes(router);
   http::add_openapi_route(router, [&registry] {
@@ -226,6 +258,23 @@ int main(int argc, char** argv) {
   app.add_option("--trace-file", options.trace_file,
                  "Append each finished request's Chrome trace events to this file (truncated at "
                  "start; loads in Perfetto even when cut, see docs/TRACING.md)");
+  app.add_option("--otlp-traces-endpoint", options.otlp_traces_endpoint,
+                 "Export each request's spans as OpenTelemetry traces over OTLP/HTTP JSON to this "
+                 "URL (http://HOST:PORT/v1/traces; a URL without a path gets /v1/traces). "
+                 "Default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else none (docs/TRACING.md)");
+  app.add_option("--otlp-batch-delay-ms", options.otlp_batch_delay_ms,
+                 "Longest wait before queued spans are sent")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600'000));
+  app.add_option("--otlp-timeout-ms", options.otlp_timeout_ms,
+                 "Deadline of one POST to the collector; a batch past it is dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600'000));
+  app.add_option("--otlp-max-queue-spans", options.otlp_max_queue_spans,
+                 "Spans waiting for the collector at most; a request's spans beyond it are "
+                 "dropped (pdserve:otlp_spans_dropped_total)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
   app.add_option("--tokenizer", options.tokenizer_dir,
                  "Model folder (tokenizer.json, tokenizer_config.json) the proxy tokenizes prompts "
                  "with, as the nodes do, for cache-aware routing. Default: none, requests are "

@@ -62,6 +62,13 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
+std::optional<int64_t> usage_count(const Json* usage, const char* field) {
+  if (usage == nullptr || !usage->is_object()) return std::nullopt;
+  const auto found = usage->find(field);
+  if (found == usage->end() || !found->is_number_integer()) return std::nullopt;
+  return found->get<int64_t>();
+}
+
 }  // namespace
 
 struct ProxyServer::Exchange {
@@ -72,7 +79,10 @@ struct ProxyServer::Exchange {
   int64_t prompt_estimate = 0;
   std::vector<int32_t> prompt_ids;  // the prompt's leading ids (cache-aware routing), or none
   Clock::time_point arrival = Clock::now();
+  // The same instant on the wall clock: OTLP spans carry unix times.
+  std::chrono::system_clock::time_point arrival_wall = std::chrono::system_clock::now();
   http::TraceContext trace;
+  std::string client_span_id;  // the client's traceparent span, the parent of the proxy's
   std::vector<RouteAttempt> routes;  // one per try, for the timeline
   bool wants_timeline = false;       // the client sent X-Pdserve-Timeline: 1
   bool holds_cluster_token = false;  // may see node addresses and ids
@@ -336,7 +346,12 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
     }
     tokenize_time_.observe(seconds_since(start));
   }
-  exchange->trace = trace_ids_.context_for(request.header(kTraceparentHeader));
+  const std::optional<std::string_view> traceparent = request.header(kTraceparentHeader);
+  exchange->trace = trace_ids_.context_for(traceparent);
+  if (const std::optional<http::TraceParent> client =
+          traceparent ? http::parse_traceparent(*traceparent) : std::nullopt) {
+    exchange->client_span_id = client->parent_id;
+  }
   exchange->forward_headers.emplace_back(std::string(kTraceparentHeader),
                                          exchange->trace.traceparent());
   exchange->wants_timeline = timeline_requested(request.header(kTimelineHeader));
@@ -598,7 +613,9 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
         if (ex->streaming) {
           if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
           const std::optional<RequestTimeline> aligned =
-              ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline()) : std::nullopt;
+              ex->relay.timeline()
+                  ? record_timeline(*ex, *ex->relay.timeline(), ex->relay.usage())
+                  : std::nullopt;
           const std::optional<Json> for_client = client_timeline(*ex, aligned);
           if (std::string rest = ex->relay.finish(for_client ? &*for_client : nullptr);
               !rest.empty()) {
@@ -639,7 +656,8 @@ Result<std::string> ProxyServer::resumed_body(const Exchange& exchange) {
 }
 
 std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
-                                                            const Json& node_timeline) {
+                                                            const Json& node_timeline,
+                                                            const Json* usage) {
   ProxyMeasurements measured;
   measured.trace_id = exchange.trace.trace_id;
   measured.routes = exchange.routes;
@@ -668,7 +686,20 @@ std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
   const double arrival_us =
       std::chrono::duration<double, std::micro>(exchange.arrival.time_since_epoch()).count();
   traces_.record({*aligned, arrival_us});
+  if (otlp_) otlp_->enqueue(*aligned, otlp_request_info(exchange, usage));
   return std::move(*aligned);
+}
+
+OtlpRequestInfo ProxyServer::otlp_request_info(const Exchange& exchange, const Json* usage) {
+  OtlpRequestInfo info;
+  info.root_span_id = exchange.trace.span_id;
+  info.client_span_id = exchange.client_span_id;
+  info.arrival_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             exchange.arrival_wall.time_since_epoch())
+                             .count();
+  info.prompt_tokens = usage_count(usage, "prompt_tokens");
+  info.completion_tokens = usage_count(usage, "completion_tokens");
+  return info;
 }
 
 void ProxyServer::record_failure(const Exchange& exchange) {
@@ -698,7 +729,9 @@ std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
     return body;
   }
   if (!parsed->has_value()) return body;
-  const std::optional<RequestTimeline> aligned = record_timeline(exchange, (*parsed)->timeline);
+  const std::optional<RequestTimeline> aligned = record_timeline(
+      exchange, (*parsed)->timeline,
+      (*parsed)->response.contains("usage") ? &(*parsed)->response["usage"] : nullptr);
   const std::optional<Json> for_client = client_timeline(exchange, aligned);
   return (*parsed)->with_timeline(for_client ? &*for_client : nullptr);
 }

@@ -46,6 +46,7 @@
 #include "common/protocol/request_timeline.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
+#include "proxy/otlp_exporter.h"
 #include "proxy/prompt_tokenizer.h"
 #include "proxy/trace_recorder.h"
 
@@ -83,6 +84,8 @@ class ProxyServer {
   metrics::Registry& metrics() { return metrics_; }
   ClusterAdvisor& advisor() { return advisor_; }
   TraceRecorder& traces() { return traces_; }
+  // From now on also sends each recorded request's spans to an OTLP collector.
+  void export_traces(std::unique_ptr<OtlpExporter> exporter) { otlp_ = std::move(exporter); }
 
   struct Exchange;  // one client request being forwarded (defined in proxy_server.cpp)
 
@@ -99,9 +102,13 @@ class ProxyServer {
   // The prefix metrics of one routing choice.
   void count_prefix_hits(NodeRole pool, const NodeRef& node);
   // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
-  // trace file, histograms); the aligned timeline, or nullopt (logged) when it cannot be read.
+  // trace file, histograms, OTLP); the aligned timeline, or nullopt (logged) when it cannot be
+  // read. `usage` is the response's usage object when it carried one (its token counts).
   std::optional<RequestTimeline> record_timeline(Exchange& exchange,
-                                                 const nlohmann::json& node_timeline);
+                                                 const nlohmann::json& node_timeline,
+                                                 const nlohmann::json* usage);
+  // The OTLP span tree's ids, wall-clock arrival and the response's token counts.
+  static OtlpRequestInfo otlp_request_info(const Exchange& exchange, const nlohmann::json* usage);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
   // Ends a stream the client already has with an error event and [DONE].
@@ -136,6 +143,7 @@ class ProxyServer {
   ClusterAdvisor advisor_;
   http::TraceIdGenerator trace_ids_;
   TraceRecorder traces_;
+  std::unique_ptr<OtlpExporter> otlp_;  // null without --otlp-traces-endpoint
 };
 
 }  // namespace pdserve::proxy

@@ -159,6 +159,10 @@ void SseRelay::route_event(std::string_view event, std::string& out) {
   (held ? held_after_ : out).append(event);
 }
 
+const Json* SseRelay::usage() const {
+  return usage_event_ && usage_event_->contains("usage") ? &(*usage_event_)["usage"] : nullptr;
+}
+
 std::string SseRelay::finish(const Json* client_timeline) {
   std::string out;
   if (usage_event_) {

@@ -55,6 +55,8 @@ class SseRelay {
 
   // The node's timeline, once an event has carried one.
   const std::optional<nlohmann::json>& timeline() const { return timeline_; }
+  // The usage object of the held usage chunk (streams with include_usage), until finish().
+  const nlohmann::json* usage() const;
   // Why an event that looked like a timeline carrier could not be read (it is then forwarded
   // as it came, or dropped if it was the comment).
   const std::optional<Status>& problem() const { return problem_; }
