@@ -87,11 +87,11 @@ void OtlpExporter::post(const std::vector<nlohmann::json>& batch,
     dropped_.inc(static_cast<double>(batch.size()));
   }
   if (!accepted && !failing_) {
-    PDS_LOG_WARN("OTLP collector " + options_.endpoint.base.to_string() + options_.endpoint.path +
-                 " did not take " + std::to_string(batch.size()) + " spans (" +
-                 (response.ok() ? "HTTP " + std::to_string(response->status)
-                                : response.status().message()) +
-                 "); dropping spans until it does");
+    PDS_LOG_WARN(
+        "OTLP collector " + options_.endpoint.base.to_string() + options_.endpoint.path +
+        " did not take " + std::to_string(batch.size()) + " spans (" +
+        (response.ok() ? "HTTP " + std::to_string(response->status) : response.status().message()) +
+        "); dropping spans until it does");
   }
   failing_ = !accepted;
 }
@@ -99,9 +99,8 @@ void OtlpExporter::post(const std::vector<nlohmann::json>& batch,
 void OtlpExporter::run() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    wake_.wait_for(lock, options_.batch_delay, [this] {
-      return stopping_ || queued_spans_ >= options_.max_batch_spans;
-    });
+    wake_.wait_for(lock, options_.batch_delay,
+                   [this] { return stopping_ || queued_spans_ >= options_.max_batch_spans; });
     if (stopping_) break;
     std::vector<nlohmann::json> batch = take_batch();
     if (batch.empty()) continue;

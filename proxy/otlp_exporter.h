@@ -54,8 +54,7 @@ class OtlpExporter {
   // Takes up to max_batch_spans spans, whole requests, off the queue (lock held).
   std::vector<nlohmann::json> take_batch();
   // POSTs the batch; one the collector did not take is counted as dropped (logged once a streak).
-  void post(const std::vector<nlohmann::json>& batch,
-            std::chrono::steady_clock::duration timeout);
+  void post(const std::vector<nlohmann::json>& batch, std::chrono::steady_clock::duration timeout);
   std::string new_span_id();
 
   const OtlpExporterOptions options_;

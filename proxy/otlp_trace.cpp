@@ -120,8 +120,8 @@ std::vector<Json> otlp_request_spans(const RequestTimeline& aligned, const OtlpR
     }
   }
   // The id of the first span named `name` of the same choice as `span`.
-  const auto find_span = [&](std::string_view name, const RequestTimelineSpan& span)
-      -> std::optional<std::string> {
+  const auto find_span = [&](std::string_view name,
+                             const RequestTimelineSpan& span) -> std::optional<std::string> {
     for (size_t i = 0; i < aligned.spans.size(); ++i) {
       const RequestTimelineSpan& candidate = aligned.spans[i];
       if (candidate.name != name) continue;
@@ -164,9 +164,8 @@ Json otlp_export_request(std::string_view service_name, const std::vector<Json>&
   Json resource = {
       {"attributes", Json::array({attribute("service.name", std::string(service_name))})}};
   Json scope = {{"scope", {{"name", "pdserve.proxy"}}}, {"spans", spans}};
-  return {{"resourceSpans",
-           Json::array({{{"resource", std::move(resource)},
-                         {"scopeSpans", Json::array({std::move(scope)})}}})}};
+  return {{"resourceSpans", Json::array({{{"resource", std::move(resource)},
+                                          {"scopeSpans", Json::array({std::move(scope)})}}})}};
 }
 
 }  // namespace pdserve::proxy

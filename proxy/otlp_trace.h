@@ -36,8 +36,8 @@ Result<OtlpEndpoint> parse_otlp_traces_endpoint(std::string_view url);
 
 // What the proxy knows of a finished request besides its aligned timeline.
 struct OtlpRequestInfo {
-  std::string root_span_id;    // the proxy's span id (sent to the decode node in traceparent)
-  std::string client_span_id;  // the client's traceparent parent id; empty without one
+  std::string root_span_id;     // the proxy's span id (sent to the decode node in traceparent)
+  std::string client_span_id;   // the client's traceparent parent id; empty without one
   int64_t arrival_unix_ns = 0;  // the proxy's arrival on the wall clock: the timeline's t = 0
   std::optional<int64_t> prompt_tokens;      // the response's usage, when it carried one
   std::optional<int64_t> completion_tokens;  // likewise; else the timeline's output_tokens

@@ -110,8 +110,8 @@ TEST(OtlpSpans, ChildrenHangUnderTheSpanThatContainsThem) {
   };
   EXPECT_EQ(parent_of("proxy.route"), "00f067aa0ba902b7");
   EXPECT_EQ(parent_of("decode.request"), "00f067aa0ba902b7");
-  for (const char* name : {"prefill.remote", "prefill.request", "decode.kv_wait", "decode.queue",
-                           "decode.steps"}) {
+  for (const char* name :
+       {"prefill.remote", "prefill.request", "decode.kv_wait", "decode.queue", "decode.steps"}) {
     EXPECT_EQ(parent_of(name), id_of("decode.request")) << name;
   }
   for (const char* name : {"prefill.queue", "prefill.chunk", "kv.transfer"}) {
@@ -151,9 +151,8 @@ TEST(OtlpSpans, WithoutAClientSpanOrPrefillNodeTheTreeStillCloses) {
 }
 
 TEST(OtlpSpans, ExportRequestHasTheResourceAndScope) {
-  const Json body =
-      otlp_export_request("pdserve-proxy", otlp_request_spans(aligned_timeline(), info(),
-                                                               counting_ids()));
+  const Json body = otlp_export_request(
+      "pdserve-proxy", otlp_request_spans(aligned_timeline(), info(), counting_ids()));
   const Json& resource_spans = body["resourceSpans"];
   ASSERT_EQ(resource_spans.size(), 1u);
   EXPECT_EQ(resource_spans[0]["resource"]["attributes"],
