@@ -66,6 +66,9 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
   remote_prefill_fallbacks_ =
       &registry.counter("pdserve:remote_prefill_fallbacks_total",
                         "Remote prefills that failed and were prefilled here instead.");
+  remote_prefills_served_from_cache_ = &registry.counter(
+      "pdserve:remote_prefills_served_from_cache_total",
+      "Resumed streams routed with a remote prefill whose KV was all cached here already.");
 }
 
 void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
@@ -91,6 +94,8 @@ void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
   advance(kv_refetches_, stats.kv_refetches_total, last_.kv_refetches_total);
   advance(remote_prefill_fallbacks_, stats.remote_prefill_fallbacks_total,
           last_.remote_prefill_fallbacks_total);
+  advance(remote_prefills_served_from_cache_, stats.remote_prefills_served_from_cache_total,
+          last_.remote_prefills_served_from_cache_total);
   last_ = stats;
 }
 

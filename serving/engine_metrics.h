@@ -44,6 +44,7 @@ class EngineMetrics {
   metrics::Counter* kv_checksum_mismatches_ = nullptr;
   metrics::Counter* kv_refetches_ = nullptr;
   metrics::Counter* remote_prefill_fallbacks_ = nullptr;
+  metrics::Counter* remote_prefills_served_from_cache_ = nullptr;
   std::mutex mutex_;
   ServiceStats last_;  // guarded by mutex_
 };

@@ -276,6 +276,7 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
   };
   if (request.resume && seq.num_computed_tokens() >= seq.num_tokens() - 1) {
     // Every token but the last is cached here: nothing to import.
+    ++remote_prefills_served_from_cache_total_;
     abort_sequence();
     request.kv_import.reset();
     return add_resumed(request, rng, sink, grammar);
@@ -779,6 +780,7 @@ ServiceStats EngineCore::stats() const {
   stats.preemptions_total = preemptions_total_;
   stats.kv_checksum_mismatches_total = kv_checksum_mismatches_total_;
   stats.remote_prefill_fallbacks_total = remote_prefill_fallbacks_total_;
+  stats.remote_prefills_served_from_cache_total = remote_prefills_served_from_cache_total_;
   stats.kv_refetches_total = kv_refetches_total_;
   return stats;
 }

@@ -128,6 +128,9 @@ struct ServiceStats {
   int64_t kv_checksum_mismatches_total = 0;
   int64_t kv_refetches_total = 0;
   int64_t remote_prefill_fallbacks_total = 0;
+  // Resumed streams sent here with a remote prefill whose prompt and delivered tokens were
+  // all cached already: nothing was imported.
+  int64_t remote_prefills_served_from_cache_total = 0;
 };
 
 struct ModelInfo {

@@ -469,6 +469,40 @@ TEST_F(EngineCoreKvTest, AResumedStreamImportsItsDeliveredTokensAndGoesOnIdentic
   expect_all_released();
 }
 
+// A resumed stream routed with a remote prefill whose prompt and delivered tokens (all but the
+// last) are cached here already: nothing is imported, it goes on from the cache and is counted.
+TEST_F(EngineCoreKvTest, AResumedStreamWhoseKvIsCachedHereImportsNothing) {
+  const auto request = [&](const char* id) {
+    InferenceRequest r;
+    r.id = id;
+    for (int i = 0; i < kPromptLen; ++i) r.prompt_tokens.push_back(kPromptStart + i);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 6;
+    return r;
+  };
+  ASSERT_TRUE(core_->add(request("first"), sink("first")).ok());
+  drain();  // its full blocks (prompt + its first outputs) stay cached
+  ASSERT_EQ(streams_["first"].finals, 1);
+  // kPromptLen + 3 delivered tokens - 1 = a whole number of blocks, all cached.
+  const size_t delivered_count = 3;
+  ASSERT_EQ((kPromptLen + delivered_count - 1) % 4, 0u);
+  const std::vector<int32_t> delivered(script_.begin(), script_.begin() + delivered_count);
+  InferenceRequest resumed = request("resumed");
+  resumed.kv_import.emplace();
+  resumed.kv_import->prefill_urls = {"http://prefill"};
+  resumed.resume = ResumedOutput{delivered, SamplerRng(0).state()};
+  ASSERT_TRUE(core_->add(std::move(resumed), sink("resumed")).ok());
+  EXPECT_TRUE(connector_.started.empty()) << "nothing to import";
+  drain();
+  const Stream& stream = streams_["resumed"];
+  ASSERT_EQ(stream.finals, 1);
+  EXPECT_TRUE(stream.last().error.ok()) << stream.last().error.to_string();
+  EXPECT_EQ(stream.tokens(), std::vector<int32_t>(script_.begin() + 3, script_.begin() + 6));
+  EXPECT_EQ(core_->stats().remote_prefills_served_from_cache_total, 1);
+  EXPECT_EQ(core_->stats().remote_prefill_fallbacks_total, 0);
+  expect_all_released();
+}
+
 TEST_F(EngineCoreKvTest, AnExportStartsBeforeTheLastChunkHearsEveryLayerAndEndsAfterSampling) {
   make_core(/*max_num_batched_tokens=*/4);  // the 10-token prompt takes three steps
   executor_.set_num_layers(3);

@@ -88,7 +88,8 @@ DECODE_PDSERVE = {
     "pdserve:remote_prefill_time_seconds": "histogram", "pdserve:kv_wait_time_seconds": "histogram",
     "pdserve:kv_transfer_time_seconds": "histogram", "pdserve:kv_transfer_bytes": "counter",
     "pdserve:kv_checksum_mismatches": "counter", "pdserve:kv_refetches": "counter",
-    "pdserve:remote_prefill_fallbacks": "counter", "pdserve:http_requests": "counter",
+    "pdserve:remote_prefill_fallbacks": "counter", "pdserve:remote_prefills_served_from_cache": "counter",
+    "pdserve:http_requests": "counter",
 }
 PREFILL_PDSERVE = {
     "pdserve:kv_cache_blocks_total": "gauge", "pdserve:kv_cache_blocks_used": "gauge",
