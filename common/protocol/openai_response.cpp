@@ -45,7 +45,9 @@ Json finish_reason_json(FinishReason reason) {
 }
 
 Json chat_finish_reason_json(FinishReason reason, bool called_tools) {
-  return called_tools ? Json("tool_calls") : finish_reason_json(reason);
+  // An answer cut by max_tokens says so even after calls: its last call may be unfinished.
+  return called_tools && reason != FinishReason::kLength ? Json("tool_calls")
+                                                         : finish_reason_json(reason);
 }
 
 Json tool_calls_json(const std::vector<ChatToolCall>& calls) {

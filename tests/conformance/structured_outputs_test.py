@@ -197,6 +197,14 @@ def tool_choice_required():
                 if reason == "length" and not (message and message.tool_calls):
                     # Several calls, cut by max_tokens: the calls before the cut are complete.
                     text = text[:text.rfind("</tool_call>") + len("</tool_call>")]
+                elif reason == "length" and stream:
+                    # A stream announces a call before its arguments are complete: one cut by
+                    # max_tokens stays with the arguments it had; the ones before it are whole.
+                    *whole, last = message.tool_calls
+                    try:
+                        json.loads(last.function.arguments)
+                    except json.JSONDecodeError:
+                        message.tool_calls = whole
                 calls = tool_calls_of(text, message)
                 t.expect(len(calls) >= 1, f"at least one call: {text!r}")
                 for name, arguments in calls:
