@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86'400));
   app.add_option("--stream-resume", options.stream_resume,
-                 "Continue a one-choice stream on another decode node when its node fails "
+                 "Continue a stream on another decode node when its node fails "
                  "mid-stream (the nodes then send a checkpoint before each event)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));

@@ -151,8 +151,8 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
     return invalid_argument("request '" + request.id + "' is already in flight");
   }
   if (request.resume) {
-    if (const FinishReason ended = resumed_output_end(request); ended != FinishReason::kNone) {
-      end_resumed_at_once(request, sink, ended);
+    if (std::optional<SequenceDelta> ended = resumed_output_end(request)) {
+      deliver_delta(sink, std::move(*ended));
       return Status::ok_status();
     }
   }
@@ -187,44 +187,39 @@ Result<std::optional<ConstraintMatcher>> EngineCore::make_grammar(
   return grammar;
 }
 
-FinishReason EngineCore::resumed_output_end(const InferenceRequest& request) const {
+std::optional<SequenceDelta> EngineCore::resumed_output_end(
+    const InferenceRequest& request) const {
   const std::vector<int32_t>& output = request.resume->output_tokens;
   // validate() created the same checker.
   Result<StopChecker> checker = StopChecker::create(
       request.sampling, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size);
   PDS_CHECK(checker.ok(), checker.status().to_string());
-  if (const FinishReason by_token = checker->check(output); by_token != FinishReason::kNone) {
-    return by_token;
-  }
-  if (request.stop.empty()) return FinishReason::kNone;
+  FinishReason reason = checker->check(output);
+  if (reason == FinishReason::kNone && request.stop.empty()) return std::nullopt;
   IncrementalDetokenizer detokenizer(tokenizer_, request.skip_special_tokens);
   StopStringMatcher matcher(request.stop, request.include_stop_str_in_output);
-  replay_text(tokenizer_, detokenizer, matcher, output);
-  return matcher.match() ? FinishReason::kStop : FinishReason::kNone;
-}
-
-void EngineCore::end_resumed_at_once(const InferenceRequest& request, const DeltaSink& sink,
-                                     FinishReason reason) {
+  std::string text = replay_text(tokenizer_, detokenizer, matcher, output);
+  if (reason == FinishReason::kNone) {
+    if (!matcher.match()) return std::nullopt;
+    reason = FinishReason::kStop;
+  }
+  // All the text the client has, held-back bytes included (the first node's final delta
+  // flushed them), for the front end's parsers to catch up on.
+  if (!matcher.match()) {
+    text += matcher.push(detokenizer.flush());
+    text += matcher.finish();
+  }
   SequenceDelta delta;
   delta.request_id = request.id;
   delta.finished = true;
   delta.finish_reason = reason;
   delta.ended_before_resume = true;
   delta.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
-  delta.completion_tokens = static_cast<int>(request.resume->output_tokens.size());
+  delta.completion_tokens = static_cast<int>(output.size());
   delta.timings.arrival = request.arrival;
   delta.timings.finished = now();
-  // All the text the client has, held-back bytes included (the first node's final delta
-  // flushed them), for the front end's parsers to catch up on.
-  IncrementalDetokenizer detokenizer(tokenizer_, request.skip_special_tokens);
-  StopStringMatcher matcher(request.stop, request.include_stop_str_in_output);
-  std::string text = replay_text(tokenizer_, detokenizer, matcher, request.resume->output_tokens);
-  if (!matcher.match()) {
-    text += matcher.push(detokenizer.flush());
-    text += matcher.finish();
-  }
   delta.resumed_text = std::move(text);
-  deliver_delta(sink, std::move(delta));
+  return delta;
 }
 
 Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& resume) {

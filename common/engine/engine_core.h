@@ -121,13 +121,11 @@ class EngineCore {
   // A resumed stream's state: the sampler where it stopped, the text state caught up
   // (InferenceRequest::resume). InvalidArgument when its output already holds a stop string.
   Status catch_up_resumed(RequestState& state, const ResumedOutput& resume);
-  // Why a resumed stream's delivered output already ends it (max_tokens, a stop token or a
+  // When a resumed stream's delivered output already ends it (max_tokens, a stop token or a
   // stop string: the first node was cut between its last token's event and its finish
-  // chunk); kNone when there is more to generate.
-  FinishReason resumed_output_end(const InferenceRequest& request) const;
-  // Ends such a request at once: one final delta without tokens (ended_before_resume).
-  void end_resumed_at_once(const InferenceRequest& request, const DeltaSink& sink,
-                           FinishReason reason);
+  // chunk), the final delta that ends it at once, without tokens (ended_before_resume);
+  // nullopt when there is more to generate.
+  std::optional<SequenceDelta> resumed_output_end(const InferenceRequest& request) const;
   // The matcher of a request with a structured output (its constraint compiled when the
   // request does not carry it), caught up on a resumed stream's tokens; nullopt without one.
   Result<std::optional<ConstraintMatcher>> make_grammar(const InferenceRequest& request) const;

@@ -13,7 +13,7 @@ inline constexpr std::string_view kAuthorizationHeader = "Authorization";
 inline constexpr std::string_view kTraceparentHeader = "traceparent";
 // Proxy -> decode node: the prefill nodes to try, in order ("URL[,URL...]"; cluster token only).
 inline constexpr std::string_view kPrefillHeader = "X-Pdserve-Prefill";
-// Proxy -> decode node (cluster token only): "1" asks a streamed single-choice answer to carry
+// Proxy -> decode node (cluster token only): "1" asks a streamed answer (any n) to carry
 // stream checkpoints, so the proxy can continue it elsewhere (common/protocol/stream_resume.h).
 inline constexpr std::string_view kResumableHeader = "X-Pdserve-Resumable";
 // Asks for the per-request timeline (usage.pdserve_timeline, docs/TRACING.md): the proxy sends
