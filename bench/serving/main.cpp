@@ -33,6 +33,7 @@ Result<double> parse_request_rate(const std::string& text) {
 struct Options {
   std::string dataset = "random";
   bool dataset_given = false;
+  int num_turns = 0;  // 0: not given
   bool output_len_given = false;
   std::string base_url = "http://127.0.0.1:8000";
   std::string endpoint = "/v1/completions";
@@ -81,6 +82,16 @@ Status resolve_dataset(Options& options) {
       workload.sharegpt.output_len = workload.output_len;
     }
     return {};
+  }
+  if (options.dataset == "multiturn") {
+    if (options.run.route != ApiRoute::kChatCompletions) {
+      return invalid_argument(
+          "--dataset-name multiturn sends conversations: it needs --endpoint "
+          "/v1/chat/completions");
+    }
+    workload.num_turns = options.num_turns > 0 ? options.num_turns : 3;
+  } else if (options.num_turns > 0) {
+    return invalid_argument("--num-turns is for --dataset-name multiturn");
   }
   if (options.dataset_given && !workload.dataset_path.empty()) {
     return invalid_argument("--dataset-path excludes --dataset-name " + options.dataset +
@@ -159,9 +170,14 @@ int main(int argc, char** argv) {
                      "random: uniform lengths (--input-len, --output-len, --range-ratio); "
                      "sharegpt-synthetic: log-normal lengths clipped to --max-input-len, "
                      "--max-output-len; sharegpt: vLLM's ShareGPT JSON at --dataset-path, "
-                     "measured with --tokenizer")
+                     "measured with --tokenizer; multiturn: --num-prompts chat conversations "
+                     "of --num-turns turns of random words (--input-len words a message)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"random", "sharegpt-synthetic", "sharegpt"}));
+          ->check(CLI::IsMember({"random", "sharegpt-synthetic", "sharegpt", "multiturn"}));
+  app.add_option("--num-turns", options.num_turns,
+                 "multiturn: turns per conversation (default 3); each sends the conversation so "
+                 "far and is sent when the answer to the previous one has arrived")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--dataset-path", workload.dataset_path,
                  "Without --dataset-name: JSONL prompts, {\"prompt\": [ids] or \"text\", "
                  "\"output_len\": N} per line; with --dataset-name sharegpt: vLLM's ShareGPT JSON");

@@ -42,24 +42,51 @@ asio::awaitable<Result<std::string>> first_model(const Endpoint& endpoint,
   co_return models["data"][0]["id"].get<std::string>();
 }
 
-// Takes the next request in arrival order, waits for its arrival time, runs it; repeat. With N
-// such workers at most N requests are in flight, and a request starts at its arrival time or
-// when a worker frees up, whichever is later (a FIFO semaphore).
+// The messages before request `index`, turn k of a conversation whose first turn is request
+// index - k: the system prompt, then each earlier user message and the answer it got.
+std::vector<ChatMessage> conversation_so_far(const std::vector<BenchRequest>& requests,
+                                             const std::vector<RequestOutcome>& outcomes,
+                                             size_t index) {
+  std::vector<ChatMessage> history;
+  const BenchRequest& request = requests[index];
+  if (!request.system_prompt.empty()) history.push_back({"system", request.system_prompt});
+  for (size_t earlier = index - static_cast<size_t>(request.turn); earlier < index; ++earlier) {
+    history.push_back({"user", requests[earlier].prompt_text});
+    history.push_back({"assistant", outcomes[earlier].generated_text});
+  }
+  return history;
+}
+
+// Takes the next conversation in arrival order (a request and the later turns that follow it;
+// one request without multi-turn), waits for its arrival time, runs its turns one after the
+// other; repeat. With N such workers at most N requests are in flight, and a conversation
+// starts at its arrival time or when a worker frees up, whichever is later (a FIFO semaphore).
+// A turn after a failed one is not sent: without the answer there is no conversation to go on.
 asio::awaitable<void> worker(const Endpoint& endpoint, const StreamRequest& prototype,
                              const std::vector<BenchRequest>& requests, size_t& next,
                              Clock::time_point run_start, std::vector<RequestOutcome>& outcomes) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
   while (next < requests.size()) {
-    const size_t index = next++;
+    const size_t first = next++;
+    while (next < requests.size() && requests[next].turn > 0) ++next;
+    const size_t end = next;
     const auto arrival = run_start + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(requests[index].arrival_s));
+                                         std::chrono::duration<double>(requests[first].arrival_s));
     if (arrival > Clock::now()) {
       timer.expires_at(arrival);
       co_await timer.async_wait(asio::use_awaitable);
     }
-    StreamRequest request = prototype;
-    request.request = &requests[index];
-    outcomes[index] = co_await stream_completion(endpoint, request, run_start);
+    for (size_t index = first; index < end; ++index) {
+      if (index > first && !outcomes[index - 1].success) {
+        outcomes[index].error = "not sent: turn " + std::to_string(requests[index - 1].turn) +
+                                " of its conversation failed";
+        continue;
+      }
+      StreamRequest request = prototype;
+      request.request = &requests[index];
+      request.history = conversation_so_far(requests, outcomes, index);
+      outcomes[index] = co_await stream_completion(endpoint, request, run_start);
+    }
   }
 }
 
@@ -439,6 +466,8 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
             options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
            {"seed", workload.seed},
            {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
+  // Multi-turn: the records are conversation by conversation, turn r of each at r % num_turns.
+  if (workload.num_turns > 0) json["config"]["num_turns"] = workload.num_turns;
   json["duration_s"] = result.duration_s;
   json["completed"] = result.completed;
   json["failed"] = result.failed;

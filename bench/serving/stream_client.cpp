@@ -148,9 +148,14 @@ std::string request_body(const StreamRequest& request) {
   Json body;
   body["model"] = request.model;
   if (request.route == ApiRoute::kChatCompletions) {
-    // The prompt is the user turn; the server applies the model's chat template.
-    body["messages"] =
-        Json::array({Json{{"role", "user"}, {"content", request.request->prompt_text}}});
+    // The prompt is the user turn, after the history; the server applies the model's chat
+    // template.
+    Json messages = Json::array();
+    for (const ChatMessage& message : request.history) {
+      messages.push_back(Json{{"role", message.role}, {"content", message.content}});
+    }
+    messages.push_back(Json{{"role", "user"}, {"content", request.request->prompt_text}});
+    body["messages"] = std::move(messages);
     body["max_completion_tokens"] = request.request->output_len;
   } else {
     if (request.request->prompt_text.empty()) {

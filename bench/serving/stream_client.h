@@ -49,10 +49,17 @@ struct RequestOutcome {
   nlohmann::ordered_json timeline;
 };
 
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
 struct StreamRequest {
   ApiRoute route = ApiRoute::kCompletions;
   std::string model;
   const BenchRequest* request = nullptr;
+  // Chat: the messages sent before the request's user turn (a multi-turn conversation so far).
+  std::vector<ChatMessage> history;
   std::chrono::steady_clock::duration timeout{};  // for the whole exchange
   std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
 };

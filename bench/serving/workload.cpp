@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <string>
 
@@ -33,6 +34,39 @@ Result<std::vector<BenchRequest>> file_workload(const WorkloadOptions& options) 
   return requests;
 }
 
+// `count` words of kMultiTurnWords separated by spaces.
+std::string random_words(int count, std::mt19937_64& rng) {
+  std::uniform_int_distribution<size_t> word(0, std::size(kMultiTurnWords) - 1);
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) text += ' ';
+    text += kMultiTurnWords[word(rng)];
+  }
+  return text;
+}
+
+std::vector<BenchRequest> multiturn_workload(const WorkloadOptions& options) {
+  std::mt19937_64 rng(options.seed);
+  const std::string system_prompt = random_words(options.shared_prefix_len, rng);
+  ArrivalGaps gaps(options.request_rate, options.burstiness);
+  std::vector<BenchRequest> requests;
+  requests.reserve(static_cast<size_t>(options.num_prompts) * options.num_turns);
+  double arrival = 0;
+  for (int conversation = 0; conversation < options.num_prompts; ++conversation) {
+    for (int turn = 0; turn < options.num_turns; ++turn) {
+      BenchRequest& request = requests.emplace_back();
+      request.prompt_text =
+          random_words(random_length(options.input_len, options.range_ratio, rng), rng);
+      request.output_len = random_length(options.output_len, options.range_ratio, rng);
+      request.arrival_s = arrival;
+      request.turn = turn;
+      request.system_prompt = system_prompt;
+    }
+    arrival += gaps.next(rng);
+  }
+  return requests;
+}
+
 }  // namespace
 
 Status validate(const WorkloadOptions& options) {
@@ -54,10 +88,12 @@ Status validate(const WorkloadOptions& options) {
   if (options.vocab_size < 1) return invalid_argument("--vocab-size must be at least 1");
   if (options.max_input_len < 1) return invalid_argument("--max-input-len must be at least 1");
   if (options.max_output_len < 1) return invalid_argument("--max-output-len must be at least 1");
+  if (options.num_turns < 0) return invalid_argument("--num-turns must be at least 1");
   return {};
 }
 
 std::string dataset_name(const WorkloadOptions& options) {
+  if (options.num_turns > 0) return "multiturn";
   if (!options.sharegpt.path.empty()) return "sharegpt";
   if (!options.dataset_path.empty()) return "file";
   return options.lengths == LengthDistribution::kShareGptSynthetic ? "sharegpt-synthetic"
@@ -74,6 +110,7 @@ Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options) 
     return requests;
   }
   if (!options.dataset_path.empty()) return file_workload(options);
+  if (options.num_turns > 0) return multiturn_workload(options);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> token(0, options.vocab_size - 1);
   std::vector<int32_t> prefix(static_cast<size_t>(options.shared_prefix_len));

@@ -1,7 +1,7 @@
 // The workload: random token-id prompts (so prompt lengths are exact) with uniformly random or
-// ShareGPT-like log-normal input/output lengths, the prompts of a JSONL file, or vLLM's ShareGPT
-// JSON file; an optional prefix shared by every random prompt, and Poisson or gamma arrival
-// times.
+// ShareGPT-like log-normal input/output lengths, the prompts of a JSONL file, vLLM's ShareGPT
+// JSON file, or multi-turn chat conversations of random words; an optional prefix shared by
+// every random prompt, and Poisson or gamma arrival times.
 #pragma once
 
 #include <cstdint>
@@ -57,21 +57,43 @@ struct WorkloadOptions {
   // the random ones; its lines without "output_len" get output_len.
   std::string dataset_path;
   ShareGptSource sharegpt;
+  // Multi-turn chat (--dataset-name multiturn) when > 0: num_prompts conversations of this many
+  // turns, each user message input_len words (range_ratio applies), a system message of
+  // shared_prefix_len words common to all conversations when > 0.
+  int num_turns = 0;
 };
+
+// The words multi-turn messages are drawn from: common English words, so that the server's
+// tokenizer makes ordinary tokens of them.
+inline constexpr const char* kMultiTurnWords[] = {
+    "the",  "of",    "and",   "to",   "in",   "is",    "you",   "that",  "it",   "he",    "was",
+    "for",  "on",    "are",   "as",   "with", "his",   "they",  "at",    "be",   "this",  "have",
+    "from", "or",    "one",   "had",  "by",   "word",  "but",   "not",   "what", "all",   "were",
+    "we",   "when",  "your",  "can",  "said", "there", "use",   "an",    "each", "which", "she",
+    "do",   "how",   "their", "if",   "will", "up",    "other", "about", "out",  "many",  "then",
+    "them", "these", "so",    "some", "her",  "would", "make",  "like",  "him"};
 
 struct BenchRequest {
   std::vector<int32_t> prompt;  // shared prefix + unique tokens; empty for a text prompt
   std::string prompt_text;      // sent as a string when set; the server tokenizes it
   int output_len = 0;
   double arrival_s = 0;  // offset from the start of the run
+  // Multi-turn chat: the request's turn in its conversation, from 0. A later turn follows the
+  // request before it in the workload: it is sent when that one's answer has arrived, after
+  // the conversation so far (system_prompt, then each earlier user message and the answer
+  // received to it).
+  int turn = 0;
+  std::string system_prompt;  // multi-turn: the system message when not empty
 };
 
 Status validate(const WorkloadOptions& options);
 
-// "random", "sharegpt-synthetic", "file" or "sharegpt", for reports.
+// "random", "sharegpt-synthetic", "file", "sharegpt" or "multiturn", for reports.
 std::string dataset_name(const WorkloadOptions& options);
 
-// Deterministic for a given options.seed (and file).
+// Deterministic for a given options.seed (and file). A multi-turn workload lists each
+// conversation's turns in order, conversations in arrival order; later turns carry the arrival
+// time of their conversation.
 Result<std::vector<BenchRequest>> make_workload(const WorkloadOptions& options);
 
 // The gaps between arrivals as vLLM draws them: gamma with shape `burstiness` and scale
