@@ -1,6 +1,7 @@
 #include "bench/serving/stream_client.h"
 
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -250,7 +251,9 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
 
   StreamTimer timer(outcome, request.route, sent);
   http::response_parser<http::string_body> parser;
-  parser.body_limit(boost::none);
+  // No limit; not boost::none, which Boost 1.74 compares as below any Content-Length (every
+  // error answer with a Content-Length would read as "body limit exceeded").
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   auto on_chunk = [&timer](std::uint64_t, beast::string_view body, beast::error_code&) {
     timer.feed(std::string_view(body.data(), body.size()));
     return body.size();
