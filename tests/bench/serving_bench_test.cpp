@@ -5,7 +5,8 @@
 // or stalls mid-stream, a server timeline copied into the JSON, multi-turn conversations (the
 // workload, and the history each turn sends to a fake server), and live runs against
 // pdserve-decode on the tiny model: exact token counts, a --result-json whose per-request
-// records reproduce its summary, and ShareGPT on /v1/completions and /v1/chat/completions.
+// records reproduce its summary, ShareGPT on /v1/completions and /v1/chat/completions, and
+// multi-turn conversations whose prompts grow turn by turn.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -1558,6 +1559,47 @@ TEST(Live, ShareGptOnBothEndpointsWritesVllmKeysConsistentWithTheSummary) {
     double squares = 0;
     for (double value : e2el) squares += (value - mean_e2el) * (value - mean_e2el);
     EXPECT_NEAR(json["std_e2el_ms"].get<double>(), std::sqrt(squares / 4), 1e-9);
+  }
+}
+
+// Multi-turn conversations against the real server (its chat template and tokenizer): every
+// turn completes, and each prompt holds the one before it plus at least the new user message
+// (one token or more a word).
+TEST(Live, MultiTurnPromptsGrowTurnByTurn) {
+  const fs::path model = make_tiny_model();
+  const std::string result_path = (fs::temp_directory_path() / ("bench_serving_multiturn_" +
+                                                                std::to_string(getpid()) + ".json"))
+                                      .string();
+  {
+    LiveServer server(model);
+    const Result<std::string> base_url = base_url_of(server);
+    ASSERT_TRUE(base_url.ok()) << base_url.status().to_string();
+    std::string errors;
+    ASSERT_EQ(run_binary("--base-url " + *base_url +
+                             " --endpoint /v1/chat/completions --dataset-name multiturn"
+                             " --num-turns 3 --num-prompts 2 --input-len 6 --output-len 4"
+                             " --shared-prefix-len 5 --max-concurrency 2 --result-json " +
+                             result_path,
+                         errors),
+              0)
+        << errors;
+  }
+  fs::remove_all(model);
+  const Result<nlohmann::json> result = read_json_file(result_path);
+  fs::remove(result_path);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  EXPECT_EQ((*result)["config"]["dataset"], "multiturn");
+  EXPECT_EQ((*result)["config"]["num_turns"], 3);
+  const nlohmann::json& requests = (*result)["requests"];
+  ASSERT_EQ(requests.size(), 6u);
+  for (size_t index = 0; index < requests.size(); ++index) {
+    ASSERT_TRUE(requests[index]["success"].get<bool>()) << requests[index]["error"];
+    EXPECT_EQ(requests[index]["output_tokens"], 4);
+    if (index % 3 > 0) {
+      EXPECT_GE(requests[index]["prompt_tokens"].get<int>(),
+                requests[index - 1]["prompt_tokens"].get<int>() + 6)
+          << index;
+    }
   }
 }
 
