@@ -12,6 +12,7 @@
 
 #include "common/chat/chat_template.h"
 #include "common/core/cli.h"
+#include "common/http/http_client.h"
 #include "decode_node/api_server.h"
 #include "decode_node/remote_prefill_hook.h"
 #include "serving/serving_node.h"
@@ -60,8 +61,9 @@ Status run(const Options& options) {
   api.register_routes(router);
   return serve_until_shutdown(
       options.node, signals, NodeRole::kDecode, *node, std::move(router), [&](uint16_t port) {
-        std::printf("pdserve-decode: serving %s on http://%s:%u (device %s%s)\n",
-                    node->engine->model_info().name.c_str(), options.node.host.c_str(), port,
+        std::printf("pdserve-decode: serving %s on %s (device %s%s)\n",
+                    node->engine->model_info().name.c_str(),
+                    http::join_base_url(options.node.host, std::to_string(port)).c_str(),
                     options.node.device.c_str(), disaggregated ? ", KV transfer on" : "");
         std::fflush(stdout);
       });

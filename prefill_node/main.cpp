@@ -6,8 +6,9 @@
 #include <string>
 
 #include "common/core/cli.h"
-#include "serving/serving_node.h"
+#include "common/http/http_client.h"
 #include "prefill_node/prefill_server.h"
+#include "serving/serving_node.h"
 
 namespace pdserve {
 namespace {
@@ -24,9 +25,11 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   prefill.register_routes(router);
   return serve_until_shutdown(
       options, signals, NodeRole::kPrefill, *node, std::move(router), [&](uint16_t port) {
-        std::printf("pdserve-prefill: prefilling %s on http://%s:%u (device %s, KV blocks %s)\n",
-                    node->engine->model_info().name.c_str(), options.host.c_str(), port,
-                    options.device.c_str(), kv_block_layout(node->connector->layout()).to_string().c_str());
+        std::printf("pdserve-prefill: prefilling %s on %s (device %s, KV blocks %s)\n",
+                    node->engine->model_info().name.c_str(),
+                    http::join_base_url(options.host, std::to_string(port)).c_str(),
+                    options.device.c_str(),
+                    kv_block_layout(node->connector->layout()).to_string().c_str());
         std::fflush(stdout);
       });
 }

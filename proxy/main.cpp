@@ -16,6 +16,7 @@
 #include "common/core/cli.h"
 #include "common/core/log.h"
 #include "common/core/shutdown_signals.h"
+#include "common/http/http_client.h"
 #include "common/http/http_server.h"
 #include "common/http/openapi_route.h"
 #include "proxy/node_registry.h"
@@ -139,9 +140,9 @@ Status run(const Options& options) {
   server_options.write_timeout = std::chrono::seconds(options.request_timeout_s);
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpServer> server,
                        http::HttpServer::start(server_options, std::move(router)));
-  std::printf("pdserve-proxy: listening on http://%s:%u (%zu prefill, %zu decode static nodes)\n",
-              options.host.c_str(), server->port(), options.prefill_urls.size(),
-              options.decode_urls.size());
+  std::printf("pdserve-proxy: listening on %s (%zu prefill, %zu decode static nodes)\n",
+              http::join_base_url(options.host, std::to_string(server->port())).c_str(),
+              options.prefill_urls.size(), options.decode_urls.size());
   std::fflush(stdout);
 
   // Drops silent nodes, and fails over their requests, even when no request comes to trigger

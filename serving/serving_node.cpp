@@ -14,9 +14,10 @@
 #include "common/core/cli.h"
 #include "common/core/log.h"
 #include "common/engine/warm_up.h"
-#include "serving/stats_log.h"
+#include "common/http/http_client.h"
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
+#include "serving/stats_log.h"
 
 namespace pdserve {
 
@@ -241,7 +242,7 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
   agent.cluster_token = options.cluster_token;
   agent.registration.role = role;
   const std::string host = options.advertise_host.empty() ? options.host : options.advertise_host;
-  agent.registration.url = "http://" + host + ":" + std::to_string(port);
+  agent.registration.url = http::join_base_url(host, std::to_string(port));
   agent.registration.model = node.engine->model_info().name;
   if (node.connector != nullptr) {
     agent.registration.kv_descriptor = node.connector->descriptor_base64();

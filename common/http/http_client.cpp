@@ -104,7 +104,8 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     const auto verb = bhttp::string_to_verb(request_.method);
     bhttp::request<bhttp::string_body> message(verb, request_.target, 11);
     // RFC 9110: the port is part of Host unless it is the scheme's default.
-    message.set(bhttp::field::host, url_.port == "80" ? url_.host : url_.host + ":" + url_.port);
+    message.set(bhttp::field::host,
+                url_.port == "80" ? url_host(url_.host) : url_host(url_.host) + ":" + url_.port);
     message.keep_alive(false);
     for (const auto& [name, value] : request_.headers) message.set(name, value);
     if (!request_.body.empty() || verb == bhttp::verb::post) {
@@ -167,6 +168,15 @@ std::optional<std::string_view> ClientResponse::header(std::string_view name) co
   return find_header(headers, name);
 }
 
+std::string url_host(std::string_view host) {
+  if (host.find(':') == std::string_view::npos) return std::string(host);
+  return "[" + std::string(host) + "]";
+}
+
+std::string join_base_url(std::string_view host, std::string_view port) {
+  return "http://" + url_host(host) + ":" + std::string(port);
+}
+
 Result<BaseUrl> parse_base_url(std::string_view url) {
   constexpr std::string_view kScheme = "http://";
   const std::string quoted = "'" + std::string(url) + "'";
@@ -179,19 +189,33 @@ Result<BaseUrl> parse_base_url(std::string_view url) {
     return invalid_argument("the URL " + quoted + " takes no path, only http://HOST[:PORT]");
   }
   BaseUrl base;
-  const size_t colon = rest.rfind(':');
-  base.host = std::string(rest.substr(0, colon));
-  if (colon != std::string_view::npos) {
-    const std::string_view port = rest.substr(colon + 1);
+  std::string_view after_host;  // ":PORT" or nothing
+  if (rest.starts_with('[')) {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) {
+      return invalid_argument("the URL " + quoted + " has no ']' after its IPv6 address");
+    }
+    base.host = std::string(rest.substr(1, close - 1));
+    after_host = rest.substr(close + 1);
+    if (!after_host.empty() && !after_host.starts_with(':')) {
+      return invalid_argument("the URL " + quoted + " has no valid host");
+    }
+  } else {
+    const size_t colon = rest.find(':');
+    base.host = std::string(rest.substr(0, colon));
+    if (colon != std::string_view::npos) after_host = rest.substr(colon);
+  }
+  if (!after_host.empty()) {
+    const std::string_view port = after_host.substr(1);
     const bool digits = !port.empty() && port.size() <= 5 &&
                         port.find_first_not_of("0123456789") == std::string_view::npos;
     if (!digits || std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535) {
       return invalid_argument("the URL " + quoted + " has an invalid port '" + std::string(port) +
-                              "'");
+                              "' (an IPv6 address goes in brackets: http://[::1]:8000)");
     }
     base.port = std::string(port);
   }
-  if (base.host.empty() || base.host.find_first_of(" \t\r\n@") != std::string::npos) {
+  if (base.host.empty() || base.host.find_first_of(" \t\r\n@[]") != std::string::npos) {
     return invalid_argument("the URL " + quoted + " has no valid host");
   }
   return base;

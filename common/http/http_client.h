@@ -19,12 +19,18 @@
 
 namespace pdserve::http {
 
-// http://HOST[:PORT] (a trailing slash is allowed, a path is not).
+// HOST as a URL or a Host header writes it: an IPv6 literal (it has colons) in brackets.
+std::string url_host(std::string_view host);
+// "http://HOST:PORT", e.g. "http://10.0.0.5:8001", "http://node-1:8001", "http://[::1]:8001".
+std::string join_base_url(std::string_view host, std::string_view port);
+
+// http://HOST[:PORT] (a trailing slash is allowed, a path is not); an IPv6 literal HOST is
+// written in brackets and held without them (what the resolver takes).
 struct BaseUrl {
   std::string host;
   std::string port = "80";
 
-  std::string to_string() const { return "http://" + host + ":" + port; }
+  std::string to_string() const { return join_base_url(host, port); }
   bool operator==(const BaseUrl&) const = default;
 };
 // InvalidArgument naming what is wrong with `url`.

@@ -215,9 +215,29 @@ TEST(BaseUrlTest, ParsesAndRejects) {
   EXPECT_EQ(url->port, "8080");
   EXPECT_EQ(parse_base_url("http://example")->port, "80");
   for (const char* bad : {"https://a:1", "http://a:0", "http://a:99999", "http://a/b", "http://:80",
-                          "ftp://x", "http://a b:80"}) {
+                          "ftp://x", "http://a b:80", "http://::1:80", "http://[::1",
+                          "http://[::1]x", "http://[]:80", "http://[::1]:0"}) {
     EXPECT_FALSE(parse_base_url(bad).ok()) << bad;
   }
+}
+
+// A node registers, and the servers print, http:// + host + port: an IPv6 literal needs brackets
+// there (and in the Host header), the resolver takes it without them.
+TEST(BaseUrlTest, JoinsHostAndPortBracketingIpv6) {
+  EXPECT_EQ(join_base_url("10.0.0.5", "8001"), "http://10.0.0.5:8001");
+  EXPECT_EQ(join_base_url("decode-0.pdserve.svc", "8001"), "http://decode-0.pdserve.svc:8001");
+  EXPECT_EQ(join_base_url("::1", "8001"), "http://[::1]:8001");
+  EXPECT_EQ(join_base_url("fe80::1%eth0", "80"), "http://[fe80::1%eth0]:80");
+  for (const char* url : {"http://10.0.0.5:8001", "http://decode-0.pdserve.svc:8001",
+                          "http://[::1]:8001", "http://[2001:db8::7]:8001"}) {
+    auto parsed = parse_base_url(url);
+    ASSERT_TRUE(parsed.ok()) << url << ": " << parsed.status().to_string();
+    EXPECT_EQ(parsed->to_string(), url);
+  }
+  auto ipv6 = parse_base_url("http://[::1]/");
+  ASSERT_TRUE(ipv6.ok());
+  EXPECT_EQ(ipv6->host, "::1");
+  EXPECT_EQ(ipv6->port, "80");
 }
 
 }  // namespace
