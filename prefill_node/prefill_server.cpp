@@ -1,14 +1,16 @@
 #include "prefill_node/prefill_server.h"
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "common/cluster/cluster_auth.h"
+#include "common/core/log.h"
 #include "common/http/api_error_response.h"
 #include "common/http/service_routes.h"
 #include "common/metrics/vllm_compat.h"
@@ -71,17 +73,43 @@ struct PrefillServer::Exchange {
   // The prefill failed after its export started: the error waits for the export's end, so
   // that the decode node, which frees the blocks on it, hears it only once no put can land.
   std::optional<PrefillEvent> error_after_export;
+  // For the work's log line: the decode node's request id, the first_token event.
+  std::string request_id;
+  int prompt_tokens = 0;
+  std::optional<PrefillEvent> first_token;
 
   // With the mutex held.
   void write(const PrefillEvent& event) {
-    if (!ended) channel->write(prefill_event_line(event));
-  }
-  void end() {
     if (ended) return;
+    channel->write(prefill_event_line(event));
+    if (event.kind == PrefillEvent::Kind::kFirstToken) first_token = event;
+  }
+  // Writes the work's last event (kv_sent, kv_failed or error) and ends the stream.
+  void finish(const PrefillEvent& event) {
+    if (ended) return;
+    write(event);
     ended = true;
     channel->end_stream();
     channel.reset();
     if (on_end) std::exchange(on_end, nullptr)();
+    log_finished(event);
+  }
+  // One line per work, as the decode node logs one per request (under the same request id).
+  void log_finished(const PrefillEvent& last) const {
+    const auto ms = [](double value) { return std::to_string(std::llround(value)) + " ms"; };
+    std::string line = "request " + request_id + " finished (" + prefill_event_name(last.kind) +
+                       "): prompt " + std::to_string(prompt_tokens) + " tokens";
+    if (first_token) {
+      line += " (" + std::to_string(first_token->cached_tokens) + " cached), queue " +
+              ms(first_token->queue_ms) + ", prefill " + ms(first_token->compute_ms);
+    }
+    if (last.kind == PrefillEvent::Kind::kKvSent) {
+      line +=
+          ", KV transfer " + ms(last.transfer_ms) + ", " + std::to_string(last.bytes) + " bytes";
+    } else {
+      line += ": " + last.error;
+    }
+    PDS_LOG_INFO(line);
   }
   // `at`: when the report arrived (the receiver's acknowledgement, as seen here).
   void write_report(const KvTransferReport& transfer, SteadyTime at) {
@@ -117,8 +145,7 @@ struct PrefillServer::Exchange {
       event.kind = PrefillEvent::Kind::kKvFailed;
       event.error = transfer.status.message();
     }
-    write(event);
-    end();
+    finish(event);
   }
 };
 
@@ -200,6 +227,8 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
   exchange->receipt = receipt;
+  exchange->request_id = work->request_id;
+  exchange->prompt_tokens = static_cast<int>(work->prompt_token_ids.size());
   InferenceRequest engine_request;
   engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work->request_id;
   engine_request.prompt_tokens = std::move(work->prompt_token_ids);
@@ -227,8 +256,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     if (exchange->token_written) {
       exchange->write_report(report, at);
     } else if (exchange->error_after_export) {
-      exchange->write(*exchange->error_after_export);
-      exchange->end();
+      exchange->finish(*exchange->error_after_export);
     } else {
       exchange->report = report;
       exchange->report_at = at;
@@ -256,8 +284,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
         exchange->error_after_export = std::move(event);  // written by on_finished
         return;
       }
-      exchange->write(event);
-      exchange->end();
+      exchange->finish(event);
       return;
     }
     if (delta.token_ids.empty()) return;

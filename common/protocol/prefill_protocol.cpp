@@ -153,7 +153,9 @@ Result<std::vector<TimelineSpan>> spans_from_json(const Json& event) {
   return spans;
 }
 
-const char* event_name(PrefillEvent::Kind kind) {
+}  // namespace
+
+const char* prefill_event_name(PrefillEvent::Kind kind) {
   switch (kind) {
     case PrefillEvent::Kind::kFirstToken:
       return "first_token";
@@ -166,8 +168,6 @@ const char* event_name(PrefillEvent::Kind kind) {
   }
   return "error";
 }
-
-}  // namespace
 
 KvBlockLayout kv_block_layout(const KvLayout& pool) {
   return {pool.num_layers, pool.block_size, pool.num_kv_heads, pool.head_dim,
@@ -282,7 +282,7 @@ Result<PrefillWork> parse_prefill_work(std::string_view body) {
 }
 
 std::string prefill_event_line(const PrefillEvent& event) {
-  Json json{{"event", event_name(event.kind)}};
+  Json json{{"event", prefill_event_name(event.kind)}};
   switch (event.kind) {
     case PrefillEvent::Kind::kFirstToken: {
       json["token"] = event.token;

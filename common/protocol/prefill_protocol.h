@@ -105,6 +105,8 @@ struct PrefillEvent {
   std::string error;
 };
 
+// The event's wire name: "first_token", "kv_sent", "kv_failed" or "error".
+const char* prefill_event_name(PrefillEvent::Kind kind);
 // One line, ending with '\n'.
 std::string prefill_event_line(const PrefillEvent& event);
 // One line without its '\n'. InvalidArgument for anything malformed.
