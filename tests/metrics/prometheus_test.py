@@ -20,19 +20,16 @@ import bisect
 import json
 import math
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 
 sys.path.insert(0, os.path.join(os.environ.get("PDSERVE_SOURCE_DIR", "."), "tests/python"))
 import pdserve_testing as t  # noqa: E402
+import pdserve_prometheus as p  # noqa: E402
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 BENCH = os.path.join(t.BUILD, "bench/serving/pdserve-bench-serving")
-SCRAPE_INTERVAL_S = 1.0
+SCRAPE_INTERVAL_S = p.SCRAPE_INTERVAL_S
 NUM_PROMPTS = 64
 INPUT_LEN = 64
 OUTPUT_LEN = 32
@@ -44,63 +41,6 @@ TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 TOKEN_LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
                          5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
-
-
-def free_port():
-    """Prometheus cannot listen on port 0: a port the kernel just gave out, closed again."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def host_port(url):
-    return urllib.parse.urlparse(url).netloc
-
-
-class Prometheus:
-    def __init__(self, targets):
-        directory = os.path.join(t.work_dir(), "prometheus")
-        os.makedirs(directory)
-        config = os.path.join(directory, "prometheus.yml")
-        with open(config, "w", encoding="utf-8") as handle:
-            handle.write(
-                f"global:\n  scrape_interval: {SCRAPE_INTERVAL_S:g}s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: pdserve\n    scrape_interval: 1s\n"
-                "    scrape_timeout: 1s\n    static_configs:\n"
-                f"      - targets: [{', '.join(repr(host_port(u)) for u in targets)}]\n")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        log = open(os.path.join(directory, "prometheus.log"), "w", encoding="utf-8")
-        self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory}/data",
-             f"--web.listen-address={host_port(self.url)}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT)
-        t.add_cleanup(self.stop)
-        t.wait_until(lambda: t.http("GET", self.url + "/-/ready", timeout=2)[0] == 200, 30,
-                     "Prometheus ready")
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-    def query(self, promql, at=None):
-        """The instant vector of `promql` at `at` (unix seconds; now when None) as [(labels, value)]."""
-        params = {"query": promql}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        status, body = t.http("GET", self.url + "/api/v1/query?" + urllib.parse.urlencode(params), timeout=10)
-        t.expect_equal(status, 200, f"query {promql}: {body[:300]}")
-        data = json.loads(body)["data"]
-        t.expect_equal(data["resultType"], "vector", f"result type of {promql}")
-        return [(item["metric"], float(item["value"][1])) for item in data["result"]]
-
-    def scalar(self, promql, at=None):
-        result = self.query(promql, at)
-        t.expect_equal(len(result), 1, f"series of {promql} ({result})")
-        return result[0][1]
 
 
 def nearest_rank(samples, q):
@@ -147,19 +87,16 @@ def node_bounds(record):
 
 
 def main():
-    if not os.access(PROMETHEUS, os.X_OK):
-        sys.exit(f"{PROMETHEUS} is missing: Debian's prometheus package (scripts/setup.sh installs it)")
+    p.require_prometheus()
     t.set_deadline(120)
     model = t.make_model()
     target = t.start_1p1d(model)
     decode_url = target.decode.match.group(2)
     prefill_url = target.processes[2].match.group(2)
     served = target.name
-    prometheus = Prometheus([target.url, decode_url, prefill_url])
+    prometheus = p.Prometheus([target.url, decode_url, prefill_url])
     selector = f'{{model_name="{served}"}}'
 
-    t.wait_until(lambda: prometheus.scalar('count(up{job="pdserve"} == 1)') == 3, 30,
-                 "Prometheus scraping the proxy, the prefill node and the decode node")
     # Every series exists at zero before the run: a rate over the run's window has a sample
     # before its first request.
     time.sleep(2 * SCRAPE_INTERVAL_S)
