@@ -39,8 +39,10 @@ bool test_scripted_output_enabled() {
 Status run(const Options& options) {
   const sigset_t signals = block_shutdown_signals();
   const bool disaggregated = options.kv_transfer || !options.node.proxy_url.empty();
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
-                       start_serving_node(options.node, disaggregated));
+  PDS_ASSIGN_OR_RETURN(
+      std::unique_ptr<ServingNode> node,
+      start_serving_node(options.node,
+                         disaggregated ? std::optional(NodeRole::kDecode) : std::nullopt));
   if (node->connector != nullptr) node->connector->set_kv_checksum(options.kv_checksum == "on");
   PDS_ASSIGN_OR_RETURN(
       ChatTemplate chat_template,
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 3'600'000));
   app.add_option("--kv-checksum", options.kv_checksum,
                  "Verify an XXH3 checksum of every imported KV block before its sequence decodes "
-                 "(a mismatch prefills the request here); host KV pools only")
+                 "(a mismatch prefills the request here); not on a GPU pool on the direct "
+                 "(zero-copy) KV path")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", options.api.access.api_keys,

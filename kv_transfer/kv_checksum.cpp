@@ -47,6 +47,80 @@ std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const K
   return sums;
 }
 
+struct BlockChecksumStream::BlockState {
+  std::unique_ptr<XXH3_state_t, StateDeleter> state;
+  std::size_t bytes = 0;  // of each half, the prompt's tokens in this block
+  int next_half = 0;      // 2 * layer + (V ? 1 : 0) of the next half expected
+};
+
+BlockChecksumStream::BlockChecksumStream(const KvLayout& layout, std::span<const int32_t> blocks,
+                                         int first_block, int num_prompt_tokens)
+    : layout_(layout) {
+  const int block_size = layout.block_size;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const int begin = (first_block + static_cast<int>(i)) * block_size;
+    auto block = std::make_unique<BlockState>();
+    block->state.reset(XXH3_createState());
+    PDS_CHECK(block->state != nullptr, "BlockChecksumStream: out of memory");
+    XXH3_64bits_reset(block->state.get());
+    block->bytes = static_cast<std::size_t>(std::min(block_size, num_prompt_tokens - begin)) *
+                   layout.token_bytes();
+    index_.emplace(blocks[i], states_.size());
+    states_.push_back(std::move(block));
+  }
+}
+
+BlockChecksumStream::~BlockChecksumStream() = default;
+
+Status BlockChecksumStream::add(std::uint64_t pool_offset, const std::byte* data,
+                                std::uint64_t bytes) {
+  const std::uint64_t unit = layout_.layer_block_bytes();
+  const std::uint64_t half_bytes = layout_.offset(0, 0, true);
+  if (unit == 0 || pool_offset % unit != 0 || bytes % unit != 0 || bytes == 0 ||
+      pool_offset >= 2 * half_bytes || bytes > 2 * half_bytes - pool_offset) {
+    return failed_precondition("KV checksum stream: " + std::to_string(bytes) +
+                               " bytes at pool offset " + std::to_string(pool_offset) +
+                               " are not whole layer-block halves of the pool");
+  }
+  const auto blocks = static_cast<std::uint64_t>(layout_.num_blocks);
+  for (std::uint64_t done = 0; done < bytes; done += unit) {
+    const std::uint64_t offset = pool_offset + done;
+    const bool value_half = offset >= half_bytes;
+    const std::uint64_t index = (value_half ? offset - half_bytes : offset) / unit;
+    const int layer = static_cast<int>(index / blocks);
+    const auto block = static_cast<int32_t>(index % blocks);
+    auto it = index_.find(block);
+    if (it == index_.end()) {
+      return failed_precondition("KV checksum stream: block " + std::to_string(block) +
+                                 " is not one of the prompt's");
+    }
+    BlockState& state = *states_[it->second];
+    const int half = 2 * layer + (value_half ? 1 : 0);
+    if (half != state.next_half) {
+      return failed_precondition("KV checksum stream: block " + std::to_string(block) +
+                                 " got layer " + std::to_string(layer) +
+                                 (value_half ? " V" : " K") + " out of order");
+    }
+    XXH3_64bits_update(state.state.get(), data + done, state.bytes);
+    ++state.next_half;
+  }
+  return Status::ok_status();
+}
+
+Result<std::vector<std::uint64_t>> BlockChecksumStream::finish() {
+  std::vector<std::uint64_t> sums;
+  sums.reserve(states_.size());
+  for (const auto& state : states_) {
+    if (state->next_half != 2 * layout_.num_layers) {
+      return failed_precondition("KV checksum stream: a block got " +
+                                 std::to_string(state->next_half) + " of its " +
+                                 std::to_string(2 * layout_.num_layers) + " layer halves");
+    }
+    sums.push_back(XXH3_64bits_digest(state->state.get()));
+  }
+  return sums;
+}
+
 Status compare_block_checksums(std::span<const std::uint64_t> sent,
                                std::span<const std::uint64_t> landed) {
   if (sent.size() != landed.size()) {

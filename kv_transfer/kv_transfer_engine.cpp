@@ -1,6 +1,7 @@
 #include "kv_transfer/kv_transfer_engine.h"
 
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "common/core/log.h"
@@ -27,11 +28,19 @@ struct AckMessage {
 // kCancelling: cancelled, flushing the puts already issued (then kFailed, no completion message).
 enum class Stage { kOpen, kPutting, kNotifying, kCancelling, kDone, kFailed };
 
+// Puts whose local bytes their sender wants back (add_puts with on_released): a staging
+// buffer is reused once UCX reads it no more.
+struct PutGroup {
+  std::vector<void*> requests;
+  std::function<void()> on_released;
+};
+
 struct Transfer {
   PeerId peer = 0;
   Stage stage = Stage::kPutting;
   bool acknowledged = false;
   std::vector<void*> requests;  // outstanding UCX requests of the current stage
+  std::vector<PutGroup> put_groups;  // puts issued with a release callback, not yet released
   std::chrono::steady_clock::time_point deadline;
   CompletionMessage message{};  // UCX reads it until the send completes: lives here
   Status error;
@@ -85,6 +94,17 @@ void free_requests(std::vector<void*>& requests) {
   requests.clear();
 }
 
+// Ends every put group of a transfer whose operations are over (finished, or ended by a forced
+// endpoint close): UCX reads their local bytes no more.
+void release_put_groups(Transfer& transfer) {
+  std::vector<PutGroup> groups = std::move(transfer.put_groups);
+  transfer.put_groups.clear();
+  for (PutGroup& group : groups) {
+    free_requests(group.requests);
+    if (group.on_released) group.on_released();
+  }
+}
+
 // Keeps a request returned by an nbx call; false with the error when the call failed at once.
 Status keep_request(ucs_status_ptr_t result, std::vector<void*>& requests, const char* what) {
   if (UCS_PTR_IS_ERR(result)) return ucx_error(UCS_PTR_STATUS(result), what);
@@ -102,7 +122,6 @@ struct KvTransferEngine::Impl {
   // Destruction runs bottom-up: peers close (UCX finishes with every request), then the
   // worker, and only then the message buffers UCX may have been reading.
   std::unique_ptr<UcpContext> context;
-  PoolMemory pool_memory = PoolMemory::kHost;
   std::map<TransferId, Transfer> transfers;
   std::vector<PendingAck> acks;
   std::vector<ReceivedTransfer> received;
@@ -118,7 +137,11 @@ struct KvTransferEngine::Impl {
     for (auto& ack : acks) {
       if (ack.request != nullptr) ucp_request_free(ack.request);
     }
-    for (auto& [id, transfer] : transfers) free_requests(transfer.requests);
+    for (auto& [id, transfer] : transfers) {
+      free_requests(transfer.requests);
+      // Their owners are going away with the engine: no callback.
+      for (PutGroup& group : transfer.put_groups) free_requests(group.requests);
+    }
     peers.clear();
   }
 
@@ -204,7 +227,33 @@ struct KvTransferEngine::Impl {
     });
   }
 
+  // Hands back the put groups whose puts have all completed locally; false (with the transfer's
+  // error set) when one of them failed.
+  bool settle_put_groups(TransferId id, Transfer& transfer) {
+    bool failed = false;
+    std::vector<std::function<void()>> released;
+    std::erase_if(transfer.put_groups, [&](PutGroup& group) {
+      Result<bool> done = settle(group.requests);
+      if (!done.ok()) {
+        if (!failed) transfer.error = done.status().with_context("transfer " + std::to_string(id));
+        failed = true;
+        return false;  // released with the peer's endpoint
+      }
+      if (!*done) return false;
+      released.push_back(std::move(group.on_released));
+      return true;
+    });
+    for (auto& callback : released) {
+      if (callback) callback();
+    }
+    return !failed;
+  }
+
   void advance(TransferId id, Transfer& transfer, Peer& peer) {
+    if (!settle_put_groups(id, transfer)) {
+      peer.failure = UCS_ERR_IO_ERROR;
+      return;
+    }
     Result<bool> settled = settle(transfer.requests);
     if (!settled.ok()) {
       transfer.error = settled.status().with_context("transfer " + std::to_string(id));
@@ -249,6 +298,7 @@ struct KvTransferEngine::Impl {
         continue;
       }
       free_requests(transfer.requests);
+      release_put_groups(transfer);  // the endpoint is closed: no put reads its buffer now
       transfer.stage = Stage::kFailed;
       if (transfer.error.ok()) transfer.error = reason;
     }
@@ -259,7 +309,7 @@ struct KvTransferEngine::Impl {
   void begin_cancel(TransferId id, Transfer& transfer, Peer& peer, Status reason) {
     transfer.stage = Stage::kCancelling;
     transfer.error = std::move(reason);
-    if (transfer.requests.empty() && transfer.message.blocks == 0) {
+    if (transfer.requests.empty() && transfer.put_groups.empty() && transfer.message.blocks == 0) {
       transfer.stage = Stage::kFailed;  // no put was issued
       return;
     }
@@ -278,12 +328,21 @@ struct KvTransferEngine::Impl {
   // its puts are stopped and flushed for a short grace, and only a flush that does not finish
   // fails the peer (its other transfers with it). The peer fails at once where the deadline is
   // the only failure detector, for a transfer already cancelling, and for one whose completion
-  // message is out (UCX may still read its buffer: only closing the endpoint ends that).
+  // message is out (UCX may still read its buffer: only closing the endpoint ends that). One
+  // that issued no put fails alone on any transport.
   void expire(TransferId id, Transfer& transfer, Peer& peer,
               std::chrono::steady_clock::time_point now) {
     Status reason = deadline_exceeded("KV transfer " + std::to_string(id) + " to peer " +
                                       std::to_string(transfer.peer) + " ran past its deadline");
     const bool putting = transfer.stage == Stage::kOpen || transfer.stage == Stage::kPutting;
+    if (putting && transfer.requests.empty() && transfer.put_groups.empty() &&
+        transfer.message.blocks == 0) {
+      // Nothing of it was issued (a staged transfer still waiting for a send buffer): nothing
+      // can land, so it fails alone on any transport.
+      transfer.error = std::move(reason);
+      transfer.stage = Stage::kFailed;
+      return;
+    }
     if (!peer.detects_failure || !putting) {
       if (transfer.stage != Stage::kCancelling) transfer.error = std::move(reason);
       peer.failure = UCS_ERR_TIMED_OUT;
@@ -323,7 +382,6 @@ Result<std::unique_ptr<KvTransferEngine>> KvTransferEngine::create(
     const KvTransferOptions& options) {
   auto impl = std::make_unique<Impl>();
   PDS_ASSIGN_OR_RETURN(impl->context, UcpContext::create(options.transports));
-  impl->pool_memory = options.pool_memory;
   PDS_ASSIGN_OR_RETURN(impl->worker, UcpWorker::create(*impl->context));
   PDS_RETURN_IF_ERROR(impl->install_handlers());
   return std::unique_ptr<KvTransferEngine>(new KvTransferEngine(std::move(impl)));
@@ -333,15 +391,16 @@ bool KvTransferEngine::supports_cuda_memory() const {
   return impl_->context->supports_cuda_memory();
 }
 
-Status KvTransferEngine::register_pool(void* base, std::size_t bytes) {
+Status KvTransferEngine::register_pool(void* base, std::size_t bytes, PoolMemory memory) {
   if (impl_->pool != nullptr) return failed_precondition("the KV pool is already registered");
   if (base == nullptr || bytes == 0) return invalid_argument("register_pool: empty KV pool");
-  const bool cuda = impl_->pool_memory == PoolMemory::kCuda;
+  const bool cuda = memory == PoolMemory::kCuda;
   if (cuda && !impl_->context->supports_cuda_memory()) {
     return unimplemented(
         "register_pool: the KV pool is in CUDA memory and this UCX build has no CUDA memory "
-        "support (no cuda_copy/cuda_ipc transport loaded: see `ucx_info -d`, UCX_TLS); "
-        "staging a GPU pool through pinned host buffers is not implemented yet");
+        "support (no cuda_copy/cuda_ipc transport loaded: see `ucx_info -d`, UCX_TLS); use the "
+        "staging path (--kv-transfer-path staged or auto), which copies through pinned host "
+        "buffers");
   }
   PDS_ASSIGN_OR_RETURN(impl_->pool, MemoryRegion::create(*impl_->context, base, bytes, cuda));
   impl_->pool_base = static_cast<std::uint8_t*>(base);
@@ -428,9 +487,11 @@ Result<TransferId> KvTransferEngine::open_transfer(PeerId peer_id, std::uint64_t
   return id;
 }
 
-Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copies) {
+Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copies,
+                                  std::function<void()> on_released) {
   auto it = impl_->transfers.find(id);
   if (it == impl_->transfers.end() || it->second.stage != Stage::kOpen) {
+    if (on_released) on_released();  // nothing was issued
     return failed_precondition("add_puts: KV transfer " + std::to_string(id) + " is not open");
   }
   Transfer& transfer = it->second;
@@ -445,7 +506,9 @@ Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copi
           " bytes) is empty or outside a pool");
       // The transfer fails; puts already issued end with the peer's endpoint.
       transfer.error = bad.with_context("transfer " + std::to_string(id));
-      if (transfer.requests.empty() && transfer.message.blocks == 0) {
+      if (on_released) on_released();  // nothing of this call was issued
+      if (transfer.requests.empty() && transfer.put_groups.empty() &&
+          transfer.message.blocks == 0) {
         transfer.stage = Stage::kFailed;
       } else {
         impl_->fail_peer(transfer.peer, peer, transfer.error);
@@ -453,13 +516,20 @@ Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copi
       return bad;
     }
   }
+  // With a release callback the puts are a group of their own, settled in progress() (and
+  // ended with the endpoint when the peer fails).
+  std::vector<void*>* requests = &transfer.requests;
+  if (on_released) {
+    transfer.put_groups.push_back({{}, std::move(on_released)});
+    requests = &transfer.put_groups.back().requests;
+  }
   ucp_request_param_t params{};
   Status issued;
   for (const BlockCopy& copy : copies) {
     issued = keep_request(
         ucp_put_nbx(peer.endpoint->get(), impl_->pool_base + copy.local_offset, copy.bytes,
                     peer.descriptor.pool_base + copy.remote_offset, peer.rkey->get(), &params),
-        transfer.requests, "ucp_put_nbx");
+        *requests, "ucp_put_nbx");
     if (!issued.ok()) break;
     transfer.message.bytes += copy.bytes;
     ++transfer.message.blocks;
@@ -522,12 +592,16 @@ Result<TransferStatus> KvTransferEngine::poll(TransferId id) {
   if (it == impl_->transfers.end()) {
     return not_found("poll: no KV transfer " + std::to_string(id));
   }
-  const Transfer& transfer = it->second;
+  Transfer& transfer = it->second;
   if (transfer.stage == Stage::kDone) {
+    // The flush completed every put: any group left is over.
+    release_put_groups(transfer);
     impl_->transfers.erase(it);
     return TransferStatus{TransferState::kDone, {}};
   }
   if (transfer.stage == Stage::kFailed) {
+    // Failed transfers end their puts with the endpoint or after a flush.
+    release_put_groups(transfer);
     TransferStatus status{TransferState::kFailed, transfer.error};
     impl_->transfers.erase(it);
     return status;

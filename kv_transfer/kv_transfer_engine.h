@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -43,12 +44,11 @@ struct ReceivedTransfer {
   std::uint64_t blocks = 0;
 };
 
-// Where the registered pool lives.
+// Where a registered region lives.
 enum class PoolMemory { kHost, kCuda };
 
 struct KvTransferOptions {
   std::string transports;  // UCX_TLS for this engine ("tcp", "sm,self"); empty: UCX decides
-  PoolMemory pool_memory = PoolMemory::kHost;
 };
 
 class KvTransferEngine {
@@ -58,11 +58,12 @@ class KvTransferEngine {
   KvTransferEngine(const KvTransferEngine&) = delete;
   KvTransferEngine& operator=(const KvTransferEngine&) = delete;
 
-  // Registers the node's whole pool (once), as the options' pool_memory. The memory must
-  // outlive the engine. A CUDA pool is registered for zero-copy puts when this UCX build
-  // supports CUDA memory (asked at run time); otherwise Unimplemented (staging through pinned
-  // host buffers is not built yet), never a host registration of device addresses.
-  Status register_pool(void* base, std::size_t bytes);
+  // Registers the region peers write into and local puts read from (once): the node's whole
+  // pool, or on the staging path the host staging area (kv_transfer_service.h). The memory
+  // must outlive the engine. CUDA memory is registered for zero-copy puts when this UCX build
+  // supports it (asked at run time); otherwise Unimplemented, never a host registration of
+  // device addresses.
+  Status register_pool(void* base, std::size_t bytes, PoolMemory memory = PoolMemory::kHost);
   // Whether this UCX build can put from and into CUDA memory.
   bool supports_cuda_memory() const;
   // This node's worker address, pool key and extent, for the control plane.
@@ -85,7 +86,12 @@ class KvTransferEngine {
   // failed or unknown).
   Result<TransferId> open_transfer(PeerId peer, std::uint64_t request_tag,
                                    std::chrono::milliseconds timeout);
-  Status add_puts(TransferId id, std::span<const BlockCopy> copies);
+  // `on_released`, when given, runs exactly once, from a later call of this engine on the
+  // owner's thread (progress(), disconnect(), poll(), or add_puts itself when it fails), once
+  // UCX reads the local bytes of these puts no more: they completed locally, or their transfer
+  // failed and its operations ended. The staging path reuses a bounce buffer after it.
+  Status add_puts(TransferId id, std::span<const BlockCopy> copies,
+                  std::function<void()> on_released = {});
   Status close_transfer(TransferId id);
   // Stops one transfer and spares the peer's others: no further puts are accepted, no
   // completion message is sent, and the transfer fails (Cancelled) once the puts already

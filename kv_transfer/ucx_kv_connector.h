@@ -8,9 +8,18 @@
 //  * import (decode node): a RemotePrefillClient (remote_prefill_client.h) asks the request's
 //    prefill nodes for the KV (HTTP, failover, the RemotePrefillState of each import); this
 //    connector tells the client where its pool is, passes it each transfer's completion
-//    message, and checksums the blocks as they landed (with checksums on, the default: kv_checksum.h).
-//    Checksums need a host pool: for a CUDA pool the decode node asks for none and the prefill
-//    node computes none (issue #14).
+//    message, and checksums the blocks as they landed (with checksums on, the default:
+//    kv_checksum.h).
+//
+// On the staged path (kv_transfer_service.h; a GPU pool on a UCX without CUDA memory support,
+// or --kv-transfer-path staged) the export's puts are staged through the send ring, and the
+// checksums are computed from the staged bytes as they pass (BlockChecksumStream). An import
+// first takes blocks of the landing area (waiting for them, first come first served, within
+// the transfer timeout, or failing at once when the area can never hold it: the engine then
+// prefills locally); the prefill node writes those, the checksums are verified there, and the
+// ready import's blocks are copied into the pool (PoolCopier) before kImportReady goes to the
+// engine. Its landing blocks are freed with kImportReleased, after that copy. Checksums on a
+// GPU pool on the direct (zero-copy) path: none (the host cannot read the pool).
 #pragma once
 
 #include <chrono>
@@ -18,9 +27,10 @@
 #include <memory>
 #include <string>
 
+#include "common/core/kv_layout.h"
 #include "common/engine/kv_connector.h"
 #include "kv_transfer/kv_transfer_service.h"
-#include "common/core/kv_layout.h"
+#include "kv_transfer/pool_copier.h"
 #include "kv_transfer/remote_prefill_client.h"
 
 namespace pdserve::kv_transfer {
@@ -28,6 +38,14 @@ namespace pdserve::kv_transfer {
 struct UcxKvConnectorOptions {
   std::string transports;  // UCX_TLS ("tcp", "sm,self"; empty: UCX decides)
   PoolMemory pool_memory = PoolMemory::kHost;
+  TransferPath path = TransferPath::kAuto;
+  // The staged path's copies between the pool and host memory (and the device binding of the
+  // transfer thread for a GPU pool); needed unless the path is direct.
+  std::shared_ptr<PoolCopier> copier;
+  // Staging memory: the send ring (exports) and the landing area (imports; whole blocks of
+  // the pool's layout, rounded down). Only allocated on the staged path.
+  std::uint64_t staging_send_bytes = 0;
+  std::uint64_t staging_receive_bytes = 0;
   std::string cluster_token;
   std::chrono::milliseconds transfer_timeout{30'000};
   // After a failed import whose sender may still be writing: deadline + this, then release.
@@ -48,6 +66,10 @@ class UcxKvConnector : public KvConnector {
 
   const KvLayout& layout() const;
   const std::string& descriptor_base64() const;
+  // Whether the staged path was chosen; the landing area's size in blocks (0 on the direct
+  // path).
+  bool staged() const;
+  int landing_blocks() const;
 
   void set_wakeup(std::function<void()> wakeup) override;
   Status start_export(const std::string& request_id, const KvExportTarget& target,
@@ -59,7 +81,7 @@ class UcxKvConnector : public KvConnector {
   // for exports started afterwards.
   void set_layerwise(bool layerwise);
   // Whether imports ask for block checksums and verify them (on by default; always off for a
-  // CUDA pool). Takes effect for imports started afterwards.
+  // CUDA pool on the direct path). Takes effect for imports started afterwards.
   void set_kv_checksum(bool on);
   Status start_import(const InferenceRequest& request, std::span<const int32_t> block_table,
                       int num_cached_tokens) override;

@@ -16,7 +16,7 @@ namespace {
 Status run(const ServingNodeOptions& options, bool kv_layerwise) {
   const sigset_t signals = block_shutdown_signals();
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<ServingNode> node,
-                       start_serving_node(options, /*with_kv_transfer=*/true));
+                       start_serving_node(options, NodeRole::kPrefill));
   node->connector->set_layerwise(kv_layerwise);
   PrefillServer prefill(*node->engine, kv_block_layout(node->connector->layout()),
                         options.cluster_token,

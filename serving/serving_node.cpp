@@ -24,7 +24,8 @@ namespace pdserve {
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--model", options.model, "Model folder, or a hub id in the local HF cache")
       ->required();
-  app.add_option("--device", options.device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", options.device, "cpu, cuda (device 0) or cuda:N")
+      ->capture_default_str();
   app.add_option("--dtype", options.dtype,
                  "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's)");
   app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")
@@ -91,6 +92,18 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "Deadline of one KV transfer")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
+  app.add_option("--kv-transfer-path", options.kv_transfer_path,
+                 "How KV blocks leave and enter the pool: direct (UCX reads and writes the pool), "
+                 "staged (through pinned host buffers, for a GPU pool on a UCX without CUDA "
+                 "memory support), or auto (staged exactly then)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "direct", "staged"}));
+  app.add_option("--kv-staging-mib", options.kv_staging_mib,
+                 "Pinned host memory of the staged KV path: a prefill node's send buffers, a "
+                 "decode node's landing area (a request whose prompt needs more waits or is "
+                 "prefilled locally)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--heartbeat-interval-ms", options.heartbeat_interval_ms,
                  "Heartbeats to the proxy")
       ->capture_default_str()
@@ -140,7 +153,8 @@ Result<int> test_corrupt_every() {
 }  // namespace
 
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
-                                                        bool with_kv_transfer) {
+                                                        std::optional<NodeRole> kv_role) {
+  const bool with_kv_transfer = kv_role.has_value();
   if (with_kv_transfer) {
     PDS_RETURN_IF_ERROR(require_cluster_token(options.cluster_token,
                                               options.insecure_no_cluster_token,
@@ -161,6 +175,12 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
     connector_options.transports = options.ucx_tls;
     connector_options.cluster_token = options.cluster_token;
     connector_options.transfer_timeout = std::chrono::milliseconds(options.kv_transfer_timeout_ms);
+    PDS_ASSIGN_OR_RETURN(connector_options.path,
+                         kv_transfer::parse_transfer_path(options.kv_transfer_path));
+    // A prefill node only sends, a decode node only receives: each stages one direction.
+    const std::uint64_t staging_bytes = std::uint64_t(options.kv_staging_mib) << 20;
+    (*kv_role == NodeRole::kPrefill ? connector_options.staging_send_bytes
+                                    : connector_options.staging_receive_bytes) = staging_bytes;
     PDS_ASSIGN_OR_RETURN(connector_options.test_corrupt_every, test_corrupt_every());
     factory = [&node,
                connector_options](const KvCache& pool) -> Result<std::unique_ptr<KvConnector>> {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -41,6 +42,10 @@ struct ServingNodeOptions {
   std::string advertise_host;  // how other nodes reach this one (default: --host)
   std::string ucx_tls;         // UCX transports for KV ("tcp", "sm,self"; empty: UCX decides)
   int kv_transfer_timeout_ms = 30'000;
+  // How KV leaves and enters the pool (kv_transfer/kv_transfer_service.h): auto, direct or
+  // staged, and the staging memory (a prefill node's send ring, a decode node's landing area).
+  std::string kv_transfer_path = "auto";
+  int kv_staging_mib = 1024;
   int heartbeat_interval_ms = 1'000;
   bool exit_when_drained = false;
   int log_stats_interval_s = 10;  // the periodic stats line; 0: none  // exit 0 once the proxy drained this node and it is idle
@@ -72,11 +77,12 @@ struct ServingNode {
   NodeMembership membership;
 };
 
-// Loads the model, starts its engine, with a KV connector when `with_kv_transfer` (which
-// needs a cluster token or --insecure-no-cluster-token: InvalidArgument otherwise), and warms
-// it up (common/engine/warm_up.h): the node serves, and joins a cluster, only after that.
+// Loads the model, starts its engine, with a KV connector when `kv_role` is set (its role in
+// the cluster: a prefill node exports KV, a decode node imports it; needs a cluster token or
+// --insecure-no-cluster-token: InvalidArgument otherwise), and warms it up
+// (common/engine/warm_up.h): the node serves, and joins a cluster, only after that.
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
-                                                        bool with_kv_transfer);
+                                                        std::optional<NodeRole> kv_role);
 
 // Serves `router` over HTTP, registered with options.proxy_url as `role` when one is given,
 // until SIGINT/SIGTERM (blocked by the caller in `signals`), or with exit_when_drained until the

@@ -271,6 +271,51 @@ TEST_P(KvTransferLoopback, TransferToADestroyedPeerFailsWithinItsDeadline) {
             StatusCode::kUnavailable);
 }
 
+// Issue #14: the staging path reuses a bounce buffer once UCX reads it no more. A release
+// callback given with add_puts runs exactly once: after the puts completed, at once when the
+// call issued nothing, and when the transfer failed with its peer.
+TEST_P(KvTransferLoopback, APutsReleaseCallbackRunsOnceWhenUcxReadsItsBytesNoMore) {
+  const auto pair = connect_pair(GetParam(), 3);
+  ASSERT_TRUE(pair);
+  KvTransferEngine& sender = *pair->sender;
+  int released = 0;
+  auto id = sender.open_transfer(pair->peer, 1, milliseconds(10000));
+  ASSERT_TRUE(id.ok());
+  const BlockCopy copy{0, 0, 4 * kBlockBytes};
+  ASSERT_TRUE(sender.add_puts(*id, std::span(&copy, 1), [&] { ++released; }).ok());
+  ASSERT_TRUE(sender.close_transfer(*id).ok());
+  const TransferStatus done = wait_for(sender, pair->receiver.get(), *id, milliseconds(15000));
+  ASSERT_EQ(done.state, TransferState::kDone) << done.error.to_string();
+  EXPECT_EQ(released, 1);
+  EXPECT_TRUE(std::equal(pair->source.begin(), pair->source.begin() + 4 * kBlockBytes,
+                         pair->destination.begin()));
+  // Nothing issued: released at once, by the call itself.
+  int refused = 0;
+  EXPECT_EQ(sender.add_puts(*id, std::span(&copy, 1), [&] { ++refused; }).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused, 1);
+  auto bad = sender.open_transfer(pair->peer, 2, milliseconds(10000));
+  ASSERT_TRUE(bad.ok());
+  const BlockCopy outside{kPoolBytes, 0, kBlockBytes};
+  EXPECT_EQ(sender.add_puts(*bad, std::span(&outside, 1), [&] { ++refused; }).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused, 2);
+  // The peer goes away with puts in flight: released when the transfer fails.
+  int failed_released = 0;
+  auto doomed = sender.open_transfer(pair->peer, 3, milliseconds(500));
+  ASSERT_TRUE(doomed.ok());
+  pair->receiver.reset();
+  for (int i = 0; i < 8; ++i) {
+    const BlockCopy piece{static_cast<std::uint64_t>(i) * kBlockBytes,
+                          static_cast<std::uint64_t>(i) * kBlockBytes, kBlockBytes};
+    (void)sender.add_puts(*doomed, std::span(&piece, 1), [&] { ++failed_released; });
+  }
+  (void)sender.close_transfer(*doomed);
+  const TransferStatus failed = wait_for(sender, nullptr, *doomed, milliseconds(10000));
+  EXPECT_EQ(failed.state, TransferState::kFailed);
+  EXPECT_EQ(failed_released, 8) << "every group released once, whatever ended them";
+}
+
 // Issue #15 item 8: cancelling one transfer spares the peer's others. The cancelled one fails
 // (Cancelled) after its issued puts are flushed, sends no completion message; a transfer open
 // beside it lands and is acknowledged, and the peer needs no new connection.
@@ -350,16 +395,17 @@ bool ucx_info_lists_a_cuda_memory_domain() {
 // CUDA support is refused with a reason instead of being registered as host memory.
 TEST(KvTransferPoolMemory, CudaSupportIsDetectedAndAnUnsupportedCudaPoolIsRefused) {
   KvTransferOptions options;  // every transport UCX has, as ucx_info lists them
-  options.pool_memory = PoolMemory::kCuda;
   auto engine = KvTransferEngine::create(options);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const bool supported = (*engine)->supports_cuda_memory();
   EXPECT_EQ(supported, ucx_info_lists_a_cuda_memory_domain());
   if (supported) return;  // zero-copy registration needs device memory: tests/kernels_gpu
   std::vector<std::uint8_t> pool(kPoolBytes);
-  const Status refused = (*engine)->register_pool(pool.data(), pool.size());
+  const Status refused = (*engine)->register_pool(pool.data(), pool.size(), PoolMemory::kCuda);
   EXPECT_EQ(refused.code(), StatusCode::kUnimplemented) << refused.to_string();
   EXPECT_NE(refused.message().find("CUDA"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("staged"), std::string::npos)
+      << "names the staging path: " << refused.message();
   EXPECT_EQ((*engine)->local_descriptor().status().code(), StatusCode::kFailedPrecondition)
       << "nothing was registered";
 }

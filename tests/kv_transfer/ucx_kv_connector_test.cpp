@@ -5,7 +5,11 @@
 // a cancelled import, is remote_prefill_client_test.cpp's.) KV integrity: against a
 // prefill node with a real exporting connector, the blocks that land are verified against the
 // export's checksums before the import is ready; a corrupted landing fails with DataLoss and
-// frees the blocks at once.
+// frees the blocks at once. The staged path (issue #14), host pools behind the host
+// PoolCopier: whichever side stages (tcp and shared memory), the decode pool ends up with the
+// same bytes as on the direct path and the checksums (of the staged copies) agree; a staged
+// import waits for landing blocks first come first served within the transfer timeout, and
+// one larger than the landing area is refused at once for a local prefill.
 #include "kv_transfer/ucx_kv_connector.h"
 
 #include <arpa/inet.h>
@@ -15,14 +19,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "common/http/http_server.h"
 #include "common/http/router.h"
+#include "kv_transfer/host_pool_copier.h"
 
 namespace pdserve::kv_transfer {
 namespace {
@@ -37,34 +44,76 @@ KvLayout test_layout() {
   return KvLayout{2, 8, 16, 1, 4, DType::kF32};
 }
 
+// How a test node moves KV: over which transports, and whether it stages through host
+// memory (its pool then seen only through a HostPoolCopier finishing batches out of order).
+struct Path {
+  std::string transports = "tcp";
+  bool staged = false;
+  int landing_blocks = 8;  // a staged decode node's landing area
+};
+
+// The staged path's options for a node whose pool is `pool`: a send ring of two one-block
+// buffers (so every layer's K or V of a block waits for its own), or a landing area.
+void stage(UcxKvConnectorOptions& options, void* pool, std::size_t bytes, const Path& path) {
+  options.transports = path.transports;
+  if (!path.staged) return;
+  const KvLayout layout = test_layout();
+  options.path = TransferPath::kStaged;
+  options.copier = std::make_shared<HostPoolCopier>(
+      static_cast<std::byte*>(pool), bytes, HostPoolCopierOptions{/*reorder=*/true, /*seed=*/17});
+  options.staging_send_bytes = 2 * layout.layer_block_bytes();
+  options.staging_receive_bytes =
+      static_cast<std::uint64_t>(path.landing_blocks) * layout.bytes_per_block();
+}
+
 struct Decode {
   std::vector<float> pool;
   std::unique_ptr<UcxKvConnector> connector;
   std::vector<KvEvent> events;
 
-  explicit Decode(int test_corrupt_every = 0) {
+  explicit Decode(int test_corrupt_every = 0, const Path& path = {}) {
     const KvLayout layout = test_layout();
     pool.assign(layout.offset(0, 0, true) * 2 / sizeof(float), 0.0f);
     UcxKvConnectorOptions options;
-    options.transports = "tcp";
     options.transfer_timeout = kTransferTimeout;
     options.release_grace = kGrace;
     options.test_corrupt_every = test_corrupt_every;
+    stage(options, pool.data(), pool.size() * sizeof(float), path);
     auto created =
         UcxKvConnector::create(options, pool.data(), pool.size() * sizeof(float), layout);
     EXPECT_TRUE(created.ok()) << created.status().to_string();
     if (created.ok()) connector = std::move(*created);
     if (connector) connector->set_wakeup([] {});
+    if (connector) {
+      EXPECT_EQ(connector->staged(), path.staged);
+    }
   }
 
-  Status start(const std::string& url) {
+  Status start(const std::string& url, const std::string& id = "req-1",
+               std::vector<int32_t> blocks = {3, 5}) {
     InferenceRequest request;
-    request.id = "req-1";
+    request.id = id;
     request.prompt_tokens.assign(20, 7);  // two blocks
     request.sampling.max_tokens = 4;
     request.kv_import = KvImportSource{{url}, milliseconds(60'000), ""};
-    const std::vector<int32_t> blocks = {3, 5};
     return connector->start_import(request, blocks, 0);
+  }
+
+  // The index of the first event of `kind` for `id` among those polled so far; -1 if none.
+  int index_of(KvEventKind kind, const std::string& id) const {
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (events[i].kind == kind && events[i].request_id == id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  bool wait_for(KvEventKind kind, const std::string& id, milliseconds limit) {
+    const auto give_up = Clock::now() + limit;
+    for (;;) {
+      for (KvEvent& event : connector->poll()) events.push_back(event);
+      if (index_of(kind, id) >= 0) return true;
+      if (Clock::now() > give_up) return false;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
   }
 
   // Polls until an event of `kind` has arrived (now or before) or `limit` passes; true when it
@@ -93,14 +142,14 @@ class ExportingPrefillNode {
  public:
   static constexpr int32_t kLocalBlocks[] = {1, 2};
 
-  ExportingPrefillNode() {
+  explicit ExportingPrefillNode(const Path& path = {}) {
     const KvLayout layout = test_layout();
     pool_.resize(layout.offset(0, 0, true) * 2 / sizeof(float));
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> value(-2.0f, 2.0f);
     for (float& v : pool_) v = value(rng);
     UcxKvConnectorOptions options;
-    options.transports = "tcp";
+    stage(options, pool_.data(), pool_.size() * sizeof(float), path);
     auto created =
         UcxKvConnector::create(options, pool_.data(), pool_.size() * sizeof(float), layout);
     EXPECT_TRUE(created.ok()) << created.status().to_string();
@@ -153,6 +202,8 @@ class ExportingPrefillNode {
     const Status started = exporter_->start_export(work->request_id, target, kLocalBlocks,
                                                    static_cast<int>(work->prompt_token_ids.size()));
     ASSERT_TRUE(started.ok()) << started.to_string();
+    // Layer by layer, as a forward reports them.
+    for (int layer = 0; layer < test_layout().num_layers; ++layer) exporter_->layer_written(layer);
     exporter_->finish_export(work->request_id);
   }
 
@@ -196,6 +247,44 @@ TEST(UcxKvConnectorIntegrity, TheLandedBlocksMatchTheExportsChecksumsAndTheImpor
   EXPECT_TRUE(prompt_kv_equal(decode.pool.data(), prefill.pool()));
   ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(1000)));
 }
+
+// Both paths, every pairing, over tcp and shared memory: the decode pool gets the prefill's
+// blocks, byte for byte the same pool as on the direct path, and the checksums of the staged
+// copies match those of the landed blocks.
+class UcxKvConnectorPaths : public ::testing::TestWithParam<std::tuple<std::string, bool, bool>> {};
+
+TEST_P(UcxKvConnectorPaths, TheDecodePoolGetsTheSameBytesWhicheverSideStages) {
+  const auto& [transports, prefill_staged, decode_staged] = GetParam();
+  ExportingPrefillNode prefill(Path{transports, prefill_staged});
+  Decode decode(0, Path{transports, decode_staged});
+  ASSERT_TRUE(decode.connector);
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReady, milliseconds(15'000)));
+  EXPECT_EQ(decode.find(KvEventKind::kImportFailed), nullptr)
+      << decode.find(KvEventKind::kImportFailed)->status.to_string();
+  EXPECT_TRUE(prefill.asked_for_checksums()) << "checksums work on staged pools too";
+  EXPECT_TRUE(prompt_kv_equal(decode.pool.data(), prefill.pool()));
+  // The whole pool, not only the prompt's bytes: what the direct path leaves (whole blocks
+  // put, nothing else touched).
+  Decode reference(0, Path{transports, false});
+  ExportingPrefillNode direct_prefill(Path{transports, false});
+  ASSERT_TRUE(reference.start(direct_prefill.url()).ok());
+  ASSERT_TRUE(reference.wait_for(KvEventKind::kImportReady, milliseconds(15'000)));
+  EXPECT_TRUE(decode.pool == reference.pool)
+      << "the staged path's pool differs from the direct one's";
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(2000)));
+  EXPECT_LT(decode.index_of(KvEventKind::kImportReady, "req-1"),
+            decode.index_of(KvEventKind::kImportReleased, "req-1"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Staging, UcxKvConnectorPaths,
+    ::testing::Combine(::testing::Values("tcp", "sm,self"), ::testing::Bool(), ::testing::Bool()),
+    [](const auto& param_info) {
+      return std::string(std::get<0>(param_info.param) == "tcp" ? "tcp" : "shm") +
+             (std::get<1>(param_info.param) ? "_StagedPrefill" : "_DirectPrefill") +
+             (std::get<2>(param_info.param) ? "_StagedDecode" : "_DirectDecode");
+    });
 
 TEST(UcxKvConnectorIntegrity, ACorruptedBlockFailsTheImportWithDataLossAndFreesItAtOnce) {
   ExportingPrefillNode prefill;
@@ -306,6 +395,94 @@ TEST(UcxKvConnectorImport, ARefusedConnectionFreesTheBlocksAtOnce) {
   EXPECT_LT(Clock::now() - started, milliseconds(1000));
   ASSERT_NE(decode.find(KvEventKind::kImportFailed), nullptr);
   EXPECT_EQ(decode.find(KvEventKind::kImportFailed)->status.code(), StatusCode::kUnavailable);
+}
+
+TEST(UcxKvConnectorStaged, ACorruptedLandingFailsWithDataLossLeavesThePoolAndFreesItsBlocks) {
+  ExportingPrefillNode prefill(Path{"tcp", true});
+  Decode decode(/*test_corrupt_every=*/2, Path{"tcp", true, /*landing_blocks=*/2});
+  ASSERT_TRUE(decode.connector);
+  EXPECT_EQ(decode.connector->landing_blocks(), 2);
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportFailed, milliseconds(10'000)));
+  EXPECT_EQ(decode.find(KvEventKind::kImportFailed)->status.code(), StatusCode::kDataLoss)
+      << decode.find(KvEventKind::kImportFailed)->status.to_string();
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(500)));
+  EXPECT_EQ(decode.find(KvEventKind::kImportReady), nullptr);
+  EXPECT_TRUE(std::all_of(decode.pool.begin(), decode.pool.end(), [](float v) { return v == 0; }))
+      << "corrupted KV was copied into the pool";
+  // Its landing blocks are free again: the next import (every landing block) lands. Its
+  // prompt's second block is the fourth landed one, corrupted too... so check only that it
+  // got its blocks and an answer.
+  ASSERT_TRUE(decode.start(prefill.url(), "req-2", {6, 7}).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kFirstToken, "req-2", milliseconds(10'000)));
+}
+
+TEST(UcxKvConnectorStaged, AnImportLargerThanTheLandingAreaIsRefusedAtOnceForALocalPrefill) {
+  HangUpAfterTheWork prefill;
+  Decode decode(0, Path{"tcp", true, /*landing_blocks=*/1});
+  ASSERT_TRUE(decode.connector);
+  const auto started = Clock::now();
+  ASSERT_TRUE(decode.start(prefill.url()).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, milliseconds(2000)));
+  EXPECT_LT(Clock::now() - started, milliseconds(500));
+  const KvEvent* failed = decode.find(KvEventKind::kImportFailed);
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->status.code(), StatusCode::kResourceExhausted) << failed->status.to_string();
+  EXPECT_NE(failed->status.message().find("--kv-staging-mib"), std::string::npos);
+  EXPECT_LT(decode.index_of(KvEventKind::kImportFailed, "req-1"),
+            decode.index_of(KvEventKind::kImportReleased, "req-1"));
+  EXPECT_FALSE(prefill.got_work()) << "no prefill node is asked for KV that cannot land";
+}
+
+TEST(UcxKvConnectorStaged, ImportsWaitForLandingBlocksFirstComeFirstServed) {
+  ExportingPrefillNode prefill(Path{"tcp", true});
+  Decode decode(0, Path{"tcp", true, /*landing_blocks=*/2});
+  ASSERT_TRUE(decode.connector);
+  ASSERT_TRUE(decode.start(prefill.url(), "req-1", {3, 5}).ok());
+  ASSERT_TRUE(decode.start(prefill.url(), "req-2", {6, 7}).ok());
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReady, "req-2", milliseconds(15'000)));
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, "req-2", milliseconds(2000)));
+  // req-2 was sent to the prefill node only once req-1 had given its landing blocks back.
+  EXPECT_LT(decode.index_of(KvEventKind::kImportReleased, "req-1"),
+            decode.index_of(KvEventKind::kFirstToken, "req-2"));
+  EXPECT_EQ(decode.index_of(KvEventKind::kImportFailed, "req-1"), -1);
+  EXPECT_EQ(decode.index_of(KvEventKind::kImportFailed, "req-2"), -1);
+  EXPECT_TRUE(prompt_kv_equal(decode.pool.data(), prefill.pool()));
+  // req-2's blocks hold the same prompt KV as req-1's.
+  const KvLayout layout = test_layout();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (bool value_half : {false, true}) {
+      const auto* base = reinterpret_cast<const std::byte*>(decode.pool.data());
+      EXPECT_EQ(std::memcmp(base + layout.offset(layer, 3, value_half),
+                            base + layout.offset(layer, 6, value_half), layout.layer_block_bytes()),
+                0);
+    }
+  }
+}
+
+TEST(UcxKvConnectorStaged, AWaitingImportFailsAtTheTransferTimeoutAndCanBeCancelled) {
+  HangUpAfterTheWork prefill;  // holds req-1's landing blocks until deadline + grace
+  Decode decode(0, Path{"tcp", true, /*landing_blocks=*/2});
+  ASSERT_TRUE(decode.connector);
+  const auto started = Clock::now();
+  ASSERT_TRUE(decode.start(prefill.url(), "req-1", {3, 5}).ok());
+  ASSERT_TRUE(decode.start(prefill.url(), "req-2", {6, 7}).ok());
+  ASSERT_TRUE(decode.start(prefill.url(), "req-3", {1, 2}).ok());
+  decode.connector->cancel_import("req-3");
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, "req-3", milliseconds(500)));
+  const int cancelled_at = decode.index_of(KvEventKind::kImportFailed, "req-3");
+  ASSERT_GE(cancelled_at, 0);
+  EXPECT_EQ(decode.events[static_cast<size_t>(cancelled_at)].status.code(), StatusCode::kCancelled);
+  ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased, "req-2", milliseconds(5000)));
+  const auto waited = Clock::now() - started;
+  const int failed = decode.index_of(KvEventKind::kImportFailed, "req-2");
+  ASSERT_GE(failed, 0);
+  EXPECT_EQ(decode.events[static_cast<size_t>(failed)].status.code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_GE(waited, kTransferTimeout);
+  EXPECT_LT(waited, kTransferTimeout + milliseconds(450)) << "the wait has its own deadline";
+  EXPECT_EQ(decode.index_of(KvEventKind::kImportReleased, "req-1"), -1)
+      << "req-1 still holds its blocks (its prefill node may be writing)";
 }
 
 }  // namespace
