@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <charconv>
 #include <string>
 
 #include "kernels/cpu_backend.h"
@@ -18,6 +19,27 @@ Result<DeviceKind> parse_device_kind(std::string_view name) {
   if (name == "cpu") return DeviceKind::kCpu;
   if (name == "cuda") return DeviceKind::kCuda;
   return invalid_argument("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+}
+
+Result<DeviceSpec> parse_device(std::string_view name) {
+  const size_t colon = name.find(':');
+  DeviceSpec spec;
+  Result<DeviceKind> kind = parse_device_kind(name.substr(0, colon));
+  if (!kind.ok() || (colon != std::string_view::npos && *kind != DeviceKind::kCuda)) {
+    return invalid_argument("unknown device '" + std::string(name) +
+                            "' (expected cpu, cuda or cuda:N)");
+  }
+  spec.kind = *kind;
+  if (colon == std::string_view::npos) return spec;
+  const std::string_view digits = name.substr(colon + 1);
+  const auto [end, error] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), spec.index);
+  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() ||
+      spec.index < 0) {
+    return invalid_argument("device '" + std::string(name) +
+                            "': the CUDA device index must be a number >= 0");
+  }
+  return spec;
 }
 
 MatrixView MatrixView::column_slice(int64_t first_col, int64_t num_cols) const {

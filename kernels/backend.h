@@ -21,6 +21,14 @@ enum class DeviceKind { kCpu, kCuda };
 std::string_view device_kind_name(DeviceKind kind);
 Result<DeviceKind> parse_device_kind(std::string_view name);
 
+// A --device value: "cpu", "cuda" (device 0) or "cuda:N" (the N-th visible CUDA device, as
+// CUDA numbers them under CUDA_VISIBLE_DEVICES). The one parser of device names.
+struct DeviceSpec {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+};
+Result<DeviceSpec> parse_device(std::string_view name);
+
 // A 2-D row-major matrix view. `row_stride` is in elements and lets a view select a column
 // slice of a wider buffer (e.g. the gate half of a fused gate/up output).
 struct MatrixView {
@@ -102,6 +110,17 @@ class Backend {
   virtual Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Waits for all queued work; reports asynchronous failures.
   virtual Status synchronize() = 0;
+
+  // ---- progress markers -----------------------------------------------------------------
+  // Marks the point the queued work has reached as marker `marker` (0 <= marker <
+  // kMaxMarkers), so that the host can act on part of a step as soon as the device is past it
+  // (a layer's KV sent while the later layers compute: Qwen3Model::compute). A synchronous
+  // backend has done the work when its call returns, so its markers are reached at once.
+  static constexpr int kMaxMarkers = 1024;
+  virtual Status record_marker(int /*marker*/) { return Status::ok_status(); }
+  // Whether the device has passed `marker`'s last record_marker; never blocks. An error the
+  // device met on the way is returned.
+  virtual Result<bool> marker_reached(int /*marker*/) { return true; }
 
   // ---- operations ----------------------------------------------------------------------
   // out[i] = table[ids[i]].

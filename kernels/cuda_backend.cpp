@@ -74,6 +74,9 @@ class CudaBackend final : public Backend {
     for (void* retired : retired_workspaces_) static_cast<void>(cudaFree(retired));
     if (cublas_workspace_ != nullptr) static_cast<void>(cudaFree(cublas_workspace_));
     if (error_word_ != nullptr) static_cast<void>(cudaFree(error_word_));
+    for (cudaEvent_t marker : markers_) {
+      if (marker != nullptr) static_cast<void>(cudaEventDestroy(marker));
+    }
     if (cublas_ != nullptr) static_cast<void>(cublasDestroy(cublas_));
     if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
   }
@@ -125,6 +128,31 @@ class CudaBackend final : public Backend {
                               "; the outputs of this step are not valid");
     }
     return {};
+  }
+
+  // Markers are events on the stream, created at first use (never during a capture: the
+  // forward records them only for a step with a layer observer, which is not captured).
+  Status record_marker(int marker) override {
+    if (marker < 0 || marker >= kMaxMarkers) {
+      return invalid_argument("record_marker: marker " + std::to_string(marker) + " out of range");
+    }
+    if (markers_.size() <= static_cast<size_t>(marker)) markers_.resize(marker + 1, nullptr);
+    cudaEvent_t& event = markers_[static_cast<size_t>(marker)];
+    if (event == nullptr) {
+      PDS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+    PDS_CUDA_RETURN_IF_ERROR(cudaEventRecord(event, stream_));
+    return {};
+  }
+  Result<bool> marker_reached(int marker) override {
+    if (marker < 0 || static_cast<size_t>(marker) >= markers_.size() ||
+        markers_[static_cast<size_t>(marker)] == nullptr) {
+      return true;  // never recorded: nothing to wait for
+    }
+    const cudaError_t state = cudaEventQuery(markers_[static_cast<size_t>(marker)]);
+    if (state == cudaErrorNotReady) return false;
+    PDS_CUDA_RETURN_IF_ERROR(state);
+    return true;
   }
 
   Status embedding(MatrixView table, const int32_t* ids, MatrixView out) override {
@@ -273,6 +301,7 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   std::vector<void*> retired_workspaces_;
   void* cublas_workspace_ = nullptr;
+  std::vector<cudaEvent_t> markers_;  // record_marker's events, by marker
 };
 
 }  // namespace

@@ -2,9 +2,56 @@
 
 #include <cmath>
 #include <string>
+#include <thread>
 
 namespace pdserve {
 namespace {
+
+// Reports each layer to the forward's observer, in order, once the backend has passed the
+// marker recorded after that layer's KV write: at once on a synchronous backend; on an
+// asynchronous one whenever a poll finds the device past it (while later layers are queued,
+// then in finish() until the last), so the observer can start sending a layer while the
+// device computes the next ones.
+class LayerReporter {
+ public:
+  LayerReporter(Backend& backend, const std::function<void(int layer)>& observer)
+      : backend_(backend), observer_(observer) {}
+
+  // Layer `layer`'s KV write is queued.
+  Status written(int layer) {
+    if (!observer_) return Status::ok_status();
+    if (layer >= Backend::kMaxMarkers) {
+      return invalid_argument("forward: more layers than the backend has markers");
+    }
+    PDS_RETURN_IF_ERROR(backend_.record_marker(layer));
+    recorded_ = layer + 1;
+    return report_reached();
+  }
+
+  // Reports the layers still outstanding, polling the device until it is past the last one.
+  Status finish() {
+    while (next_ < recorded_) {
+      PDS_RETURN_IF_ERROR(report_reached());
+      if (next_ < recorded_) std::this_thread::yield();
+    }
+    return Status::ok_status();
+  }
+
+ private:
+  Status report_reached() {
+    while (next_ < recorded_) {
+      PDS_ASSIGN_OR_RETURN(const bool reached, backend_.marker_reached(next_));
+      if (!reached) break;
+      observer_(next_++);
+    }
+    return Status::ok_status();
+  }
+
+  Backend& backend_;
+  const std::function<void(int layer)>& observer_;
+  int recorded_ = 0;  // markers recorded: layers 0 .. recorded_ - 1
+  int next_ = 0;      // the next layer to report
+};
 
 Result<DeviceBuffer> allocate_matrix(Backend& backend, int64_t rows, int64_t cols, DType dtype) {
   return backend.allocate(static_cast<size_t>(rows * cols) * dtype_size(dtype));
@@ -205,19 +252,13 @@ Status Qwen3Model::forward(std::span<const SequenceSlice> slices, KvCache& cache
   AttentionBatch batch;
   PDS_RETURN_IF_ERROR(upload_batch(context, batch));
   PDS_RETURN_IF_ERROR(compute(batch, cache.view(), context, on_layer_written));
-  PDS_RETURN_IF_ERROR(fetch_logits(context, batch.num_seqs, logits));
-  // Queued kernels are only known to be done after the synchronize in fetch_logits().
-  if (on_layer_written && backend_.kind() != DeviceKind::kCpu) {
-    for (int layer = 0; layer < weights_.config.num_hidden_layers; ++layer) on_layer_written(layer);
-  }
-  return Status::ok_status();
+  return fetch_logits(context, batch.num_seqs, logits);
 }
 
 Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
                            ForwardContext& context,
                            const std::function<void(int layer)>& on_layer_written) {
-  // The CPU backend runs each operation before returning; others only queue it.
-  const bool report_layers = on_layer_written && backend_.kind() == DeviceKind::kCpu;
+  LayerReporter layers(backend_, on_layer_written);
   const ModelConfig& config = weights_.config;
   const int64_t tokens = batch.num_tokens;
   const DType act = backend_.activation_dtype();
@@ -271,7 +312,7 @@ Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
     rope.k_norm_weight = layer.k_norm;
     PDS_RETURN_IF_ERROR(
         backend_.qk_norm_rope_kv_write(q, k, v, rope, batch, kv, static_cast<int>(l)));
-    if (report_layers) on_layer_written(static_cast<int>(l));
+    PDS_RETURN_IF_ERROR(layers.written(static_cast<int>(l)));
     PDS_RETURN_IF_ERROR(backend_.paged_attention(q, batch, kv, static_cast<int>(l),
                                                  config.num_attention_heads, scale, attention_out));
     PDS_RETURN_IF_ERROR(backend_.linear(attention_out, layer.o_proj, hidden));
@@ -292,7 +333,8 @@ Status Qwen3Model::compute(const AttentionBatch& batch, const KvCacheView& kv,
   PDS_RETURN_IF_ERROR(backend_.gather_rows(hidden, context.logits_rows_.as<int32_t>(), last));
   const MatrixView logits_device =
       MatrixView::dense(context.logits_.data(), DType::kF32, seqs, config.vocab_size);
-  return backend_.linear(last, lm_head_, logits_device);
+  PDS_RETURN_IF_ERROR(backend_.linear(last, lm_head_, logits_device));
+  return layers.finish();
 }
 
 Status Qwen3Model::fetch_logits(ForwardContext& context, int rows, std::span<float> logits) {

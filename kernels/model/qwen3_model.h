@@ -60,10 +60,12 @@ class Qwen3Model {
   // One step: computes the new tokens of every slice, writes their KV into `cache`, and
   // stores float32 logits of each slice's last new token into `logits` (row-major
   // [slices.size(), vocab_size], host memory).
-  // `on_layer_written(l)`, when set, is called once layer l's KV is in `cache`: right after
-  // the layer's KV write on a synchronous (CPU) backend, so the caller can send it while the
-  // next layers compute; after the whole forward on an asynchronous one (CUDA: the kernels are
-  // only queued; per-layer CUDA events are not done yet).
+  // `on_layer_written(l)`, when set, is called once per layer, in order, on the calling
+  // thread, as soon as layer l's KV is in `cache`, so the caller can send it while the next
+  // layers compute: right after the layer's KV write on a synchronous (CPU) backend; on an
+  // asynchronous one (CUDA) a marker (an event) is recorded after each layer's KV write and
+  // the layers are reported as the device passes them, polled without blocking while later
+  // layers are queued and then until the last (see compute()).
   Status forward(std::span<const SequenceSlice> slices, KvCache& cache, ForwardContext& context,
                  std::span<float> logits,
                  const std::function<void(int layer)>& on_layer_written = {});
@@ -77,7 +79,9 @@ class Qwen3Model {
   Status prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,
                        ForwardContext& context) const;
   Status upload_batch(ForwardContext& context, AttentionBatch& batch);
-  // `on_layer_written` is only called on a synchronous backend (see forward()).
+  // With `on_layer_written` (see forward()) compute() returns only once every layer has been
+  // reported, and records markers: such a step cannot be captured (nor is it: only decode
+  // steps are, without an observer).
   Status compute(const AttentionBatch& batch, const KvCacheView& kv, ForwardContext& context,
                  const std::function<void(int layer)>& on_layer_written = {});
   Status fetch_logits(ForwardContext& context, int rows, std::span<float> logits);
