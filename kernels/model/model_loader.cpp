@@ -23,7 +23,9 @@ SamplingDefaults LoadedModel::sampling_defaults() const {
 Result<ModelLoadOptions> model_load_options(std::string_view device, int threads,
                                             std::string_view dtype) {
   ModelLoadOptions options;
-  PDS_ASSIGN_OR_RETURN(options.backend.device, parse_device_kind(device));
+  PDS_ASSIGN_OR_RETURN(const DeviceSpec spec, parse_device(device));
+  options.backend.device = spec.kind;
+  options.backend.device_index = spec.index;
   options.backend.num_threads = threads;
   if (!dtype.empty()) {
     PDS_ASSIGN_OR_RETURN(DType parsed, parse_dtype(dtype));

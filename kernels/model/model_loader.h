@@ -19,7 +19,7 @@ struct ModelLoadOptions {
   std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype
 };
 
-// The options from the command-line words every tool takes: `--device` (cpu, cuda),
+// The options from the command-line words every tool takes: `--device` (cpu, cuda, cuda:N),
 // `--threads`, `--dtype` (empty: the checkpoint's). InvalidArgument for an unknown name.
 Result<ModelLoadOptions> model_load_options(std::string_view device, int threads,
                                             std::string_view dtype);

@@ -79,6 +79,10 @@ expect_exit "float16 KV cache refused" 2 "$generate" --model "$model" --prompt h
 expect_exit "bfloat16 KV cache" 0 "$generate" --model "$model" --prompt hi --max-new-tokens 4 --kv-cache-dtype bfloat16
 expect_exit "unknown dtype" 2 "$generate" --model "$model" --prompt hi --dtype int8
 expect_exit "cuda unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda
+expect_exit "cuda:1 unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda:1
+grep -q -- '--device cuda' "$work/err" && pass "cuda:1 refusal names the device" || fail "cuda:1 refusal: $(head -c 300 "$work/err")"
+expect_exit "bad CUDA device index" 2 "$generate" --model "$model" --prompt hi --device cuda:x
+expect_exit "device index on the cpu" 2 "$generate" --model "$model" --prompt hi --device cpu:0
 expect_exit "unknown flag" 2 "$generate" --model "$model" --prompt hi --no-such-flag
 expect_exit "help" 0 "$generate" --help
 
@@ -98,6 +102,11 @@ expect_exit "decode bad id" 2 bash -c "echo '[-1]' | '$tokenize' --model '$model
 # Log options of the servers.
 expect_exit "unknown log level" 2 "$proxy" --log-level loud
 expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
+# The KV path flags of the nodes.
+prefill=$build/prefill_node/pdserve-prefill
+expect_exit "unknown KV transfer path" 2 "$prefill" --model "$model" --kv-transfer-path zero-copy
+expect_exit "no staging memory" 2 "$decode" --model "$model" --kv-staging-mib 0
+expect_exit "a decode node on an absent GPU" 2 "$decode" --model "$model" --device cuda:3 --port 0
 # With --log-format json every stderr line is one JSON object (ISO-8601 UTC time, level,
 # source, message), and a node logs its warm-up and KV capacity before it serves.
 "$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \

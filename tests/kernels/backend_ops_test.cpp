@@ -14,6 +14,7 @@
 #include "common/core/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/linear_cpu.h"
+#include "kernels/model/model_loader.h"
 #include "kernels/vector_math.h"
 
 namespace pdserve {
@@ -406,6 +407,37 @@ TEST(BackendFactory, CudaIsRefusedClearlyWithoutAGpu) {
   ASSERT_FALSE(backend.ok());
   EXPECT_NE(backend.status().message().find("--device cuda"), std::string::npos);
   EXPECT_FALSE(parse_device_kind("tpu").ok());
+}
+
+TEST(BackendFactory, ParsesDeviceNamesWithACudaIndex) {
+  struct Case {
+    const char* name;
+    DeviceKind kind;
+    int index;
+  };
+  for (const Case& c : {Case{"cpu", DeviceKind::kCpu, 0}, Case{"cuda", DeviceKind::kCuda, 0},
+                        Case{"cuda:0", DeviceKind::kCuda, 0}, Case{"cuda:3", DeviceKind::kCuda, 3},
+                        Case{"cuda:12", DeviceKind::kCuda, 12}}) {
+    Result<DeviceSpec> spec = parse_device(c.name);
+    ASSERT_TRUE(spec.ok()) << c.name << ": " << spec.status().to_string();
+    EXPECT_EQ(spec->kind, c.kind) << c.name;
+    EXPECT_EQ(spec->index, c.index) << c.name;
+  }
+  for (const char* bad :
+       {"", "tpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cpu:0", "cuda:1:2", "CUDA", " cuda"}) {
+    Result<DeviceSpec> spec = parse_device(bad);
+    ASSERT_FALSE(spec.ok()) << "'" << bad << "' was taken";
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // The index reaches the backend options, and an absent device is refused naming it.
+  Result<ModelLoadOptions> options = model_load_options("cuda:7", 0, "");
+  ASSERT_TRUE(options.ok());
+  EXPECT_EQ(options->backend.device, DeviceKind::kCuda);
+  EXPECT_EQ(options->backend.device_index, 7);
+  Result<std::unique_ptr<Backend>> backend = create_backend(options->backend);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_NE(backend.status().message().find("--device cuda"), std::string::npos)
+      << backend.status().message();
 }
 
 }  // namespace
