@@ -5,7 +5,8 @@ as), for testing pdserve-cluster's autoscaling loop without a model:
     GET /cluster/advice with the recommendation in the JSON file $FAKE_ADVICE
     ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool;
   * a node registers with --proxy, and with --exit-when-drained exits 0 once drained; it exits 1
-    at once while the file $FAKE_FAIL exists (a node that fails to start).
+    at once while the file $FAKE_FAIL exists (a node that fails to start); with $FAKE_ARGV_DIR
+    set it writes its command line there first (ROLE-PID.json).
 Each prints the line pdserve-cluster reads for its address.
 """
 import json
@@ -83,6 +84,9 @@ def post(url, body):
 
 
 def run_node():
+    if os.environ.get("FAKE_ARGV_DIR"):
+        with open(os.path.join(os.environ["FAKE_ARGV_DIR"], f"{ROLE}-{os.getpid()}.json"), "w") as handle:
+            json.dump(sys.argv[1:], handle)
     if os.path.exists(os.environ["FAKE_FAIL"]):
         sys.exit(1)
     proxy = sys.argv[sys.argv.index("--proxy") + 1]
