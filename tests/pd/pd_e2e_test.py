@@ -3,19 +3,24 @@
 with tools/cluster/pdserve-cluster. Greedy outputs of 32 concurrent requests of mixed lengths
 must be token-identical (same text, finish reason and usage) to a colocated pdserve-decode,
 over UCX tcp (KV sent layer by layer) and shared memory (all layers after the forward,
---kv-layerwise off), with 1P1D and 2P2D (a shared system prompt hitting the prefix
-caches); then faults: a decode node frozen (SIGSTOP) or killed mid-stream (its streams go on
+--kv-layerwise off), both again on the staged path (--kv-transfer-path staged: KV through
+bounded host staging buffers, as for a GPU pool on a UCX without CUDA memory, with landing
+areas small enough that imports wait for them), with 1P1D and 2P2D (a shared system prompt
+hitting the prefix caches); then faults: a decode node frozen (SIGSTOP) or killed mid-stream (its streams go on
 on the other decode node, identical to uninterrupted runs, greedy and seeded), a dead
 prefill node (the next one takes over), a client that leaves mid-flight, and bad cluster
 calls. After each phase no KV block is left in use.
 
-Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: the phase to run (or "all").
+Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR; PDSERVE_E2E_NODE_ARGS (optional): more
+flags for every node and the colocated reference, e.g. "--device cuda:0" to run the phases on a
+GPU (scripts/gpu-pd-check.sh). Argument: the phase to run (or "all").
 """
 import concurrent.futures
 import json
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,6 +34,7 @@ BUILD = os.environ["PDSERVE_BUILD_DIR"]
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
 CONFIG = os.path.join(SOURCE, "configs/models/qwen3-0.6b/config.json")
 TOKEN = "e2e-secret"
+NODE_ARGS = shlex.split(os.environ.get("PDSERVE_E2E_NODE_ARGS", ""))
 AUTH = {"Authorization": "Bearer " + TOKEN}
 
 
@@ -135,7 +141,7 @@ def topology(prefill, decode, extra=(), prefill_args=()):
     """Every process on port 0 (the launcher reads the address each one reports)."""
     return {"proxy": {"port": 0},
             "node_args": ["--kv-cache-memory-gib", "0.25", "--threads", "1", "--max-model-len", "4096",
-                          "--kv-transfer-timeout-ms", "10000"] + list(extra),
+                          "--kv-transfer-timeout-ms", "10000"] + list(extra) + NODE_ARGS,
             "prefill": [{"port": 0, "args": list(prefill_args)} for _ in range(prefill)],
             "decode": [{"port": 0} for _ in range(decode)]}
 
@@ -169,7 +175,7 @@ def expect_same(reference, got, what):
 def reference_answers(model, requests, log_dir):
     """The answers of a colocated pdserve-decode (port 0) to `requests`."""
     node = subprocess.Popen([os.path.join(BUILD, "decode_node/pdserve-decode"), "--model", model, "--port", "0",
-                             "--threads", "1", "--kv-cache-memory-gib", "0.25"],
+                             "--threads", "1", "--kv-cache-memory-gib", "0.25"] + NODE_ARGS,
                             stdout=subprocess.PIPE, stderr=open(os.path.join(log_dir, "colocated.log"), "w"),
                             text=True)
     try:
@@ -183,17 +189,33 @@ def reference_answers(model, requests, log_dir):
         node.wait(timeout=30)
 
 
-def phase_transport(model, log_dir, ucx_tls, kv_layerwise):
+# The staged path with little staging memory: 8 MiB hold 32 blocks of this 2-layer model's
+# float32 KV in a decode node's landing area (32 concurrent prompts of up to 9 blocks wait for
+# them) and two 4 MiB send buffers on the prefill node.
+STAGED_ARGS = ["--kv-transfer-path", "staged", "--kv-staging-mib", "8"]
+
+
+def phase_transport(model, log_dir, ucx_tls, kv_layerwise, staged=False):
     requests = workload(1, 32)
     reference = reference_answers(model, requests, log_dir)
-    cluster = Cluster(topology(1, 1, prefill_args=["--kv-layerwise", kv_layerwise]), model, ucx_tls, log_dir,
-                      ucx_tls)
+    name = ("staged-" if staged else "") + ucx_tls
+    cluster = Cluster(topology(1, 1, extra=STAGED_ARGS if staged else (),
+                               prefill_args=["--kv-layerwise", kv_layerwise]),
+                      model, ucx_tls, log_dir, name)
     try:
         got = run_all(cluster.proxy, requests)
-        expect_same(reference, got, f"1P1D over UCX {ucx_tls}, KV layer-wise {kv_layerwise}, 32 concurrent")
+        path = "staged through host buffers" if staged else "direct"
+        expect_same(reference, got,
+                    f"1P1D over UCX {ucx_tls}, KV layer-wise {kv_layerwise}, {path}, 32 concurrent")
         prefills = metric(cluster.url("prefill", 0), "pdserve:prefill_requests_total")
         if prefills < len(requests):
             raise AssertionError(f"only {prefills} of {len(requests)} prompts went to the prefill node")
+        if staged:
+            for role in ("prefill", "decode"):
+                with open(os.path.join(log_dir, f"logs-{name}", f"{role}-0.log"), errors="replace") as handle:
+                    if "KV transfer: staged path" not in handle.read():
+                        raise AssertionError(f"the {role} node did not take the staged path")
+            print("ok: both nodes moved their KV through staging buffers", flush=True)
         check_no_blocks_in_use(cluster)
     finally:
         if cluster.stop() != 0:
@@ -407,6 +429,10 @@ def main():
                 phase_transport(model, directory, "tcp", "on")
             if phase in ("sm", "all"):
                 phase_transport(model, directory, "sm", "off")
+            if phase in ("staged-tcp", "all"):
+                phase_transport(model, directory, "tcp", "on", staged=True)
+            if phase in ("staged-sm", "all"):
+                phase_transport(model, directory, "sm", "off", staged=True)
             if phase in ("2p2d", "all"):
                 phase_2p2d(model, directory)
         except Exception:
