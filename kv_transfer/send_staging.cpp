@@ -28,19 +28,21 @@ Status SendStaging::enqueue(std::uint64_t stream, std::span<const BlockCopy> cop
                               " bytes");
     }
   }
+  Order& order = orders_[stream];
   for (const BlockCopy& copy : copies) {
     for (std::uint64_t done = 0; done < copy.bytes; done += slot_bytes_) {
       const std::uint64_t bytes = std::min(slot_bytes_, copy.bytes - done);
       queue_.push_back({stream, {copy.local_offset + done, copy.remote_offset + done, bytes, 0}});
+      ++order.queued;
     }
   }
-  orders_.try_emplace(stream);
   return Status::ok_status();
 }
 
 void SendStaging::fill(int slot_index, std::vector<std::pair<std::uint64_t, Status>>& failed) {
   Slot& slot = slots_[static_cast<std::size_t>(slot_index)];
   const std::uint64_t stream = queue_.front().stream;
+  Order& order = orders_[stream];
   slot.segments.clear();
   std::vector<PoolCopy> copies;
   std::uint64_t used = 0;
@@ -49,6 +51,7 @@ void SendStaging::fill(int slot_index, std::vector<std::pair<std::uint64_t, Stat
          used + queue_.front().segment.bytes <= slot_bytes_) {
     Segment segment = queue_.front().segment;
     queue_.pop_front();
+    --order.queued;
     segment.slot_offset = used;
     copies.push_back({segment.pool_offset, base + used, segment.bytes});
     slot.segments.push_back(segment);
@@ -62,7 +65,7 @@ void SendStaging::fill(int slot_index, std::vector<std::pair<std::uint64_t, Stat
   }
   slot.state = SlotState::kFilling;
   slot.stream = stream;
-  slot.sequence = orders_[stream].next_fill++;
+  slot.sequence = order.next_fill++;
   slot.batch = *batch;
   slot.dropped = false;
 }
@@ -144,8 +147,8 @@ bool SendStaging::idle(std::uint64_t stream) const {
 }
 
 bool SendStaging::waiting_for_slot(std::uint64_t stream) const {
-  return std::any_of(queue_.begin(), queue_.end(),
-                     [&](const Queued& queued) { return queued.stream == stream; });
+  auto it = orders_.find(stream);
+  return it != orders_.end() && it->second.queued > 0;
 }
 
 int SendStaging::filling() const {

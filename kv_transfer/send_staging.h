@@ -94,6 +94,7 @@ class SendStaging {
   struct Order {
     std::uint64_t next_fill = 0;  // sequence of the stream's next slot
     std::uint64_t next_out = 0;   // sequence of the next slot to hand out
+    std::size_t queued = 0;       // its segments in the queue
   };
 
   SendStaging(PoolCopier& copier, std::byte* ring, std::uint64_t ring_offset, int num_slots,
