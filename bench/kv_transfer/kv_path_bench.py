@@ -91,11 +91,12 @@ def figures(timeline):
         "ttft_ms": timeline["tokens_ms"][0],
         "cost_ms": sum(durations("decode.kv_wait")),
         "second_ms": timeline["tokens_ms"][1],
-        "transfer_ms": transfer[0]["end_ms"] - transfer[0]["start_ms"] if transfer else kv.get("ms", 0.0),
-        "gb_per_s": kv.get("gb_per_s", 0.0),
-        "mb": kv.get("bytes", 0) / 1e6,
-        "layers": kv.get("layers", 0),
-        "overlapped": kv.get("layers_overlapped", 0),
+        # A field the timeline leaves null (no GB/s of a transfer too short to time) counts 0.
+        "transfer_ms": transfer[0]["end_ms"] - transfer[0]["start_ms"] if transfer else kv.get("ms") or 0.0,
+        "gb_per_s": kv.get("gb_per_s") or 0.0,
+        "mb": (kv.get("bytes") or 0) / 1e6,
+        "layers": kv.get("layers") or 0,
+        "overlapped": kv.get("layers_overlapped") or 0,
     }
 
 
