@@ -184,7 +184,7 @@ struct KvTransferService::Impl {
     for (SendStaging::Filled& fill : filled) {
       auto it = pending.find(fill.stream);
       if (it == pending.end()) {
-        send_staging->release(fill.slot);  // its transfer has finished meanwhile
+        send_staging->release(fill.slot);  // never handed out after a drop; for safety
         continue;
       }
       Pending& transfer = it->second;
@@ -193,8 +193,9 @@ struct KvTransferService::Impl {
       puts.reserve(fill.segments.size());
       uint64_t bytes = 0;
       for (const SendStaging::Segment& segment : fill.segments) {
-        if (transfer.staged)
+        if (transfer.staged) {
           transfer.staged(segment.pool_offset, data + segment.slot_offset, segment.bytes);
+        }
         puts.push_back({send_staging->slot_region_offset(fill.slot) + segment.slot_offset,
                         segment.remote_offset, segment.bytes});
         bytes += segment.bytes;

@@ -399,6 +399,12 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
 UcxKvConnector::UcxKvConnector(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxKvConnector::~UcxKvConnector() {
+  // The engine may be going away: no copy that finishes from now on wakes it.
+  if (impl_->options.copier) impl_->options.copier->set_on_finished({});
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->wakeup = nullptr;
+  }
   // Stop the threads before the state they call into goes away, and the copies out of the
   // landing area before its memory (the service's) goes.
   if (impl_->staged) impl_->drain_landing_copies();
