@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 // How long a stopping service waits for the staging copies still running before it frees the
 // memory they write (a copy of a few MiB takes milliseconds).
 constexpr auto kStagingCopyDrain = std::chrono::seconds(5);
+// cudaSetDevice creates the device's context on first use: seconds, never minutes.
+constexpr std::chrono::seconds kBindDeadline{120};
 
 // After this long without UCX activity the thread sleeps between checks (a peer's first put
 // then waits at most kIdleSleep to be noticed).
@@ -69,7 +72,6 @@ struct KvTransferService::Impl {
   std::unique_ptr<SendStaging> send_staging;  // null on the direct path
   std::unique_ptr<KvTransferEngine> engine;
   std::function<void(const ReceivedTransfer&)> on_received;
-  std::function<Status()> on_thread_start;
 
   std::mutex mutex;
   std::condition_variable wake;
@@ -279,11 +281,6 @@ struct KvTransferService::Impl {
   }
 
   void run() {
-    if (on_thread_start) {
-      if (const Status bound = on_thread_start(); !bound.ok()) {
-        PDS_LOG_ERROR("KV transfer thread: " + bound.message());
-      }
-    }
     Clock::time_point last_activity = Clock::now();
     for (;;) {
       std::deque<Command> batch;
@@ -352,17 +349,32 @@ Result<std::unique_ptr<KvTransferService>> KvTransferService::create(
   auto impl = std::make_unique<Impl>();
   PDS_ASSIGN_OR_RETURN(impl->engine, KvTransferEngine::create({options.transports}));
   PDS_RETURN_IF_ERROR(impl->register_memory(options, pool_base, pool_bytes));
-  impl->on_thread_start = options.on_thread_start;
   PDS_ASSIGN_OR_RETURN(const PeerDescriptor descriptor, impl->engine->local_descriptor());
   impl->on_received = std::move(on_received);
   std::string encoded = base64_encode(serialize_descriptor(descriptor));
   Impl* raw = impl.get();
+  std::promise<Status> bound;
+  std::future<Status> bind_result = bound.get_future();
   PDS_RETURN_IF_ERROR(capture_status([&] {
-    raw->thread = std::thread([raw] { raw->run(); });
+    raw->thread =
+        std::thread([raw, bind = options.bind_thread, bound = std::move(bound)]() mutable {
+          // The thread that drives UCX uses the pool's device before anything else; when that
+          // fails it ends at once (the destructor joins it).
+          Status status = bind ? capture_status(bind) : Status::ok_status();
+          const bool ok = status.ok();
+          bound.set_value(std::move(status));
+          if (ok) raw->run();
+        });
     return Status::ok_status();
   }));
-  return std::unique_ptr<KvTransferService>(
+  std::unique_ptr<KvTransferService> service(
       new KvTransferService(std::move(impl), std::move(encoded)));
+  if (bind_result.wait_for(kBindDeadline) != std::future_status::ready) {
+    return deadline_exceeded("the KV transfer thread did not bind to the pool's device within " +
+                             std::to_string(kBindDeadline.count()) + " s");
+  }
+  PDS_RETURN_IF_ERROR(bind_result.get().with_context("KV transfer thread"));
+  return service;
 }
 
 KvTransferService::KvTransferService(std::unique_ptr<Impl> impl, std::string descriptor_base64)

@@ -46,8 +46,10 @@ struct KvTransferServiceOptions {
   std::uint64_t landing_bytes = 0;  // the landing area (a decode node's)
   std::uint64_t send_bytes = 0;     // the send ring (a prefill node's)
   std::uint64_t staging_unit = 1;   // puts are cut only at multiples of this (a layer-block half)
-  // Runs first on the transfer thread (e.g. binds the pool's CUDA device to it).
-  std::function<Status()> on_thread_start{};
+  // Runs first on the thread that drives UCX: binds it to the pool's device (cudaSetDevice),
+  // whose memory UCX's CUDA transports and the staging copies use; create() waits for it and
+  // fails with its error. Empty: nothing to bind.
+  std::function<Status()> bind_thread{};
 };
 
 // On the staged path: the bytes of a put as they passed through the send ring, before the put

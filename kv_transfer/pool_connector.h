@@ -9,10 +9,10 @@
 namespace pdserve::kv_transfer {
 
 // The pool's memory (host or CUDA) decides how it is registered, and gives the staging path
-// its PoolCopier: a CUDA copier on the pool's device for a GPU pool (also binding that device
-// to the transfer thread), the host copier for a host pool on --kv-transfer-path staged.
-// Unimplemented for a GPU pool on the direct path when this UCX build cannot address CUDA
-// memory (see KvTransferEngine::register_pool).
+// its PoolCopier: a CUDA copier on the pool's device for a GPU pool, the host copier for a host
+// pool on --kv-transfer-path staged. The UCX thread binds itself to the pool's device (its
+// backend's bind_current_thread). Unimplemented for a GPU pool on the direct path when this UCX
+// build cannot address CUDA memory (see KvTransferEngine::register_pool).
 Result<std::unique_ptr<UcxKvConnector>> make_pool_connector(const KvCache& pool,
                                                             UcxKvConnectorOptions options);
 

@@ -349,9 +349,7 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
   transfer_options.landing_bytes = landing_layout.total_bytes();
   transfer_options.send_bytes = options.staging_send_bytes;
   transfer_options.staging_unit = layout.layer_block_bytes();
-  if (options.copier) {
-    transfer_options.on_thread_start = [copier = options.copier] { return copier->bind_thread(); };
-  }
+  transfer_options.bind_thread = options.bind_thread;
   PDS_ASSIGN_OR_RETURN(
       impl->service, KvTransferService::create(transfer_options, pool_base, pool_bytes,
                                                [raw](const ReceivedTransfer& received) {

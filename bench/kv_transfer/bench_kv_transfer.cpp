@@ -369,7 +369,7 @@ int run(const Settings& settings) {
     direct_options.transports = tls;
     direct_options.pool_memory = memory;
     direct_options.path = kv_transfer::TransferPath::kDirect;
-    direct_options.on_thread_start = [copier = source->copier] { return copier->bind_thread(); };
+    direct_options.bind_thread = [copier = source->copier] { return copier->bind_thread(); };
     auto direct_sender =
         KvTransferService::create(direct_options, source->data(), layout.total_bytes(), nullptr);
     auto direct_receiver = KvTransferService::create(
@@ -400,13 +400,13 @@ int run(const Settings& settings) {
     staged.staging_unit = layout.layer_block_bytes();
     staged.copier = source->copier;
     staged.send_bytes = std::uint64_t(settings.staging_mib) << 20;
-    staged.on_thread_start = [copier = source->copier] { return copier->bind_thread(); };
+    staged.bind_thread = [copier = source->copier] { return copier->bind_thread(); };
     auto staged_sender =
         KvTransferService::create(staged, source->data(), layout.total_bytes(), nullptr);
     staged.copier = destination->copier;
     staged.send_bytes = 0;
     staged.landing_bytes = landing.total_bytes();
-    staged.on_thread_start = [copier = destination->copier] { return copier->bind_thread(); };
+    staged.bind_thread = [copier = destination->copier] { return copier->bind_thread(); };
     auto staged_receiver =
         KvTransferService::create(staged, destination->data(), layout.total_bytes(),
                                   [&arrivals](const kv_transfer::ReceivedTransfer&) {

@@ -83,6 +83,9 @@ expect_exit "cuda:1 unavailable or not built" 2 "$generate" --model "$model" --p
 grep -q -- '--device cuda' "$work/err" && pass "cuda:1 refusal names the device" || fail "cuda:1 refusal: $(head -c 300 "$work/err")"
 expect_exit "bad CUDA device index" 2 "$generate" --model "$model" --prompt hi --device cuda:x
 expect_exit "device index on the cpu" 2 "$generate" --model "$model" --prompt hi --device cpu:0
+expect_exit "gpu memory utilization above one" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 1.5
+expect_exit "gpu memory utilization zero" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 0
+expect_exit "kv cache memory not positive" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib -1
 expect_exit "unknown flag" 2 "$generate" --model "$model" --prompt hi --no-such-flag
 expect_exit "help" 0 "$generate" --help
 
@@ -107,6 +110,7 @@ prefill=$build/prefill_node/pdserve-prefill
 expect_exit "unknown KV transfer path" 2 "$prefill" --model "$model" --kv-transfer-path zero-copy
 expect_exit "no staging memory" 2 "$decode" --model "$model" --kv-staging-mib 0
 expect_exit "a decode node on an absent GPU" 2 "$decode" --model "$model" --device cuda:3 --port 0
+expect_exit "decode gpu memory utilization" 2 "$decode" --model "$model" --port 0 --gpu-memory-utilization 1.01
 # With --log-format json every stderr line is one JSON object (ISO-8601 UTC time, level,
 # source, message), and a node logs its warm-up and KV capacity before it serves.
 "$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \

@@ -243,6 +243,49 @@ TEST_F(LayerMarkers,
   }
 }
 
+// The CUDA step path queues a step, polls its layers before the step's one wait
+// (Qwen3ModelRunner::sample_step), and reports a graph's layers, which record no markers,
+// after the wait.
+TEST_F(LayerMarkers, AStepPathQueuesWithoutWaitingThenDrainsAndAGraphsLayersFollowTheWait) {
+  DeferredMarkerBackend backend(create_backend(BackendOptions{}).value(), 1000);
+  run(backend, {});  // places the model and the pool on this backend
+  std::vector<int> reported;
+  LayerProgress progress(
+      backend, [&](int layer) { reported.push_back(layer); }, kLayers);
+  const std::vector<SequenceSlice> slices = {{prompt_, 0, table_}};
+  ASSERT_TRUE(model_->prepare_batch(slices, *cache_, *context_).ok());
+  AttentionBatch batch;
+  ASSERT_TRUE(model_->upload_batch(*context_, batch).ok());
+  backend.log.clear();
+  ASSERT_TRUE(model_->compute(batch, cache_->view(), *context_, &progress).ok());
+  EXPECT_TRUE(reported.empty()) << "compute() waited for a marker";
+  EXPECT_EQ(std::count_if(backend.log.begin(), backend.log.end(),
+                          [](const std::string& e) { return e.rfind("record", 0) == 0; }),
+            kLayers);
+  ASSERT_TRUE(progress.poll().ok());
+  EXPECT_TRUE(reported.empty()) << "a poll reported a layer the device is not past";
+  ASSERT_TRUE(progress.drain().ok());
+  EXPECT_EQ(reported, std::vector<int>({0, 1, 2, 3}));
+  progress.finish_after_wait();
+  EXPECT_EQ(reported.size(), 4u) << "nothing is reported twice";
+  // A replayed graph records nothing: its layers come after the step's wait, in order.
+  std::vector<int> after_wait;
+  LayerProgress graph(
+      backend, [&](int layer) { after_wait.push_back(layer); }, kLayers);
+  ASSERT_TRUE(graph.drain().ok());
+  EXPECT_TRUE(after_wait.empty());
+  graph.finish_after_wait();
+  EXPECT_EQ(after_wait, std::vector<int>({0, 1, 2, 3}));
+  // Without an observer no marker is recorded.
+  LayerProgress idle(backend, {}, kLayers);
+  EXPECT_FALSE(idle.active());
+  backend.log.clear();
+  ASSERT_TRUE(model_->compute(batch, cache_->view(), *context_, &idle).ok());
+  EXPECT_TRUE(std::none_of(backend.log.begin(), backend.log.end(),
+                           [](const std::string& e) { return e.rfind("record", 0) == 0; }));
+  release_model();
+}
+
 TEST_F(LayerMarkers, ADeviceErrorMetWhilePollingFailsTheForward) {
   DeferredMarkerBackend backend(create_backend(BackendOptions{}).value(), 5);
   backend.fail_polls = internal_error("the device fell over");

@@ -337,6 +337,28 @@ TEST(KvTransferServiceOptions, TheStagedPathNeedsACopierAndMemory) {
   EXPECT_EQ(parse_transfer_path("zero-copy").status().code(), StatusCode::kInvalidArgument);
 }
 
+// The thread that drives UCX binds to the pool's device before anything else; a bind that
+// fails fails the service with its reason instead of a thread on the wrong device.
+TEST(KvTransferServiceOptions, ATransferThreadThatCannotBindFailsTheServiceWithItsReason) {
+  std::vector<std::uint8_t> pool(kPoolBytes);
+  KvTransferServiceOptions options;
+  options.transports = "tcp";
+  bool bound = false;
+  options.bind_thread = [&bound] {
+    bound = true;
+    return Status::ok_status();
+  };
+  auto service = KvTransferService::create(options, pool.data(), pool.size(), nullptr);
+  ASSERT_TRUE(service.ok()) << service.status().to_string();
+  EXPECT_TRUE(bound);
+  options.bind_thread = [] { return unavailable("no CUDA device 7"); };
+  auto refused = KvTransferService::create(options, pool.data(), pool.size(), nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("no CUDA device 7"), std::string::npos)
+      << refused.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferServiceLoopback,
                          ::testing::Values("tcp", "sm,self"), [](const auto& param_info) {
                            return param_info.param == "tcp" ? std::string("tcp")
