@@ -493,7 +493,8 @@ TEST(Sampler, SampleWithTheDrawnUnitIsSample) {
                          params.temperature >= kGreedyTemperature);
     const double unit = draws ? drawn.next_unit() : 0.5;
     const SampleResult expected = sampler.sample(logits, params, prompt, output, rng).value();
-    const SampleResult got = sampler.sample_with_unit(logits, params, prompt, output, unit).value();
+    const SampleResult got =
+        sampler.sample_with_unit(logits, params, prompt, output, unit).value();
     EXPECT_EQ(got.token, expected.token) << "case " << n;
     EXPECT_EQ(rng.state(), drawn.state()) << "case " << n;
   }
