@@ -2,7 +2,9 @@
 // First the device's HBM bandwidth (device-to-device copy) and bf16 GEMM peak (the backend's
 // linear at 8192^3); then, for Qwen3 shapes with constant weights (throughput does not
 // depend on their values), decode tokens/s at several batch sizes over 1k-token contexts and
-// prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it.
+// prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it. The KV
+// pool is sized from the memory left free once the model is placed (bench_kv_plan.h); a batch
+// size that does not fit is reported as skipped.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/bench_kv_plan.h"
 #include "common/core/cli.h"
 #include "common/core/dtype.h"
 #include "common/model/model_config.h"
@@ -21,6 +24,7 @@
 #include "kernels/backend.h"
 #include "kernels/model/gpu_memory_plan.h"
 #ifdef PDSERVE_WITH_CUDA
+#include "kernels/cuda_backend.h"
 #include "kernels/model/gpu_graph_runner.h"
 #endif
 #include "kernels/model/kv_cache.h"
@@ -143,33 +147,62 @@ struct ShapeOptions {
   int repeats = 5;
 };
 
+// Device memory free now (the model and workspace placed), and what to keep back from it.
+Result<BenchKvInputs> kv_inputs(Backend& backend) {
+  BenchKvInputs inputs;
+#ifdef PDSERVE_WITH_CUDA
+  PDS_ASSIGN_OR_RETURN(CudaMemoryInfo info, cuda_memory_info(backend));
+  inputs.free_bytes = info.free_bytes;
+  // cuBLAS, the split-K workspace, graph pools and the allocator's granularity.
+  inputs.reserve_bytes = std::max<size_t>(size_t{2} << 30, info.total_bytes / 20);
+#else
+  static_cast<void>(backend);
+#endif
+  return inputs;
+}
+
 Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks,
                    const ShapeOptions& options) {
   PDS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(assets_dir() / name / "config.json"));
-  const int max_batch = *std::max_element(options.batches.begin(), options.batches.end());
+  const int asked_max_batch = *std::max_element(options.batches.begin(), options.batches.end());
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
                        Qwen3Model::create(backend, constant_weights(config)));
   ForwardLimits limits;
-  limits.max_num_tokens = std::max(options.prompt, max_batch);
-  limits.max_num_seqs = max_batch;
+  limits.max_num_tokens = std::max(options.prompt, asked_max_batch);
+  limits.max_num_seqs = asked_max_batch;
   limits.max_model_len = std::max(options.prompt, options.context + 1);
   PDS_ASSIGN_OR_RETURN(ForwardContext context,
                        ForwardContext::create(backend, config, limits, kBlockSize));
-  const int blocks_per_seq = (limits.max_model_len + kBlockSize - 1) / kBlockSize;
-  // One block more than the sequences use: the decode graphs' scratch block.
-  const int scratch_block = blocks_per_seq * max_batch;
-  const KvLayout kv_shape =
-      kv_layout_for(config, scratch_block + 1, kBlockSize, DType::kBF16);
+  PDS_ASSIGN_OR_RETURN(BenchKvInputs kv_request, kv_inputs(backend));
+  kv_request.block_bytes = kv_layout_for(config, 1, kBlockSize, DType::kBF16).total_bytes();
+  kv_request.block_size = kBlockSize;
+  kv_request.context = options.context;
+  kv_request.prompt = options.prompt;
+  kv_request.batches = options.batches;
+  PDS_ASSIGN_OR_RETURN(BenchKvPlan kv_plan, plan_bench_kv(kv_request));
+  const KvLayout kv_shape = kv_layout_for(config, kv_plan.num_blocks, kBlockSize, DType::kBF16);
   PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(backend, kv_shape));
+  const int max_batch = *std::max_element(kv_plan.batches.begin(), kv_plan.batches.end());
 
   const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));
   const double params = weight_bytes / 2;
   const double kv_token_bytes = static_cast<double>(kv_shape.bytes_per_token());
-  std::printf("\n### %s (bf16 weights %.2f GB, KV %.0f KB/token)\n\n", name.c_str(),
-              weight_bytes / 1e9, kv_token_bytes / 1e3);
+  std::printf(
+      "\n### %s (bf16 weights %.2f GB, KV %.0f KB/token, pool %d blocks = %.2f GB of "
+      "%.2f GB free)\n\n",
+      name.c_str(), weight_bytes / 1e9, kv_token_bytes / 1e3, kv_plan.num_blocks,
+      static_cast<double>(kv_shape.total_bytes()) / 1e9,
+      static_cast<double>(kv_request.free_bytes) / 1e9);
   std::printf("| step | tokens/s | roofline tokens/s | of roofline | bound |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
 
+  for (int batch : kv_plan.skipped) {
+    std::printf(
+        "| decode batch %d, context %d | skipped: its KV does not fit the free memory "
+        "| | | |\n",
+        batch, options.context);
+  }
+  const int blocks_per_seq = kv_plan.decode_blocks_per_seq;
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
   for (int s = 0; s < max_batch; ++s) {
     tables[static_cast<size_t>(s)].resize(static_cast<size_t>(blocks_per_seq));
@@ -181,7 +214,7 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   // Every sequence decodes position `context` over `context` cached keys (the KV values are
   // whatever the pool holds; the work does not depend on them).
   const auto decode_rows = [&](const char* how, const auto& step) -> Status {
-    for (int batch : options.batches) {
+    for (int batch : kv_plan.batches) {
       std::vector<SequenceSlice> slices;
       for (int s = 0; s < batch; ++s) slices.push_back({token, options.context, tables[s]});
       PDS_ASSIGN_OR_RETURN(double step_seconds, time_per_run(backend, options.repeats, [&] {
@@ -201,15 +234,19 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
     return model->forward(slices, cache, context, logits);
   }));
 #ifdef PDSERVE_WITH_CUDA
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<DecodeGraphRunner> graphs,
-                       DecodeGraphRunner::create(backend, *model, cache, context, scratch_block));
+  PDS_ASSIGN_OR_RETURN(
+      std::unique_ptr<DecodeGraphRunner> graphs,
+      DecodeGraphRunner::create(backend, *model, cache, context, kv_plan.scratch_block));
   PDS_RETURN_IF_ERROR(decode_rows("CUDA graphs", [&](std::span<const SequenceSlice> slices) {
     return graphs->forward(slices, logits);
   }));
 #endif
 
+  // The prompt reuses the decode sequences' blocks (their contents do not matter here).
+  std::vector<int32_t> prefill_table(static_cast<size_t>(kv_plan.prefill_blocks));
+  std::iota(prefill_table.begin(), prefill_table.end(), 0);
   std::vector<int32_t> prompt(static_cast<size_t>(options.prompt), 42);
-  const SequenceSlice prefill{prompt, 0, tables[0]};
+  const SequenceSlice prefill{prompt, 0, prefill_table};
   PDS_ASSIGN_OR_RETURN(double prefill_seconds, time_per_run(backend, options.repeats, [&] {
                          return model->forward({&prefill, 1}, cache, context, logits);
                        }));
