@@ -33,7 +33,7 @@ done
 grep -q '^libcudart\.so\.[0-9]' "$bundle/cuda-libraries.txt" && grep -q '^libcublas\.so\.[0-9]' "$bundle/cuda-libraries.txt" ||
   fail "cuda-libraries.txt: $(tr '\n' ' ' <"$bundle/cuda-libraries.txt")"
 [[ ! -e $bundle/src ]] || fail "the bundle copies sources (the checkout travels anyway)"
-if find "$bundle/lib" -name 'libcublas*' -o -name 'libcudart*' -o -name 'libc.so*' | grep -q .; then
+if [[ -n $(find "$bundle/lib" -name 'libcublas*' -o -name 'libcudart*' -o -name 'libc.so*') ]]; then
   fail "the bundle carries libraries the GPU machine has"
 fi
 bytes=$(du -sb "$bundle" | cut -f1)
@@ -43,6 +43,19 @@ if PDSERVE_BUNDLE_LIMIT_MIB=1 "$source_dir/scripts/gpu-bundle.sh" "$build_dir" "
   fail "a bundle over its limit is not refused: $(tail -3 "$work/big.log")"
 else
   pass "a bundle over its limit is refused"
+fi
+
+# bundle-env.sh finds a CUDA library that only a Python environment's nvidia/*/lib holds (as
+# PyTorch's pip wheels install cuBLAS and cudart), and one under /usr/local/cuda*.
+mkdir -p "$work/env-check" "$work/site/nvidia/cu13/lib"
+cp "$bundle/bundle-env.sh" "$work/env-check/"
+touch "$work/site/nvidia/__init__.py" "$work/site/nvidia/cu13/lib/libpdserve_only_in_pip.so.1"
+printf 'libpdserve_only_in_pip.so.1\n' >"$work/env-check/cuda-libraries.txt"
+found=$(PYTHONPATH=$work/site bash -c "source '$work/env-check/bundle-env.sh' && echo \$LD_LIBRARY_PATH")
+[[ $found == *"$work/site/nvidia/cu13/lib"* ]] || fail "bundle-env.sh misses nvidia/*/lib: $found"
+if ls /usr/local/cuda*/lib64/libcudart.so.* >/dev/null 2>&1; then
+  found=$(bash -c "source '$bundle/bundle-env.sh' && echo \$LD_LIBRARY_PATH")
+  [[ $found == *"/usr/local/cuda"* ]] || fail "bundle-env.sh misses /usr/local/cuda*: $found"
 fi
 
 # Binaries start with an empty environment (only the bundle's libraries, through run.sh).
@@ -88,8 +101,8 @@ grep -q 'cuda32: 2/2 prompts equal ids' "$summary" || fail "plumbing check: cpu 
 [[ $code -eq 0 ]] || fail "plumbing check exit $code"
 files=$(find "$work/plumbing" -type f | wc -l)
 [[ $files -le 4 ]] || fail "plumbing check left $files files in OUT: $(ls "$work/plumbing")"
-tar -tzf "$work/plumbing/details.tar.gz" | grep -q 'details/generate.jsonl' ||
-  fail "details.tar.gz lacks the comparison records"
+listing=$(tar -tzf "$work/plumbing/details.tar.gz")  # not piped into grep -q: pipefail
+grep -q 'details/generate.jsonl' <<<"$listing" || fail "details.tar.gz lacks the comparison records"
 if [[ $failures -ne 0 ]]; then
   echo "--- plumbing output"; cat "$work/plumbing.out"; cat "$work/plumbing/gpu-run.log" 2>/dev/null | tail -60
 fi
