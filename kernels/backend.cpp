@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cpu_backend.h"
@@ -23,6 +24,20 @@ Result<DeviceKind> parse_device_kind(std::string_view name) {
 MatrixView MatrixView::column_slice(int64_t first_col, int64_t num_cols) const {
   const size_t offset = static_cast<size_t>(first_col) * dtype_size(dtype);
   return {static_cast<std::byte*>(data) + offset, dtype, rows, num_cols, row_stride};
+}
+
+Result<HostBuffer> Backend::allocate_host(size_t bytes) {
+  constexpr size_t kAlignment = 64;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (data == nullptr) {
+    return resource_exhausted("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  }
+  return HostBuffer(this, data, bytes);
+}
+
+void Backend::release_host(void* data) noexcept {
+  std::free(data);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {

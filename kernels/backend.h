@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/core/dtype.h"
 #include "common/core/kv_layout.h"
@@ -84,6 +85,7 @@ struct QkNormRopeParams {
 };
 
 class DeviceBuffer;
+class HostBuffer;
 
 class Backend {
  public:
@@ -103,6 +105,14 @@ class Backend {
   virtual Status copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Waits for all queued work; reports asynchronous failures.
   virtual Status synchronize() = 0;
+  // Host memory that copies to and from the device read or write without blocking the caller
+  // (page-locked on CUDA: a copy from pageable memory is staged and waits); such a copy may
+  // still read or write it until the next synchronize(). Default: aligned host memory.
+  virtual Result<HostBuffer> allocate_host(size_t bytes);
+  virtual void release_host(void* data) noexcept;
+  // Makes the calling thread use this backend's device (cudaSetDevice): every thread that
+  // queues work or copies memory calls it first (the engine thread, the KV transfer thread).
+  virtual Status bind_current_thread() { return {}; }
 
   // ---- operations ----------------------------------------------------------------------
   // out[i] = table[ids[i]].
@@ -166,6 +176,44 @@ class DeviceBuffer {
  private:
   void reset() {
     if (owner_ != nullptr && data_ != nullptr) owner_->release(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Owns one allocation of Backend::allocate_host; frees it on destruction.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(Backend* owner, void* data, size_t bytes)
+      : owner_(owner), data_(data), bytes_(bytes) {}
+  HostBuffer(HostBuffer&& other) noexcept { *this = std::move(other); }
+  HostBuffer& operator=(HostBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      owner_ = std::exchange(other.owner_, nullptr);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() { reset(); }
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size() const { return bytes_; }
+
+ private:
+  void reset() {
+    if (owner_ != nullptr && data_ != nullptr) owner_->release_host(data_);
     data_ = nullptr;
     bytes_ = 0;
   }

@@ -84,6 +84,7 @@ class CudaBackend final : public Backend {
     for (void* retired : retired_workspaces_) static_cast<void>(cudaFree(retired));
     if (cublas_workspace_ != nullptr) static_cast<void>(cudaFree(cublas_workspace_));
     if (error_word_ != nullptr) static_cast<void>(cudaFree(error_word_));
+    if (host_error_word_ != nullptr) static_cast<void>(cudaFreeHost(host_error_word_));
     if (cublas_ != nullptr) static_cast<void>(cublasDestroy(cublas_));
     if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
   }
@@ -128,16 +129,32 @@ class CudaBackend final : public Backend {
     return {};
   }
   Status synchronize() override {
+    // The error word comes back with the queued work: one wait per step.
+    PDS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_error_word_, error_word_, sizeof(unsigned),
+                                             cudaMemcpyDeviceToHost, stream_));
     PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    unsigned bits = 0;
-    PDS_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&bits, error_word_, sizeof(bits), cudaMemcpyDeviceToHost, stream_));
-    PDS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    const unsigned bits = *host_error_word_;
     if (bits != 0) {
       PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
       return invalid_argument("cuda kernels met " + describe_device_errors(bits) +
                               "; the outputs of this step are not valid");
     }
+    return {};
+  }
+
+  Result<HostBuffer> allocate_host(size_t bytes) override {
+    void* data = nullptr;
+    const cudaError_t error = cudaHostAlloc(&data, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
+    if (error != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return resource_exhausted("cannot allocate " + std::to_string(bytes) +
+                                " bytes of page-locked host memory: " + cudaGetErrorString(error));
+    }
+    return HostBuffer(this, data, bytes);
+  }
+  void release_host(void* data) noexcept override { static_cast<void>(cudaFreeHost(data)); }
+  Status bind_current_thread() override {
+    PDS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
     return {};
   }
 
@@ -249,6 +266,8 @@ class CudaBackend final : public Backend {
     PDS_ASSIGN_OR_RETURN(AttentionPlan widest_plan, plan_paged_attention(widest, 1));
     PDS_CUDA_RETURN_IF_ERROR(cuda::allow_attention_shared_memory(widest_plan.shared_bytes));
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&error_word_, sizeof(unsigned)));
+    PDS_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&host_error_word_, sizeof(unsigned), cudaHostAllocDefault));
     PDS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word_, 0, sizeof(unsigned), stream_));
     return synchronize();
   }
@@ -287,6 +306,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   unsigned* error_word_ = nullptr;
+  unsigned* host_error_word_ = nullptr;  // page-locked: synchronize() reads the word back
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::vector<void*> retired_workspaces_;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,9 @@ enum class PoolMemory { kHost, kCuda };
 struct KvTransferOptions {
   std::string transports;  // UCX_TLS for this engine ("tcp", "sm,self"); empty: UCX decides
   PoolMemory pool_memory = PoolMemory::kHost;
+  // Run first on the thread that drives UCX (KvTransferService): binds it to the pool's device
+  // (cudaSetDevice), whose memory UCX's CUDA transports read and write. Empty: nothing to bind.
+  std::function<Status()> bind_thread = {};
 };
 
 class KvTransferEngine {

@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -13,6 +14,9 @@ namespace pdserve::kv_transfer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// cudaSetDevice creates the device's context on first use: seconds, never minutes.
+constexpr std::chrono::seconds kBindDeadline{120};
 
 // After this long without UCX activity the thread sleeps between checks (a peer's first put
 // then waits at most kIdleSleep to be noticed).
@@ -194,12 +198,28 @@ Result<std::unique_ptr<KvTransferService>> KvTransferService::create(
   impl->on_received = std::move(on_received);
   std::string encoded = base64_encode(serialize_descriptor(descriptor));
   Impl* raw = impl.get();
+  std::promise<Status> bound;
+  std::future<Status> bind_result = bound.get_future();
   PDS_RETURN_IF_ERROR(capture_status([&] {
-    raw->thread = std::thread([raw] { raw->run(); });
+    raw->thread =
+        std::thread([raw, bind = options.bind_thread, bound = std::move(bound)]() mutable {
+          // The thread that drives UCX uses the pool's device before anything else; when that
+          // fails it ends at once (the destructor joins it).
+          Status status = bind ? capture_status(bind) : Status::ok_status();
+          const bool ok = status.ok();
+          bound.set_value(std::move(status));
+          if (ok) raw->run();
+        });
     return Status::ok_status();
   }));
-  return std::unique_ptr<KvTransferService>(
+  std::unique_ptr<KvTransferService> service(
       new KvTransferService(std::move(impl), std::move(encoded)));
+  if (bind_result.wait_for(kBindDeadline) != std::future_status::ready) {
+    return deadline_exceeded("the KV transfer thread did not bind to the pool's device within " +
+                             std::to_string(kBindDeadline.count()) + " s");
+  }
+  PDS_RETURN_IF_ERROR(bind_result.get().with_context("KV transfer thread"));
+  return service;
 }
 
 KvTransferService::KvTransferService(std::unique_ptr<Impl> impl, std::string descriptor_base64)

@@ -112,6 +112,7 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
   KvTransferOptions transfer_options;
   transfer_options.transports = options.transports;
   transfer_options.pool_memory = options.pool_memory;
+  transfer_options.bind_thread = options.bind_thread;
   PDS_ASSIGN_OR_RETURN(
       impl->service, KvTransferService::create(transfer_options, pool_base, pool_bytes,
                                                [raw](const ReceivedTransfer& received) {

@@ -36,6 +36,8 @@ struct UcxKvConnectorOptions {
   // Test only (PDSERVE_TEST_KV_CORRUPT_EVERY on a decode node): flip one byte of every Nth
   // imported block after it landed and before its checksum is verified; 0: never.
   int test_corrupt_every = 0;
+  // Binds the UCX thread to the pool's device (KvTransferOptions::bind_thread).
+  std::function<Status()> bind_thread = {};
 };
 
 class UcxKvConnector : public KvConnector {

@@ -1,9 +1,11 @@
 #include "serving/engine_assembly.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
 
+#include "common/core/log.h"
 #include "kernels/model/model_runner.h"
 
 namespace pdserve {
@@ -15,9 +17,12 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
     return invalid_argument("make_llm_engine: the model is not loaded");
   }
   const ModelConfig& model_config = model.model->config();
-  if (!(config.kv_cache_memory_gib > 0) || !std::isfinite(config.kv_cache_memory_gib)) {
+  const bool on_device = !model.backend->shares_host_memory();
+  if (config.kv_cache_memory_gib &&
+      (!(*config.kv_cache_memory_gib > 0) || !std::isfinite(*config.kv_cache_memory_gib))) {
     return invalid_argument("--kv-cache-memory-gib must be a positive number");
   }
+  PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(config.gpu_memory_utilization));
   if (config.block_size < 1 || config.block_size > 256) {
     return invalid_argument("--block-size must be in [1, 256], got " +
                             std::to_string(config.block_size));
@@ -30,17 +35,29 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   const int max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
   const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->activation_dtype());
-  const double budget_bytes = config.kv_cache_memory_gib * static_cast<double>(1ull << 30);
-  const int num_blocks = kv_blocks_for_memory(model_config, static_cast<size_t>(budget_bytes),
-                                              config.block_size, kv_dtype);
-  if (num_blocks < 1) {
-    return resource_exhausted("--kv-cache-memory-gib " +
-                              std::to_string(config.kv_cache_memory_gib) +
-                              " holds no KV block of this model");
+
+  ModelRunnerConfig runner_config;
+  runner_config.block_size = config.block_size;
+  runner_config.kv_dtype = kv_dtype;
+  runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
+  runner_config.limits.max_num_seqs = config.max_num_seqs;
+  runner_config.limits.max_model_len = max_model_len;
+  if (on_device && !config.kv_cache_memory_gib) {
+    runner_config.gpu_memory_utilization = config.gpu_memory_utilization;
+  } else {
+    const double gib = config.kv_cache_memory_gib.value_or(kDefaultCpuKvCacheMemoryGib);
+    const int num_blocks = kv_blocks_for_memory(
+        model_config, static_cast<size_t>(gib * static_cast<double>(1ull << 30)), config.block_size,
+        kv_dtype);
+    // On a device one block is the decode graphs' scratch block.
+    if (num_blocks < (on_device ? 2 : 1)) {
+      return resource_exhausted("--kv-cache-memory-gib " + std::to_string(gib) +
+                                " holds no KV block of this model");
+    }
+    runner_config.num_blocks = num_blocks;
   }
 
   SchedulerConfig scheduler;
-  scheduler.num_blocks = num_blocks;
   scheduler.block_size = config.block_size;
   scheduler.max_num_batched_tokens = config.max_num_batched_tokens;
   scheduler.max_num_seqs = config.max_num_seqs;
@@ -48,17 +65,15 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   scheduler.max_model_len = max_model_len;
   scheduler.vocab_size = model_config.vocab_size;
   scheduler.eos_token_ids = model.eos_token_ids();
+  scheduler.num_blocks = std::max(runner_config.num_blocks, 1);  // checked again below
   PDS_RETURN_IF_ERROR(scheduler.validate());
 
-  ModelRunnerConfig runner_config;
-  runner_config.num_blocks = num_blocks;
-  runner_config.block_size = config.block_size;
-  runner_config.kv_dtype = kv_dtype;
-  runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
-  runner_config.limits.max_num_seqs = config.max_num_seqs;
-  runner_config.limits.max_model_len = max_model_len;
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
                        Qwen3ModelRunner::create(*model.backend, *model.model, runner_config));
+  if (runner->memory_report()) PDS_LOG_INFO(describe_gpu_memory(*runner->memory_report()));
+  // The scheduler never hands out the decode graphs' scratch block.
+  scheduler.num_blocks = runner->schedulable_blocks();
+  PDS_RETURN_IF_ERROR(scheduler.validate());
 
   LlmEngineConfig engine_config;
   engine_config.scheduler = std::move(scheduler);

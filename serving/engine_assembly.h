@@ -11,15 +11,23 @@
 #include "common/engine/kv_connector.h"
 #include "common/engine/llm_engine.h"
 #include "common/tokenizer/tokenizer.h"
+#include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/kv_cache.h"
 #include "kernels/model/model_loader.h"
 
 namespace pdserve {
 
+inline constexpr double kDefaultCpuKvCacheMemoryGib = 4.0;
+
 // Serving settings of one node (the command-line flags of the serving binaries).
 struct EngineConfig {
   std::string served_model_name;  // empty: the hub id given to --model, else the folder's name
-  double kv_cache_memory_gib = 4.0;
+  // The KV pool's memory. Unset: kDefaultCpuKvCacheMemoryGib on the CPU; on CUDA the pool takes
+  // what gpu_memory_utilization leaves (set on CUDA: exactly this much, as vLLM's
+  // --kv-cache-memory overrides its utilization).
+  std::optional<double> kv_cache_memory_gib;
+  // CUDA: the fraction of the device's total memory this node may use (vLLM's meaning).
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   int block_size = 16;
   int max_num_batched_tokens = 2048;
   int max_num_seqs = 128;
@@ -33,9 +41,12 @@ struct EngineConfig {
 // Builds a disaggregated node's KV connector over the engine's pool (which outlives it).
 using KvConnectorFactory = std::function<Result<std::unique_ptr<KvConnector>>(const KvCache& pool)>;
 
-// The KV pool takes as many blocks as kv_cache_memory_gib holds. InvalidArgument for
-// settings out of range, ResourceExhausted when the budget holds no block or the backend
-// cannot allocate it. `model` must outlive the engine, which is returned not yet started.
+// The KV pool takes as many blocks as kv_cache_memory_gib holds, or on CUDA (without it) what
+// gpu_memory_utilization leaves after a profiling step (Qwen3ModelRunner; the figures are
+// logged). On CUDA one block is held back from the scheduler for the decode graphs.
+// InvalidArgument for settings out of range, ResourceExhausted when the budget holds no
+// block, the model does not fit or the backend cannot allocate the pool. `model` must outlive
+// the engine, which is returned not yet started.
 Result<std::unique_ptr<LlmEngine>> make_llm_engine(
     LoadedModel& model, Tokenizer tokenizer, const EngineConfig& config,
     const KvConnectorFactory& connector_factory = {});

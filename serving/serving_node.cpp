@@ -51,7 +51,12 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
       "--served-model-name", options.engine.served_model_name,
       "Model name in the API (default: the hub id given to --model, else the model folder's name)");
   app.add_option("--kv-cache-memory-gib", options.engine.kv_cache_memory_gib,
-                 "Memory for the paged KV cache")
+                 "Memory for the paged KV cache (default: 4 on cpu; on cuda the cache takes "
+                 "what --gpu-memory-utilization leaves unless this is given)");
+  app.add_option("--gpu-memory-utilization", options.engine.gpu_memory_utilization,
+                 "cuda: fraction of the device's total memory this node may use (weights, "
+                 "activations, CUDA graphs and the KV cache; memory other processes hold "
+                 "counts against it), in (0, 1]")
       ->capture_default_str();
   app.add_option(
          "--kv-cache-dtype", options.kv_cache_dtype,
@@ -149,6 +154,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                                               "pdserve-decode with --proxy or --kv-transfer)"));
   }
   if (!options.proxy_url.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
+  // Checked before the (slow) model load.
+  PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(options.engine.gpu_memory_utilization));
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
   EngineConfig engine_config = options.engine;

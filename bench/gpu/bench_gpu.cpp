@@ -2,9 +2,11 @@
 // First the device's HBM bandwidth (device-to-device copy) and bf16 GEMM peak (the backend's
 // linear at 8192^3); then, for Qwen3 shapes with constant weights (throughput does not
 // depend on their values), decode tokens/s at several batch sizes over 1k-token contexts and
-// prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it. The KV
-// pool is sized from the memory left free once the model is placed (bench_kv_plan.h); a batch
-// size that does not fit is reported as skipped.
+// prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it. The steps
+// run through the engine's Qwen3ModelRunner (decode CUDA graphs, sampling on the GPU, one wait
+// per step), so the figures are the product's; an eager forward without sampling is shown
+// beside them. The KV pool is sized from the memory left free once the model is placed
+// (bench_kv_plan.h); a batch size that does not fit is reported as skipped.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,15 +21,15 @@
 #include "bench/gpu/bench_kv_plan.h"
 #include "common/core/cli.h"
 #include "common/core/dtype.h"
+#include "common/engine/scheduler.h"
+#include "common/engine/sequence.h"
 #include "common/model/model_config.h"
 #include "common/model/qwen3_weights.h"
 #include "kernels/backend.h"
+#include "kernels/model/device_step_path.h"
 #include "kernels/model/gpu_memory_plan.h"
-#ifdef PDSERVE_WITH_CUDA
-#include "kernels/cuda_backend.h"
-#include "kernels/model/gpu_graph_runner.h"
-#endif
 #include "kernels/model/kv_cache.h"
+#include "kernels/model/model_runner.h"
 #include "kernels/model/qwen3_model.h"
 
 namespace pdserve {
@@ -147,17 +149,33 @@ struct ShapeOptions {
   int repeats = 5;
 };
 
-// Device memory free now (the model and workspace placed), and what to keep back from it.
-Result<BenchKvInputs> kv_inputs(Backend& backend) {
+// A sequence of `length` tokens whose last one is the step's new token.
+Sequence bench_sequence(SeqId id, int length, const SamplingParams& params, int vocab) {
+  StopChecker stop = StopChecker::create(params, {}, vocab).value();
+  return Sequence(id, std::vector<int32_t>(static_cast<size_t>(length), 42), params,
+                  std::move(stop), static_cast<uint64_t>(id), std::chrono::steady_clock::now());
+}
+
+ForwardLimits bench_limits(const ShapeOptions& options, int max_batch) {
+  ForwardLimits limits;
+  limits.max_num_tokens = std::max(options.prompt, max_batch);
+  limits.max_num_seqs = max_batch;
+  limits.max_model_len = std::max(options.prompt, options.context + 1);
+  return limits;
+}
+
+// Device memory free now (the model placed), and what to keep back from it: the runner's and
+// the eager rows' workspaces (allocated after the pool is planned) and room for cuBLAS, the
+// split-K workspace, the decode graphs, the sampler and the allocator's granularity.
+Result<BenchKvInputs> kv_inputs(Backend& backend, const ModelConfig& config,
+                                const ForwardLimits& limits) {
+  PDS_ASSIGN_OR_RETURN(const DeviceMemoryInfo info, device_memory_info(backend));
   BenchKvInputs inputs;
-#ifdef PDSERVE_WITH_CUDA
-  PDS_ASSIGN_OR_RETURN(CudaMemoryInfo info, cuda_memory_info(backend));
   inputs.free_bytes = info.free_bytes;
-  // cuBLAS, the split-K workspace, graph pools and the allocator's granularity.
-  inputs.reserve_bytes = std::max<size_t>(size_t{2} << 30, info.total_bytes / 20);
-#else
-  static_cast<void>(backend);
-#endif
+  const size_t workspace =
+      forward_workspace_bytes(config, limits, kBlockSize, backend.activation_dtype());
+  inputs.reserve_bytes = 2 * workspace + device_step_input_bytes(limits) +
+                         std::max<size_t>(size_t{2} << 30, info.total_bytes / 20);
   return inputs;
 }
 
@@ -167,32 +185,45 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   const int asked_max_batch = *std::max_element(options.batches.begin(), options.batches.end());
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
                        Qwen3Model::create(backend, constant_weights(config)));
-  ForwardLimits limits;
-  limits.max_num_tokens = std::max(options.prompt, asked_max_batch);
-  limits.max_num_seqs = asked_max_batch;
-  limits.max_model_len = std::max(options.prompt, options.context + 1);
-  PDS_ASSIGN_OR_RETURN(ForwardContext context,
-                       ForwardContext::create(backend, config, limits, kBlockSize));
-  PDS_ASSIGN_OR_RETURN(BenchKvInputs kv_request, kv_inputs(backend));
+  // The KV pool from the memory the model leaves: the batches that fit, the prompt sharing
+  // their blocks, and the graphs' scratch block (the pool's last, as the runner expects).
+  PDS_ASSIGN_OR_RETURN(BenchKvInputs kv_request,
+                       kv_inputs(backend, config, bench_limits(options, asked_max_batch)));
   kv_request.block_bytes = kv_layout_for(config, 1, kBlockSize, DType::kBF16).total_bytes();
   kv_request.block_size = kBlockSize;
   kv_request.context = options.context;
   kv_request.prompt = options.prompt;
   kv_request.batches = options.batches;
   PDS_ASSIGN_OR_RETURN(BenchKvPlan kv_plan, plan_bench_kv(kv_request));
-  const KvLayout kv_shape = kv_layout_for(config, kv_plan.num_blocks, kBlockSize, DType::kBF16);
-  PDS_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(backend, kv_shape));
   const int max_batch = *std::max_element(kv_plan.batches.begin(), kv_plan.batches.end());
+
+  // The engine's runner: decode graphs, sampling on the device.
+  ModelRunnerConfig runner_config;
+  runner_config.block_size = kBlockSize;
+  runner_config.kv_dtype = DType::kBF16;
+  runner_config.limits = bench_limits(options, max_batch);
+  runner_config.num_blocks = kv_plan.num_blocks;
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
+                       Qwen3ModelRunner::create(backend, *model, runner_config));
+  if (runner->schedulable_blocks() != kv_plan.scratch_block) {
+    return internal_error(
+        "bench: the runner holds back block " + std::to_string(runner->schedulable_blocks()) +
+        " as its scratch block, the plan block " + std::to_string(kv_plan.scratch_block));
+  }
+  const KvLayout& kv_shape = runner->kv_cache().layout();
+  // The eager rows' own workspace, over the runner's pool.
+  PDS_ASSIGN_OR_RETURN(ForwardContext eager_context,
+                       ForwardContext::create(backend, config, runner_config.limits, kBlockSize));
 
   const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));
   const double params = weight_bytes / 2;
   const double kv_token_bytes = static_cast<double>(kv_shape.bytes_per_token());
   std::printf(
       "\n### %s (bf16 weights %.2f GB, KV %.0f KB/token, pool %d blocks = %.2f GB of "
-      "%.2f GB free)\n\n",
+      "%.2f GB free, %d graphs)\n\n",
       name.c_str(), weight_bytes / 1e9, kv_token_bytes / 1e3, kv_plan.num_blocks,
       static_cast<double>(kv_shape.total_bytes()) / 1e9,
-      static_cast<double>(kv_request.free_bytes) / 1e9);
+      static_cast<double>(kv_request.free_bytes) / 1e9, runner->num_decode_graphs());
   std::printf("| step | tokens/s | roofline tokens/s | of roofline | bound |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
 
@@ -202,53 +233,104 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
         "| | | |\n",
         batch, options.context);
   }
-  const int blocks_per_seq = kv_plan.decode_blocks_per_seq;
+  const int decode_blocks = kv_plan.decode_blocks_per_seq;
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
   for (int s = 0; s < max_batch; ++s) {
-    tables[static_cast<size_t>(s)].resize(static_cast<size_t>(blocks_per_seq));
+    tables[static_cast<size_t>(s)].resize(static_cast<size_t>(decode_blocks));
     std::iota(tables[static_cast<size_t>(s)].begin(), tables[static_cast<size_t>(s)].end(),
-              s * blocks_per_seq);
+              s * decode_blocks);
   }
-  const std::vector<int32_t> token = {42};
+  // The prompt reuses the decode sequences' blocks (their contents do not matter here).
+  std::vector<int32_t> prompt_table(static_cast<size_t>(kv_plan.prefill_blocks));
+  std::iota(prompt_table.begin(), prompt_table.end(), 0);
+
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.ignore_eos = true;
+  SamplingParams sampled = greedy;  // Qwen3's generation_config.json
+  sampled.temperature = 0.6f;
+  sampled.top_k = 20;
+  sampled.top_p = 0.95f;
+  std::vector<Sequence> sequences;
+  sequences.reserve(static_cast<size_t>(max_batch));
+  for (int s = 0; s < max_batch; ++s) {
+    sequences.push_back(bench_sequence(s, options.context + 1, greedy, config.vocab_size));
+  }
+  std::vector<SamplerRng> rngs(static_cast<size_t>(max_batch), SamplerRng(1));
   std::vector<float> logits(static_cast<size_t>(max_batch) * config.vocab_size);
+  std::vector<SampledRow> results(static_cast<size_t>(max_batch));
+  const std::vector<std::span<const int32_t>> no_masks(static_cast<size_t>(max_batch));
+
+  // One engine step of `entries` through the runner: launch, sample on the device, one wait.
+  const auto runner_step = [&](const ScheduledBatch& batch,
+                               std::span<const SamplingRow> rows) -> Status {
+    PDS_RETURN_IF_ERROR(runner->launch_step(batch, rows, {}));
+    return runner->sample_step(std::span(no_masks).first(rows.size()),
+                               std::span(results).first(rows.size()), logits);
+  };
   // Every sequence decodes position `context` over `context` cached keys (the KV values are
   // whatever the pool holds; the work does not depend on them).
-  const auto decode_rows = [&](const char* how, const auto& step) -> Status {
-    for (int batch : kv_plan.batches) {
+  const auto decode_rows = [&](const char* how, const SamplingParams* sampling) -> Status {
+    for (int batch_size : kv_plan.batches) {
+      ScheduledBatch batch;
+      std::vector<SamplingRow> rows;
       std::vector<SequenceSlice> slices;
-      for (int s = 0; s < batch; ++s) slices.push_back({token, options.context, tables[s]});
+      for (int s = 0; s < batch_size; ++s) {
+        Sequence& seq = sequences[static_cast<size_t>(s)];
+        ScheduledSequence entry;
+        entry.sequence = &seq;
+        entry.num_new_tokens = 1;
+        entry.num_cached_before = options.context;
+        entry.samples = true;
+        entry.block_table = tables[static_cast<size_t>(s)];
+        batch.entries.push_back(entry);
+        slices.push_back({entry.new_tokens(), options.context, entry.block_table});
+        if (sampling != nullptr) {
+          rows.push_back({sampling,
+                          seq.prompt_tokens(),
+                          seq.output_tokens(),
+                          {},
+                          &rngs[static_cast<size_t>(s)]});
+        }
+      }
+      batch.num_decodes = batch.num_samples = batch.num_batched_tokens = batch_size;
       PDS_ASSIGN_OR_RETURN(double step_seconds, time_per_run(backend, options.repeats, [&] {
-                             return step(std::span<const SequenceSlice>(slices));
+                             if (sampling == nullptr) {
+                               return model->forward(slices, runner->kv_cache(), eager_context,
+                                                     logits);
+                             }
+                             return runner_step(batch, rows);
                            }));
-      const double bytes = weight_bytes + batch * (options.context + 1.0) * kv_token_bytes;
+      const double bytes = weight_bytes + batch_size * (options.context + 1.0) * kv_token_bytes;
       const double memory_seconds = bytes / peaks.bytes_per_second;
-      const double compute_seconds = 2.0 * params * batch / peaks.flops_per_second;
+      const double compute_seconds = 2.0 * params * batch_size / peaks.flops_per_second;
       const double bound = std::max(memory_seconds, compute_seconds);
-      std::printf("| decode batch %d, context %d, %s | %.0f | %.0f | %.0f%% | %s |\n", batch,
-                  options.context, how, batch / step_seconds, batch / bound,
+      std::printf("| decode batch %d, context %d, %s | %.0f | %.0f | %.0f%% | %s |\n", batch_size,
+                  options.context, how, batch_size / step_seconds, batch_size / bound,
                   100.0 * bound / step_seconds, memory_seconds >= compute_seconds ? "HBM" : "GEMM");
     }
     return {};
   };
-  PDS_RETURN_IF_ERROR(decode_rows("eager", [&](std::span<const SequenceSlice> slices) {
-    return model->forward(slices, cache, context, logits);
-  }));
-#ifdef PDSERVE_WITH_CUDA
-  PDS_ASSIGN_OR_RETURN(
-      std::unique_ptr<DecodeGraphRunner> graphs,
-      DecodeGraphRunner::create(backend, *model, cache, context, kv_plan.scratch_block));
-  PDS_RETURN_IF_ERROR(decode_rows("CUDA graphs", [&](std::span<const SequenceSlice> slices) {
-    return graphs->forward(slices, logits);
-  }));
-#endif
+  PDS_RETURN_IF_ERROR(decode_rows("runner: graphs + greedy on the GPU", &greedy));
+  PDS_RETURN_IF_ERROR(
+      decode_rows("runner: graphs + T 0.6, top-k 20, top-p 0.95 on the GPU", &sampled));
+  PDS_RETURN_IF_ERROR(decode_rows("eager forward, logits to the host (no sampling)", nullptr));
 
-  // The prompt reuses the decode sequences' blocks (their contents do not matter here).
-  std::vector<int32_t> prefill_table(static_cast<size_t>(kv_plan.prefill_blocks));
-  std::iota(prefill_table.begin(), prefill_table.end(), 0);
-  std::vector<int32_t> prompt(static_cast<size_t>(options.prompt), 42);
-  const SequenceSlice prefill{prompt, 0, prefill_table};
+  Sequence prompt_seq = bench_sequence(max_batch, options.prompt, greedy, config.vocab_size);
+  ScheduledBatch prefill;
+  ScheduledSequence entry;
+  entry.sequence = &prompt_seq;
+  entry.num_new_tokens = options.prompt;
+  entry.num_cached_before = 0;
+  entry.samples = true;
+  entry.block_table = prompt_table;
+  prefill.entries = {entry};
+  prefill.num_samples = 1;
+  prefill.num_batched_tokens = options.prompt;
+  SamplerRng prefill_rng(1);
+  const SamplingRow prefill_row{&greedy, prompt_seq.prompt_tokens(), {}, {}, &prefill_rng};
   PDS_ASSIGN_OR_RETURN(double prefill_seconds, time_per_run(backend, options.repeats, [&] {
-                         return model->forward({&prefill, 1}, cache, context, logits);
+                         return runner_step(prefill, {&prefill_row, 1});
                        }));
   const double n = options.prompt;
   const double attention_flops = 4.0 * config.num_hidden_layers * config.num_attention_heads *
@@ -256,7 +338,7 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   const double compute_seconds = (2.0 * params * n + attention_flops) / peaks.flops_per_second;
   const double memory_seconds = weight_bytes / peaks.bytes_per_second;
   const double bound = std::max(compute_seconds, memory_seconds);
-  std::printf("| prefill %d-token prompt | %.0f | %.0f | %.0f%% | %s |\n", options.prompt,
+  std::printf("| prefill %d-token prompt, runner | %.0f | %.0f | %.0f%% | %s |\n", options.prompt,
               n / prefill_seconds, n / bound, 100.0 * bound / prefill_seconds,
               compute_seconds >= memory_seconds ? "GEMM" : "HBM");
   return {};

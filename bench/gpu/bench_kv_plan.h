@@ -1,8 +1,9 @@
-// How pdserve-bench-gpu sizes its KV pool: from the device's free memory after the model and
-// the forward workspace are placed, never from fixed defaults (which asked for 120-155 GB at
-// batch 256 for the 8B shape). Decode sequences hold only their context and the prefill prompt
-// reuses the same blocks, so the pool is what the largest batch that fits needs, plus the
-// decode graphs' scratch block. Pure arithmetic, tested without a GPU.
+// How pdserve-bench-gpu sizes its KV pool: from the device's free memory once the model is
+// placed, less a reserve for the forward workspaces and what the runner allocates, never from
+// fixed defaults (which asked for 120-155 GB at batch 256 for the 8B shape). Decode sequences
+// hold only their context and the prefill prompt reuses the same blocks, so the pool is what
+// the largest batch that fits needs, plus the decode graphs' scratch block (the pool's last
+// block, as Qwen3ModelRunner holds it back). Pure arithmetic, tested without a GPU.
 #pragma once
 
 #include <cstddef>
@@ -13,8 +14,8 @@
 namespace pdserve {
 
 struct BenchKvInputs {
-  size_t free_bytes = 0;     // device memory free once weights and workspace are placed
-  size_t reserve_bytes = 0;  // left free for cuBLAS, the split-K workspace and graph pools
+  size_t free_bytes = 0;     // device memory free once the weights are placed
+  size_t reserve_bytes = 0;  // left free for the workspaces, cuBLAS, split-K and graph pools
   size_t block_bytes = 0;    // K and V of one block across all layers
   int block_size = 0;        // tokens per block
   int context = 0;           // cached tokens per decoding sequence (it decodes one more)

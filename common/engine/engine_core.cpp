@@ -523,9 +523,16 @@ bool EngineCore::step() {
 
   const size_t vocab = static_cast<size_t>(executor_.vocab_size());
   logits_.resize(static_cast<size_t>(batch.num_samples) * vocab);
+  // A device sampler's step is queued first; its sampling inputs are prepared while the
+  // device computes (sample_on_device).
+  const bool on_device = executor_.samples_on_device();
   const SteadyTime forward_start = now();
-  const Status executed =
-      capture_status([&] { return executor_.execute(batch, logits_, on_layer_written); });
+  Status executed = capture_status([&] {
+    if (!on_device) return executor_.execute(batch, logits_, on_layer_written);
+    return executor_.launch_step(batch, device_rows(batch), on_layer_written);
+  });
+  std::vector<int32_t> tokens;
+  if (executed.ok() && on_device) executed = sample_on_device(batch, failures, tokens);
   if (!executed.ok()) {
     for (const auto& [request_id, seq_id] : exporting) connector_->abort_export(request_id);
     fail_batch(batch, executed);
@@ -534,7 +541,7 @@ bool EngineCore::step() {
   }
   note_prefill_chunks(batch, forward_start, now());
 
-  const std::vector<int32_t> tokens = sample_batch(batch, failures);
+  if (!on_device) tokens = sample_batch(batch, failures);
   finish_exports(exporting);
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
@@ -588,24 +595,146 @@ std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
         masked[row].ok()
             ? sample_entry(state, seq, std::span<const float>(logits_.data() + row * vocab, vocab))
             : Result<SampleResult>(masked[row]);
-    if (sampled.ok()) {
-      tokens[row] = sampled->token;
-      if (seq.sampling_params().want_logprobs) {
-        state.step_logprobs = SampledTokenLogprobs{sampled->token, sampled->logprob,
-                                                   std::move(sampled->top_logprobs)};
-      }
-    } else {
-      // The request's parameters were validated on admission, so a failure here means the
-      // model produced logits the sampler refuses (NaN, +inf) or a grammar failed: a server
-      // fault, not the client's.
-      failures.emplace_back(seq.id(), internal_error("sampling request '" + state.id +
-                                                     "': " + sampled.status().message()));
-      const Status aborted = scheduler_.abort(seq.id());
-      PDS_CHECK(aborted.ok(), aborted.to_string());
-    }
+    record_sample(state, seq, std::move(sampled), tokens[row], failures);
     ++row;
   }
   return tokens;
+}
+
+void EngineCore::record_sample(RequestState& state, const Sequence& seq,
+                               Result<SampleResult> sampled, int32_t& token,
+                               std::vector<std::pair<SeqId, Status>>& failures) {
+  if (sampled.ok()) {
+    token = sampled->token;
+    if (seq.sampling_params().want_logprobs) {
+      state.step_logprobs =
+          SampledTokenLogprobs{sampled->token, sampled->logprob, std::move(sampled->top_logprobs)};
+    }
+    return;
+  }
+  // The request's parameters were validated on admission, so a failure here means the model
+  // produced logits the sampler refuses (NaN, +inf) or a grammar failed: a server fault, not
+  // the client's.
+  failures.emplace_back(seq.id(), internal_error("sampling request '" + state.id +
+                                                 "': " + sampled.status().message()));
+  const Status aborted = scheduler_.abort(seq.id());
+  PDS_CHECK(aborted.ok(), aborted.to_string());
+}
+
+std::span<const SamplingRow> EngineCore::device_rows(const ScheduledBatch& batch) {
+  device_rows_.assign(static_cast<size_t>(batch.num_samples), SamplingRow{});
+  size_t row = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    if (!entry.samples) continue;
+    const Sequence& seq = *entry.sequence;
+    if (seq.status() != SequenceStatus::kAborted) {  // else its export could not start
+      SamplingRow& out = device_rows_[row];
+      out.params = &seq.sampling_params();
+      out.prompt_tokens = seq.prompt_tokens();
+      out.output_tokens = seq.output_tokens();
+      out.banned_token_ids =
+          seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens()));
+      out.rng = &requests_.at(seq.id()).rng;
+    }
+    ++row;
+  }
+  return device_rows_;
+}
+
+Status EngineCore::sample_on_device(const ScheduledBatch& batch,
+                                    std::vector<std::pair<SeqId, Status>>& failures,
+                                    std::vector<int32_t>& tokens) {
+  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
+  const size_t num_samples = static_cast<size_t>(batch.num_samples);
+  const size_t words = token_bitmask_words(executor_.vocab_size());
+  tokens.assign(num_samples, 0);
+  std::vector<const Sequence*> sequences(num_samples, nullptr);  // null: no token wanted
+  size_t row = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    if (!entry.samples) continue;
+    if (device_rows_[row].params != nullptr) sequences[row] = entry.sequence;
+    ++row;
+  }
+
+  // The grammars' masks, all rows at once (ConstraintBatchMasker), while the device computes.
+  std::vector<ConstraintMatcher*> matchers;
+  std::vector<size_t> constrained_rows;
+  for (size_t r = 0; r < num_samples; ++r) {
+    if (sequences[r] == nullptr) continue;
+    RequestState& state = requests_.at(sequences[r]->id());
+    if (state.grammar) {
+      matchers.push_back(&*state.grammar);
+      constrained_rows.push_back(r);
+    }
+  }
+  bitmasks_.assign(constrained_rows.size() * words, 0);
+  std::vector<std::span<int32_t>> masks;
+  std::vector<std::span<const int32_t>> allowed(num_samples);
+  for (size_t i = 0; i < constrained_rows.size(); ++i) {
+    masks.emplace_back(bitmasks_.data() + i * words, words);
+  }
+  if (!matchers.empty()) {
+    const std::vector<Status> filled = grammar_masker_.allowed(matchers, masks);
+    for (size_t i = 0; i < constrained_rows.size(); ++i) {
+      const size_t r = constrained_rows[i];
+      if (filled[i].ok()) {
+        allowed[r] = masks[i];
+        continue;
+      }
+      // The grammar failed: its request fails; the device's token for it is ignored.
+      RequestState& state = requests_.at(sequences[r]->id());
+      record_sample(state, *sequences[r], filled[i], tokens[r], failures);
+      sequences[r] = nullptr;
+    }
+  }
+
+  std::vector<SampledRow> results(num_samples);
+  PDS_RETURN_IF_ERROR(
+      capture_status([&] { return executor_.sample_step(allowed, results, logits_); }));
+
+  for (size_t r = 0; r < num_samples; ++r) {
+    if (sequences[r] == nullptr) continue;
+    const Sequence& seq = *sequences[r];
+    RequestState& state = requests_.at(seq.id());
+    const std::span<float> logits(logits_.data() + r * vocab, vocab);
+    Result<SampleResult> sampled =
+        device_sample_result(device_rows_[r], allowed[r], results[r], logits);
+    if (sampled.ok() && state.grammar) {
+      const Status accepted = state.grammar->accept(sampled->token);
+      if (!accepted.ok()) sampled = accepted;
+    }
+    record_sample(state, seq, std::move(sampled), tokens[r], failures);
+  }
+  return Status::ok_status();
+}
+
+Result<SampleResult> EngineCore::device_sample_result(const SamplingRow& row,
+                                                      std::span<const int32_t> allowed,
+                                                      const SampledRow& result,
+                                                      std::span<float> logits) {
+  const SamplingParams& params = *row.params;
+  switch (result.outcome) {
+    case SampleOutcome::kSampled:
+      break;
+    case SampleOutcome::kLeftToHost:
+      // Nothing was drawn: the host sampler draws as it always does.
+      apply_token_bitmask(allowed, logits);
+      return sampler_.sample(logits, params, row.prompt_tokens, row.output_tokens, *row.rng,
+                             row.banned_token_ids);
+    case SampleOutcome::kInvalidLogits:
+      return invalid_argument("the logits hold a NaN or +inf");
+    case SampleOutcome::kAllMasked:
+      return invalid_argument("every token is masked: all logits are -inf");
+    case SampleOutcome::kPenaltyOverflow:
+      return invalid_argument("a penalty overflowed a logit to +inf");
+  }
+  if (result.token < 0 || result.token >= executor_.vocab_size()) {
+    return internal_error("the device sampler returned token " + std::to_string(result.token));
+  }
+  if (!params.want_logprobs) return SampleResult{result.token, 0.0f, {}};
+  // Logprobs come from the raw logits as the host path sees them: after the grammar's mask.
+  apply_token_bitmask(allowed, logits);
+  return sampler_.logprobs(logits, result.token, params.logprobs);
 }
 
 std::vector<Status> EngineCore::mask_constrained_rows(const ScheduledBatch& batch) {

@@ -156,6 +156,25 @@ class EngineCore {
   // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
   std::vector<int32_t> sample_batch(const ScheduledBatch& batch,
                                     std::vector<std::pair<SeqId, Status>>& failures);
+  // Stores a sampling entry's result (its token and logprobs), or aborts its request and
+  // records the failure.
+  void record_sample(RequestState& state, const Sequence& seq, Result<SampleResult> sampled,
+                     int32_t& token, std::vector<std::pair<SeqId, Status>>& failures);
+  // The device path (executor_.samples_on_device()). device_rows(): launch_step()'s rows, one
+  // per sampling entry (params null for an aborted entry). sample_on_device(), after
+  // launch_step(): the grammars' masks, sample_step(), then each entry's token, logprobs and
+  // grammar. Returns sample_step()'s error (the batch fails); a row's own failure aborts its
+  // request and is recorded in `failures`.
+  std::span<const SamplingRow> device_rows(const ScheduledBatch& batch);
+  Status sample_on_device(const ScheduledBatch& batch,
+                          std::vector<std::pair<SeqId, Status>>& failures,
+                          std::vector<int32_t>& tokens);
+  // One device row's result as the host sampler would give it: logprobs from its logits row
+  // (masked by `allowed`, its grammar's mask), a row left to the host sampled here, outcomes
+  // turned into errors.
+  Result<SampleResult> device_sample_result(const SamplingRow& row,
+                                            std::span<const int32_t> allowed,
+                                            const SampledRow& result, std::span<float> logits);
   // Applies the grammars of the batch's constrained sampling rows to their logits, all at once
   // (ConstraintBatchMasker); one status per sampling row, ok for the unconstrained ones.
   std::vector<Status> mask_constrained_rows(const ScheduledBatch& batch);
@@ -182,6 +201,9 @@ class EngineCore {
   std::unordered_map<std::string, SeqId> exports_;
   std::unordered_map<std::string, SeqId> imports_;
   std::vector<float> logits_;
+  // The device path's rows and grammar masks (one mask row per constrained entry).
+  std::vector<SamplingRow> device_rows_;
+  std::vector<int32_t> bitmasks_;
   SamplerRng seed_source_;  // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;

@@ -1,5 +1,6 @@
 #include "common/engine/llm_engine.h"
 
+#include <future>
 #include <utility>
 
 namespace pdserve {
@@ -15,6 +16,9 @@ void deliver_error(const DeltaSink& sink, const InferenceRequest& request, const
   delta.timings.finished = std::chrono::steady_clock::now();
   deliver_delta(sink, std::move(delta));
 }
+
+// cudaSetDevice creates the device's context on first use: seconds, never minutes.
+constexpr std::chrono::seconds kBindDeadline{120};
 
 Status shutting_down() {
   return unavailable("the engine is shutting down");
@@ -72,11 +76,27 @@ LlmEngine::~LlmEngine() {
 Status LlmEngine::start() {
   std::lock_guard lock(mutex_);
   if (started_ || stopping_) return failed_precondition("the engine was already started");
+  std::promise<Status> bound;
+  std::future<Status> bind_result = bound.get_future();
+  PDS_RETURN_IF_ERROR(capture_status([&] {
+    thread_ = std::thread(&LlmEngine::run, this, std::move(bound));
+    return Status::ok_status();
+  }));
+  // The engine thread binds itself to the model's device before it takes any work.
+  if (bind_result.wait_for(kBindDeadline) != std::future_status::ready) {
+    stopping_ = true;  // the thread shuts down once (if ever) the bind returns
+    return deadline_exceeded("the engine thread did not bind to the model's device within " +
+                             std::to_string(kBindDeadline.count()) + " s");
+  }
+  const Status bind_status = bind_result.get();
+  if (!bind_status.ok()) {
+    thread_.join();  // it returned without running
+    return bind_status.with_context("engine thread");
+  }
   return capture_status([&] {
     for (int i = 0; i < config_.grammar_compile_threads; ++i) {
       compile_threads_.emplace_back(&LlmEngine::compile_grammars, this);
     }
-    thread_ = std::thread(&LlmEngine::run, this);
     started_ = true;
     return Status::ok_status();
   });
@@ -204,7 +224,11 @@ void LlmEngine::compile_grammars() {
   }
 }
 
-void LlmEngine::run() {
+void LlmEngine::run(std::promise<Status> bound) {
+  Status bind_status = capture_status([&] { return executor_->bind_current_thread(); });
+  const bool ok = bind_status.ok();
+  bound.set_value(std::move(bind_status));
+  if (!ok) return;  // start() reports it; stop() shuts the core down on its caller's thread
   bool idle = false;
   while (drain_requests(idle)) {
     idle = !core_->step();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +50,8 @@ class LlmEngine : public InferenceService {
   LlmEngine& operator=(const LlmEngine&) = delete;
 
   // Starts the engine thread and the grammar compile threads. FailedPrecondition when already
-  // started or stopped. Requests submitted before start() wait in the intake queue.
+  // started or stopped; the error of executor.bind_current_thread() on the engine thread (which
+  // then does not run). Requests submitted before start() wait in the intake queue.
   Status start();
   // Ends every unfinished request with a final Unavailable error delta and joins the engine
   // thread. Later submits answer Unavailable. Idempotent. A grammar being compiled is finished
@@ -82,7 +84,9 @@ class LlmEngine : public InferenceService {
   LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<KvConnector> connector,
             std::unique_ptr<EngineCore> core, LlmEngineConfig config);
 
-  void run();
+  // The engine thread: binds to the executor's device (the result goes to start()), then
+  // steps until stopped.
+  void run(std::promise<Status> bound);
   // A compile thread: compiles queued structured outputs and moves them to the intake queue.
   void compile_grammars();
   // Moves the intake queue and the abort list into the core, after waiting (up to idle_wait)

@@ -193,13 +193,19 @@ Status check_logits_size(std::span<const float> logits, int vocab) {
                           " logits for a vocabulary of " + std::to_string(vocab));
 }
 
-// Sets logits[t] = -inf for every token t whose bit is clear in `bitmask`.
-void apply_bitmask(std::span<const int32_t> bitmask, std::span<float> logits) {
+Status grammar_ended() {
+  return failed_precondition("the grammar has ended: a stop token was accepted");
+}
+
+}  // namespace
+
+void apply_token_bitmask(std::span<const int32_t> bitmask, std::span<float> logits) {
   constexpr float kForbidden = -std::numeric_limits<float>::infinity();
   for (size_t word = 0; word < bitmask.size(); ++word) {
     const uint32_t bits = static_cast<uint32_t>(bitmask[word]);
     if (bits == 0xffffffffu) continue;
     const size_t first = word * 32;
+    if (first >= logits.size()) break;
     const size_t end = std::min(first + 32, logits.size());
     if (bits == 0) {  // most words under a grammar: a plain fill the compiler vectorizes
       std::fill(logits.begin() + static_cast<ptrdiff_t>(first),
@@ -211,12 +217,6 @@ void apply_bitmask(std::span<const int32_t> bitmask, std::span<float> logits) {
     }
   }
 }
-
-Status grammar_ended() {
-  return failed_precondition("the grammar has ended: a stop token was accepted");
-}
-
-}  // namespace
 
 struct ConstraintMatcher::Impl {
   ConstraintHandle constraint;
@@ -254,7 +254,7 @@ Status ConstraintMatcher::allowed(std::vector<int32_t>& bitmask) {
 Status ConstraintMatcher::mask(std::span<float> logits) {
   PDS_RETURN_IF_ERROR(check_logits_size(logits, impl_->constraint->vocab_size));
   PDS_RETURN_IF_ERROR(allowed(impl_->bitmask));
-  apply_bitmask(impl_->bitmask, logits);
+  apply_token_bitmask(impl_->bitmask, logits);
   return Status::ok_status();
 }
 
@@ -262,7 +262,8 @@ struct ConstraintBatchMasker::Impl {
   // Every hardware thread: the model's workers are idle while a step samples.
   xgrammar::BatchGrammarMatcher batch{
       static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))};
-  std::vector<int32_t> bitmasks;  // one row per matcher
+  std::vector<int32_t> bitmasks;  // mask(): one row per matcher
+  std::vector<int32_t> filled;    // allowed(): one row per matcher the batch matcher fills
 };
 
 ConstraintBatchMasker::ConstraintBatchMasker() : impl_(std::make_unique<Impl>()) {}
@@ -270,24 +271,72 @@ ConstraintBatchMasker::~ConstraintBatchMasker() = default;
 
 std::vector<Status> ConstraintBatchMasker::mask(std::span<ConstraintMatcher* const> matchers,
                                                 std::span<const std::span<float>> logits) {
-  std::vector<Status> statuses(matchers.size(), Status::ok_status());
   if (matchers.size() != logits.size()) {
-    std::ranges::fill(statuses, invalid_argument("grammar mask: " +
-                                                 std::to_string(matchers.size()) +
-                                                 " matchers for " +
-                                                 std::to_string(logits.size()) + " logit rows"));
+    return std::vector<Status>(
+        matchers.size(),
+        invalid_argument("grammar mask: " + std::to_string(matchers.size()) + " matchers for " +
+                         std::to_string(logits.size()) + " logit rows"));
+  }
+  // One bitmask row per matcher, sized for its own vocabulary.
+  std::vector<size_t> offsets;
+  size_t total_words = 0;
+  for (ConstraintMatcher* matcher : matchers) {
+    offsets.push_back(total_words);
+    total_words +=
+        static_cast<size_t>(xgrammar::GetBitmaskSize(matcher->impl_->constraint->vocab_size));
+  }
+  impl_->bitmasks.assign(total_words, 0);
+  std::vector<std::span<int32_t>> bitmasks;
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    const size_t end = i + 1 < matchers.size() ? offsets[i + 1] : total_words;
+    bitmasks.emplace_back(impl_->bitmasks.data() + offsets[i], end - offsets[i]);
+  }
+  std::vector<Status> statuses(matchers.size(), Status::ok_status());
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    statuses[i] = check_logits_size(logits[i], matchers[i]->impl_->constraint->vocab_size);
+  }
+  std::vector<ConstraintMatcher*> checked;
+  std::vector<std::span<int32_t>> checked_masks;
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    if (!statuses[i].ok()) continue;
+    checked.push_back(matchers[i]);
+    checked_masks.push_back(bitmasks[i]);
+    rows.push_back(i);
+  }
+  const std::vector<Status> filled = allowed(checked, checked_masks);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    statuses[rows[b]] = filled[b];
+    if (filled[b].ok()) apply_token_bitmask(bitmasks[rows[b]], logits[rows[b]]);
+  }
+  return statuses;
+}
+
+std::vector<Status> ConstraintBatchMasker::allowed(std::span<ConstraintMatcher* const> matchers,
+                                                   std::span<const std::span<int32_t>> bitmasks) {
+  std::vector<Status> statuses(matchers.size(), Status::ok_status());
+  if (matchers.size() != bitmasks.size()) {
+    std::ranges::fill(
+        statuses,
+        invalid_argument("grammar mask: " + std::to_string(matchers.size()) + " matchers for " +
+                         std::to_string(bitmasks.size()) + " bitmasks"));
     return statuses;
   }
-  // The rows that can be masked go to the batch matcher; a row's failure is its own.
+  // The rows that can be filled go to the batch matcher; a row's failure is its own.
   std::vector<xgrammar::GrammarMatcher> batch;
   std::vector<size_t> rows;
   int64_t words = 0;
   for (size_t i = 0; i < matchers.size(); ++i) {
     ConstraintMatcher::Impl& matcher = *matchers[i]->impl_;
-    statuses[i] = check_logits_size(logits[i], matcher.constraint->vocab_size);
-    if (statuses[i].ok() && matcher.matcher.IsTerminated()) statuses[i] = grammar_ended();
-    if (!statuses[i].ok()) continue;
     const int64_t row_words = xgrammar::GetBitmaskSize(matcher.constraint->vocab_size);
+    if (static_cast<int64_t>(bitmasks[i].size()) != row_words) {
+      statuses[i] =
+          invalid_argument("grammar mask: a bitmask of " + std::to_string(bitmasks[i].size()) +
+                           " words for " + std::to_string(row_words));
+      continue;
+    }
+    if (matcher.matcher.IsTerminated()) statuses[i] = grammar_ended();
+    if (!statuses[i].ok()) continue;
     if (words != 0 && row_words != words) {
       statuses[i] = invalid_argument("grammar mask: sequences of different vocabularies");
       continue;
@@ -297,10 +346,12 @@ std::vector<Status> ConstraintBatchMasker::mask(std::span<ConstraintMatcher* con
     rows.push_back(i);
   }
   if (batch.empty()) return statuses;
-  impl_->bitmasks.assign(batch.size() * static_cast<size_t>(words), 0);
+  // xgrammar fills one [rows, words] tensor; the callers' rows need not be adjacent.
+  std::vector<int32_t>& filled = impl_->filled;
+  filled.assign(batch.size() * static_cast<size_t>(words), 0);
   int64_t shape[2] = {static_cast<int64_t>(batch.size()), words};
   DLTensor tensor{};
-  tensor.data = impl_->bitmasks.data();
+  tensor.data = filled.data();
   tensor.device = DLDevice{kDLCPU, 0};
   tensor.ndim = 2;
   tensor.dtype = xgrammar::GetBitmaskDLType();
@@ -318,9 +369,8 @@ std::vector<Status> ConstraintBatchMasker::mask(std::span<ConstraintMatcher* con
     return statuses;
   }
   for (size_t b = 0; b < rows.size(); ++b) {
-    const std::span<const int32_t> bitmask(impl_->bitmasks.data() + b * static_cast<size_t>(words),
-                                           static_cast<size_t>(words));
-    apply_bitmask(bitmask, logits[rows[b]]);
+    std::copy_n(filled.begin() + static_cast<ptrdiff_t>(b * static_cast<size_t>(words)), words,
+                bitmasks[rows[b]].begin());
   }
   return statuses;
 }

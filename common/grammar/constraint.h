@@ -52,6 +52,14 @@ class ConstraintCompiler {
 
 class ConstraintMatcher;
 
+// Sets logits[t] = -inf for every token t whose bit (bit t % 32 of word t / 32) is clear.
+void apply_token_bitmask(std::span<const int32_t> bitmask, std::span<float> logits);
+
+// Words of a token bitmask over `vocab_size` tokens (ceil(vocab_size / 32)).
+inline size_t token_bitmask_words(int vocab_size) {
+  return (static_cast<size_t>(vocab_size) + 31) / 32;
+}
+
 // Masks the logits of a batch's constrained sequences in one call: their allowed-token sets
 // are computed in parallel on xgrammar's batch matcher (one thread per hardware thread: the
 // model's workers are idle while a step samples), so a batch of them costs about one
@@ -67,6 +75,10 @@ class ConstraintBatchMasker {
   // must be distinct.
   std::vector<Status> mask(std::span<ConstraintMatcher* const> matchers,
                            std::span<const std::span<float>> logits);
+  // For each i, what matchers[i]->allowed() computes, into bitmasks[i] (token_bitmask_words of
+  // the vocabulary each): for a sampler that applies the masks itself (on its device).
+  std::vector<Status> allowed(std::span<ConstraintMatcher* const> matchers,
+                              std::span<const std::span<int32_t>> bitmasks);
 
  private:
   struct Impl;

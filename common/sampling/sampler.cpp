@@ -282,10 +282,10 @@ void Sampler::keep_top_p(float top_p) {
   std::erase_if(candidates_, [&](const Candidate& candidate) { return heavier(cut, candidate); });
 }
 
-int32_t Sampler::draw(SamplerRng& rng) const {
+int32_t Sampler::draw(double unit) const {
   double total = 0.0;
   for (const Candidate& candidate : candidates_) total += candidate.weight;
-  const double target = rng.next_unit() * total;
+  const double target = unit * total;
   double running = 0.0;
   for (const Candidate& candidate : candidates_) {
     running += candidate.weight;
@@ -294,18 +294,17 @@ int32_t Sampler::draw(SamplerRng& rng) const {
   return candidates_.back().token;  // only when rounding made u * total reach total
 }
 
-Result<SampleResult> Sampler::sample(std::span<const float> logits, const SamplingParams& params,
-                                     std::span<const int32_t> prompt_tokens,
-                                     std::span<const int32_t> output_tokens, SamplerRng& rng,
-                                     std::span<const int32_t> banned_token_ids) {
-  PDS_ASSIGN_OR_RETURN(Processed processed, process_logits(logits, params, prompt_tokens,
-                                                           output_tokens, banned_token_ids));
+Result<SampleResult> Sampler::finish_sample(std::span<const float> logits,
+                                            const Processed& processed,
+                                            const SamplingParams& params,
+                                            size_t num_output_tokens, const double* unit,
+                                            SamplerRng* rng) {
   SampleResult result{processed.best, 0.0f, {}};
-  if (output_tokens.size() < params.scripted_output.size()) {
-    result.token = params.scripted_output[output_tokens.size()];
-  } else if (params.temperature >= kGreedyTemperature) {
+  if (num_output_tokens < params.scripted_output.size()) {
+    result.token = params.scripted_output[num_output_tokens];
+  } else if (sampler_draws(params, num_output_tokens)) {
     select_candidates(processed, params);
-    result.token = draw(rng);
+    result.token = draw(unit != nullptr ? *unit : rng->next_unit());
   }
   if (params.want_logprobs) {
     // raw_best >= 0: had every raw logit been -inf, so would every processed one.
@@ -314,6 +313,45 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits, const Sampli
     result.top_logprobs =
         top_logprobs(logits, static_cast<size_t>(params.logprobs), log_normalizer);
   }
+  return result;
+}
+
+Result<SampleResult> Sampler::sample(std::span<const float> logits, const SamplingParams& params,
+                                     std::span<const int32_t> prompt_tokens,
+                                     std::span<const int32_t> output_tokens, SamplerRng& rng,
+                                     std::span<const int32_t> banned_token_ids) {
+  PDS_ASSIGN_OR_RETURN(Processed processed, process_logits(logits, params, prompt_tokens,
+                                                           output_tokens, banned_token_ids));
+  return finish_sample(logits, processed, params, output_tokens.size(), nullptr, &rng);
+}
+
+Result<SampleResult> Sampler::sample_with_unit(std::span<const float> logits,
+                                               const SamplingParams& params,
+                                               std::span<const int32_t> prompt_tokens,
+                                               std::span<const int32_t> output_tokens,
+                                               double unit,
+                                               std::span<const int32_t> banned_token_ids) {
+  PDS_ASSIGN_OR_RETURN(Processed processed, process_logits(logits, params, prompt_tokens,
+                                                           output_tokens, banned_token_ids));
+  return finish_sample(logits, processed, params, output_tokens.size(), &unit, nullptr);
+}
+
+Result<SampleResult> Sampler::logprobs(std::span<const float> logits, int32_t token,
+                                       int top) const {
+  if (logits.empty() || token < 0 || static_cast<size_t>(token) >= logits.size()) {
+    return invalid_argument("logprobs: token " + std::to_string(token) + " is outside " +
+                            std::to_string(logits.size()) + " logits");
+  }
+  if (top < 0 || top > kMaxLogprobs) {
+    return invalid_argument("logprobs: top must be in [0, " + std::to_string(kMaxLogprobs) +
+                            "], got " + std::to_string(top));
+  }
+  PDS_ASSIGN_OR_RETURN(const int32_t best, scan_raw_logits(logits));
+  if (best < 0) return invalid_argument("every token is masked: all logits are -inf");
+  const double log_normalizer = log_sum_exp(logits, logits[best]);
+  SampleResult result{token, 0.0f, {}};
+  result.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_normalizer);
+  result.top_logprobs = top_logprobs(logits, static_cast<size_t>(top), log_normalizer);
   return result;
 }
 

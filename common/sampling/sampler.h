@@ -51,6 +51,15 @@ namespace pdserve {
 // vLLM's _SAMPLING_EPS: below this temperature sampling is greedy.
 inline constexpr float kGreedyTemperature = 1e-5f;
 
+// Whether Sampler::sample draws from the request's generator (step 6) for a sequence with
+// `num_output_tokens` output tokens: not while scripted_output lasts, not when greedy. A
+// sampler on another device draws u on the host by this rule, so that seeds, resumed streams
+// and exported generator states stay what the host sampler makes them.
+inline bool sampler_draws(const SamplingParams& params, size_t num_output_tokens) {
+  return num_output_tokens >= params.scripted_output.size() &&
+         params.temperature >= kGreedyTemperature;
+}
+
 struct TokenLogprob {
   int32_t token;
   float logprob;
@@ -76,6 +85,21 @@ class Sampler {
                               std::span<const int32_t> prompt_tokens,
                               std::span<const int32_t> output_tokens, SamplerRng& rng,
                               std::span<const int32_t> banned_token_ids = {});
+
+  // sample() with the draw given: `unit` stands for rng.next_unit() and is read only when
+  // sampler_draws(params, output_tokens.size()). sample() is this with the draw taken from
+  // `rng` exactly then (after the input checks pass).
+  Result<SampleResult> sample_with_unit(std::span<const float> logits,
+                                        const SamplingParams& params,
+                                        std::span<const int32_t> prompt_tokens,
+                                        std::span<const int32_t> output_tokens, double unit,
+                                        std::span<const int32_t> banned_token_ids = {});
+
+  // Step 1 alone, for a token chosen elsewhere (a device sampler): the log-softmax of `logits`
+  // at `token` and the `top` best alternatives, as sample() reports them with want_logprobs.
+  // InvalidArgument for a NaN or +inf logit, all logits -inf, `token` outside the logits or
+  // `top` outside [0, kMaxLogprobs].
+  Result<SampleResult> logprobs(std::span<const float> logits, int32_t token, int top) const;
 
   // The distribution step 6 draws from: the kept tokens in ascending id order with their
   // probabilities (summing to 1); a single token with probability 1 when greedy. For checking
@@ -111,8 +135,12 @@ class Sampler {
   // Step 5: fills candidates_ with the kept tokens in ascending id order.
   void select_candidates(const Processed& processed, const SamplingParams& params);
   void keep_top_p(float top_p);
+  // Steps 4 to 6 and step 1 once the logits are processed; `unit` is read only when drawing.
+  Result<SampleResult> finish_sample(std::span<const float> logits, const Processed& processed,
+                                     const SamplingParams& params, size_t num_output_tokens,
+                                     const double* unit, SamplerRng* rng);
   // Step 6.
-  int32_t draw(SamplerRng& rng) const;
+  int32_t draw(double unit) const;
 
   std::vector<float> processed_;
   std::vector<uint8_t> seen_;     // per token, while applying the repetition penalty

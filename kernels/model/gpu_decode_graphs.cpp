@@ -22,6 +22,26 @@ std::optional<int> choose_decode_bucket(std::span<const int> buckets, int num_se
   return std::nullopt;
 }
 
+std::vector<int> decode_context_buckets(int max_model_len) {
+  std::vector<int> buckets;
+  for (int64_t length = kMinDecodeGraphContext; length < max_model_len; length *= 2) {
+    buckets.push_back(static_cast<int>(length));
+  }
+  if (max_model_len > 0) buckets.push_back(max_model_len);
+  return buckets;
+}
+
+std::optional<DecodeGraphKey> choose_decode_graph(std::span<const int> batch_buckets,
+                                                  std::span<const int> context_buckets,
+                                                  int num_seqs, int max_context_len) {
+  const std::optional<int> batch = choose_decode_bucket(batch_buckets, num_seqs);
+  if (!batch || max_context_len <= 0) return std::nullopt;
+  for (int context : context_buckets) {
+    if (context >= max_context_len) return DecodeGraphKey{*batch, context};
+  }
+  return std::nullopt;
+}
+
 Status pad_decode_batch(HostBatch& batch, int bucket, int scratch_block, int block_size,
                         int graph_context_len) {
   if (batch.num_tokens != batch.num_seqs || batch.max_query_len > 1) {

@@ -16,36 +16,46 @@ std::string gib(size_t bytes) {
 
 }  // namespace
 
+Status check_gpu_memory_utilization(double utilization) {
+  if (utilization > 0.0 && utilization <= 1.0) return {};
+  return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
+                          std::to_string(utilization));
+}
+
 Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& in) {
-  if (!(in.utilization > 0.0 && in.utilization <= 1.0)) {
-    return invalid_argument("--gpu-memory-utilization must be in (0, 1], got " +
-                            std::to_string(in.utilization));
-  }
+  PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(in.utilization));
   if (in.total_bytes == 0 || in.free_bytes > in.total_bytes || in.kv_bytes_per_block == 0 ||
-      in.blocks_per_sequence <= 0) {
+      in.blocks_per_sequence <= 0 || in.reserved_blocks < 0 ||
+      in.profiling_pool_bytes > in.total_bytes - in.free_bytes) {
     return invalid_argument("GPU memory plan: inconsistent inputs (total " + gib(in.total_bytes) +
-                            ", free " + gib(in.free_bytes) + ")");
+                            ", free " + gib(in.free_bytes) + ", profiling pool " +
+                            gib(in.profiling_pool_bytes) + ")");
   }
   GpuMemoryPlan plan;
   plan.budget_bytes =
       static_cast<size_t>(std::floor(static_cast<double>(in.total_bytes) * in.utilization));
-  plan.other_processes_bytes = in.total_bytes - in.free_bytes;
+  plan.other_processes_bytes = in.total_bytes - in.free_bytes - in.profiling_pool_bytes;
   const size_t needed = plan.other_processes_bytes + in.weight_bytes + in.workspace_bytes;
   if (needed >= plan.budget_bytes) {
-    return resource_exhausted("model does not fit: weights " + gib(in.weight_bytes) +
-                              " + workspace " + gib(in.workspace_bytes) +
-                              " + memory held by other processes " +
+    std::string parts;
+    if (in.weight_bytes > 0) parts += "weights " + gib(in.weight_bytes) + " + ";
+    if (in.workspace_bytes > 0) parts += "workspace " + gib(in.workspace_bytes) + " + ";
+    return resource_exhausted("model does not fit: " + parts + "memory in use " +
                               gib(plan.other_processes_bytes) + " exceed the budget of " +
                               gib(plan.budget_bytes) + " (--gpu-memory-utilization " +
                               std::to_string(in.utilization) + " of " + gib(in.total_bytes) + ")");
   }
   const size_t blocks = (plan.budget_bytes - needed) / in.kv_bytes_per_block;
-  if (blocks < static_cast<size_t>(in.blocks_per_sequence)) {
-    return resource_exhausted("no room for one sequence: " + gib(plan.budget_bytes - needed) +
-                              " left for the KV cache " + "hold " + std::to_string(blocks) +
-                              " blocks, one max_model_len sequence needs " +
-                              std::to_string(in.blocks_per_sequence) +
-                              " (raise --gpu-memory-utilization or lower --max-model-len)");
+  const size_t blocks_needed =
+      static_cast<size_t>(in.blocks_per_sequence) + static_cast<size_t>(in.reserved_blocks);
+  if (blocks < blocks_needed) {
+    return resource_exhausted(
+        "no room for one sequence: " + gib(plan.budget_bytes - needed) + " left for the KV cache " +
+        "hold " + std::to_string(blocks) + " blocks, one max_model_len sequence needs " +
+        std::to_string(in.blocks_per_sequence) +
+        (in.reserved_blocks > 0 ? " and " + std::to_string(in.reserved_blocks) + " are reserved"
+                                : std::string()) +
+        " (raise --gpu-memory-utilization or lower --max-model-len)");
   }
   plan.num_blocks = static_cast<int>(std::min<size_t>(blocks, 0x7fffffff));
   plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.kv_bytes_per_block;
@@ -82,9 +92,8 @@ size_t forward_workspace_bytes(const ModelConfig& c, const ForwardLimits& limits
   const size_t activations =
       tokens * (2 * hidden + q_width + 2 * kv_width + q_width + 3 * inter) + seqs * hidden;
   const size_t logits = seqs * static_cast<size_t>(c.vocab_size) * sizeof(float);
-  // token ids, positions, slots; query_start, context_lens, block tables, logits rows
-  const size_t ints = 3 * tokens + (seqs + 1) + seqs + seqs * blocks_per_seq + seqs;
-  return activations * dtype_size(activation) + logits + ints * sizeof(int32_t);
+  return activations * dtype_size(activation) + logits +
+         packed_batch_capacity_bytes(limits, static_cast<int>(blocks_per_seq));
 }
 
 }  // namespace pdserve

@@ -1,7 +1,11 @@
 // How a GPU node divides device memory: weights, forward workspace, and the KV pool taking
 // what remains of --gpu-memory-utilization (vLLM's meaning: the fraction of the device's
 // total memory this process may use, counting what other processes already hold). Pure
-// arithmetic, so it is tested without a GPU.
+// arithmetic, so it is tested without a GPU. Qwen3ModelRunner measures rather than estimates:
+// it loads the weights, allocates the workspace, captures the decode graphs and runs one
+// profiling step at max_num_batched_tokens on a small temporary pool, then reads the free
+// memory (free_bytes, with weight_bytes = workspace_bytes = 0 and the temporary pool as
+// profiling_pool_bytes).
 #pragma once
 
 #include <cstddef>
@@ -16,25 +20,33 @@ namespace pdserve {
 inline constexpr double kDefaultGpuMemoryUtilization = 0.90;
 
 struct GpuMemoryInputs {
-  size_t total_bytes = 0;      // the device's memory
-  size_t free_bytes = 0;       // free at startup, before this process allocated anything
+  size_t total_bytes = 0;  // the device's memory
+  size_t free_bytes = 0;   // free now
+  // Allocations still to come besides the KV pool (0 when measured after them).
   size_t weight_bytes = 0;     // the model's weights as placed on the device
   size_t workspace_bytes = 0;  // forward workspace, cuBLAS and graph memory
+  // Held now but released before the KV pool is allocated (the profiling step's pool).
+  size_t profiling_pool_bytes = 0;
   double utilization = kDefaultGpuMemoryUtilization;
   size_t kv_bytes_per_block = 0;  // K and V of one block across all layers
   int blocks_per_sequence = 0;    // blocks one sequence of max_model_len needs
+  int reserved_blocks = 0;        // blocks no sequence gets (the decode graphs' scratch block)
 };
 
 struct GpuMemoryPlan {
   size_t budget_bytes = 0;           // total * utilization
-  size_t other_processes_bytes = 0;  // total - free at startup
+  size_t other_processes_bytes = 0;  // in use now and kept: total - free - profiling pool
   size_t kv_bytes = 0;
-  int num_blocks = 0;
+  int num_blocks = 0;  // the pool's, reserved blocks included
 };
+
+// InvalidArgument naming --gpu-memory-utilization unless `utilization` is in (0, 1].
+Status check_gpu_memory_utilization(double utilization);
 
 // InvalidArgument for a utilization outside (0, 1] or inconsistent inputs; ResourceExhausted
 // when the weights and workspace do not fit the budget ("model does not fit") or the rest
-// holds fewer blocks than one max_model_len sequence needs. Messages give the GiB figures.
+// holds fewer blocks than one max_model_len sequence needs besides the reserved ones.
+// Messages give the GiB figures.
 Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& inputs);
 
 // Bytes of a Qwen3 model's weights in `dtype` (tied embeddings counted once).

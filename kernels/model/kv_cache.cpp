@@ -43,7 +43,7 @@ Result<KvCache> KvCache::create(Backend& backend, const KvLayout& layout) {
   if (!buffer.ok())
     return buffer.status().with_context("KV cache of " + std::to_string(layout.total_bytes()) +
                                         " bytes");
-  return KvCache(layout, backend.kind(), std::move(buffer).value());
+  return KvCache(layout, backend, std::move(buffer).value());
 }
 
 KvCacheView KvCache::view() const {

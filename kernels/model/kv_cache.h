@@ -33,13 +33,17 @@ class KvCache {
   // Where the pool lives (host memory for the CPU backend, device memory for CUDA).
   DeviceKind device() const { return device_; }
   size_t size_bytes() const { return buffer_.size(); }
+  // The backend that allocated the pool: a thread that moves its bytes (the KV transfer
+  // thread) binds itself to its device with backend().bind_current_thread().
+  Backend& backend() const { return *backend_; }
 
  private:
-  KvCache(KvLayout layout, DeviceKind device, DeviceBuffer buffer)
-      : layout_(layout), device_(device), buffer_(std::move(buffer)) {}
+  KvCache(KvLayout layout, Backend& backend, DeviceBuffer buffer)
+      : layout_(layout), device_(backend.kind()), backend_(&backend), buffer_(std::move(buffer)) {}
 
   KvLayout layout_;
   DeviceKind device_;
+  Backend* backend_;
   DeviceBuffer buffer_;
 };
 

@@ -1,6 +1,7 @@
 #include "kernels/model/qwen3_model.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace pdserve {
@@ -19,20 +20,27 @@ const std::byte* bytes_in(const HostTensor& tensor, DType dtype, std::vector<std
   return scratch.data();
 }
 
-template <typename T>
-Status upload(Backend& backend, const std::vector<T>& host, DeviceBuffer& device) {
-  const size_t bytes = host.size() * sizeof(T);
-  if (bytes > device.size()) {
-    return out_of_range("forward: a batch array of " + std::to_string(host.size()) +
-                        " entries exceeds the forward context's limits");
-  }
-  return backend.copy_to_device(device.data(), host.data(), bytes);
+// The batch arrays in packing order, each starting on a kPackAlignment boundary.
+constexpr size_t kPackAlignment = 16;
+
+size_t aligned(size_t bytes) {
+  return (bytes + kPackAlignment - 1) / kPackAlignment * kPackAlignment;
 }
 
 }  // namespace
 
+size_t packed_batch_capacity_bytes(const ForwardLimits& limits, int max_blocks_per_seq) {
+  const size_t tokens = static_cast<size_t>(limits.max_num_tokens);
+  const size_t seqs = static_cast<size_t>(limits.max_num_seqs);
+  const size_t ints = sizeof(int32_t);
+  // token ids, positions, slots; query starts, context lengths, logits rows; block tables
+  return 3 * aligned(tokens * ints) + aligned((seqs + 1) * ints) + 2 * aligned(seqs * ints) +
+         aligned(seqs * static_cast<size_t>(max_blocks_per_seq) * ints);
+}
+
 Result<ForwardContext> ForwardContext::create(Backend& backend, const ModelConfig& config,
-                                              const ForwardLimits& limits, int block_size) {
+                                              const ForwardLimits& limits, int block_size,
+                                              size_t extra_input_bytes) {
   if (limits.max_num_tokens <= 0 || limits.max_num_seqs <= 0 || limits.max_model_len <= 0 ||
       block_size <= 0) {
     return invalid_argument("forward limits must be positive");
@@ -60,16 +68,12 @@ Result<ForwardContext> ForwardContext::create(Backend& backend, const ModelConfi
                        allocate_matrix(backend, seqs, config.hidden_size, act));
   PDS_ASSIGN_OR_RETURN(context.logits_,
                        allocate_matrix(backend, seqs, config.vocab_size, DType::kF32));
-  const auto ints = [&](int64_t count) {
-    return backend.allocate(static_cast<size_t>(count) * sizeof(int32_t));
-  };
-  PDS_ASSIGN_OR_RETURN(context.token_ids_, ints(tokens));
-  PDS_ASSIGN_OR_RETURN(context.positions_, ints(tokens));
-  PDS_ASSIGN_OR_RETURN(context.slot_mapping_, ints(tokens));
-  PDS_ASSIGN_OR_RETURN(context.query_start_, ints(seqs + 1));
-  PDS_ASSIGN_OR_RETURN(context.context_lens_, ints(seqs));
-  PDS_ASSIGN_OR_RETURN(context.block_tables_, ints(seqs * context.max_blocks_per_seq_));
-  PDS_ASSIGN_OR_RETURN(context.logits_rows_, ints(seqs));
+  context.batch_capacity_bytes_ = packed_batch_capacity_bytes(limits, context.max_blocks_per_seq_);
+  context.extra_capacity_bytes_ = aligned(extra_input_bytes);
+  const size_t input_bytes = context.batch_capacity_bytes_ + context.extra_capacity_bytes_;
+  PDS_ASSIGN_OR_RETURN(context.inputs_, backend.allocate(input_bytes));
+  PDS_ASSIGN_OR_RETURN(context.staging_, backend.allocate_host(input_bytes));
+  context.backend_ = &backend;
   return context;
 }
 
@@ -153,26 +157,64 @@ Result<std::unique_ptr<Qwen3Model>> Qwen3Model::create(Backend& backend, Qwen3We
   return model;
 }
 
-Status Qwen3Model::upload_batch(ForwardContext& context, AttentionBatch& batch) {
-  const HostBatch& host = context.host_batch_;
-  PDS_RETURN_IF_ERROR(upload(backend_, host.token_ids, context.token_ids_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.positions, context.positions_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.slot_mapping, context.slot_mapping_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.query_start, context.query_start_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.context_lens, context.context_lens_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.block_tables, context.block_tables_));
-  PDS_RETURN_IF_ERROR(upload(backend_, host.logits_rows, context.logits_rows_));
+Status ForwardContext::pack_batch(AttentionBatch& batch) {
+  const HostBatch& host = host_batch_;
+  std::byte* const staging = staging_.as<std::byte>();
+  std::byte* const device = inputs_.as<std::byte>();
+  size_t offset = 0;
+  Status status;
+  // Appends one array; returns where it will be on the device.
+  const auto pack = [&](const std::vector<int32_t>& array) -> int32_t* {
+    const size_t bytes = array.size() * sizeof(int32_t);
+    if (offset + bytes > batch_capacity_bytes_) {
+      status = out_of_range("forward: a batch array of " + std::to_string(array.size()) +
+                            " entries exceeds the forward context's limits");
+      return nullptr;
+    }
+    if (bytes > 0) std::memcpy(staging + offset, array.data(), bytes);
+    int32_t* placed = reinterpret_cast<int32_t*>(device + offset);
+    offset += aligned(bytes);
+    return placed;
+  };
+  // Arrays sized by tokens, then by sequences, the block tables last: a graph's padded batch
+  // (tokens == sequences == its bucket) finds every array where it was captured.
+  token_ids_.data = pack(host.token_ids);
+  batch.positions = pack(host.positions);
+  batch.slot_mapping = pack(host.slot_mapping);
+  batch.query_start = pack(host.query_start);
+  batch.context_lens = pack(host.context_lens);
+  logits_rows_.data = pack(host.logits_rows);
+  batch.block_tables = pack(host.block_tables);
+  PDS_RETURN_IF_ERROR(status);
+  packed_bytes_ = offset;
   batch.num_seqs = host.num_seqs;
   batch.num_tokens = host.num_tokens;
   batch.max_blocks_per_seq = host.max_blocks_per_seq;
   batch.max_query_len = host.max_query_len;
   batch.max_context_len = host.max_context_len;
-  batch.query_start = context.query_start_.as<int32_t>();
-  batch.context_lens = context.context_lens_.as<int32_t>();
-  batch.block_tables = context.block_tables_.as<int32_t>();
-  batch.positions = context.positions_.as<int32_t>();
-  batch.slot_mapping = context.slot_mapping_.as<int32_t>();
   return {};
+}
+
+std::span<std::byte> ForwardContext::extra_inputs() const {
+  return {staging_.as<std::byte>() + packed_bytes_, extra_capacity_bytes_};
+}
+
+void* ForwardContext::device_extra_inputs() const {
+  return inputs_.as<std::byte>() + packed_bytes_;
+}
+
+Status ForwardContext::upload_inputs(size_t extra_bytes) {
+  if (extra_bytes > extra_capacity_bytes_) {
+    return out_of_range("forward: " + std::to_string(extra_bytes) +
+                        " bytes of extra step inputs exceed the " +
+                        std::to_string(extra_capacity_bytes_) + " reserved");
+  }
+  return backend_->copy_to_device(inputs_.data(), staging_.data(), packed_bytes_ + extra_bytes);
+}
+
+Status Qwen3Model::upload_batch(ForwardContext& context, AttentionBatch& batch) {
+  PDS_RETURN_IF_ERROR(context.pack_batch(batch));
+  return context.upload_inputs(0);
 }
 
 Status Qwen3Model::prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,

@@ -22,28 +22,66 @@ struct ForwardLimits {
   int max_model_len = 4096;  // positions per sequence
 };
 
+// Bytes of one step's packed batch arrays at these limits (the ForwardContext's input buffer
+// without extra inputs).
+size_t packed_batch_capacity_bytes(const ForwardLimits& limits, int max_blocks_per_seq);
+
+// One batch array's place in the context's packed step inputs (device memory).
+struct PackedArray {
+  void* data = nullptr;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
 // Workspace for one forward step at the given limits. Allocated once; reused every step.
+// A step's batch arrays go up in one copy: they are packed back to back into one host staging
+// buffer (page-locked on CUDA, Backend::allocate_host) and copied to one device buffer; a caller
+// may append `extra_input_bytes` of its own after them (the sampling inputs) to the same copy.
+// The packing depends only on the batch's token count, sequence count and block-table width, so
+// a CUDA graph captured for a padded decode batch reads its arrays where every later batch of
+// that shape puts them.
 class ForwardContext {
  public:
   static Result<ForwardContext> create(Backend& backend, const ModelConfig& config,
-                                       const ForwardLimits& limits, int block_size);
+                                       const ForwardLimits& limits, int block_size,
+                                       size_t extra_input_bytes = 0);
   const ForwardLimits& limits() const { return limits_; }
   int max_blocks_per_seq() const { return max_blocks_per_seq_; }
   int block_size() const { return block_size_; }
   // The host arrays of the step being prepared (see Qwen3Model::prepare_batch).
   HostBatch& host_batch() { return host_batch_; }
 
+  // Packs host_batch() into the staging buffer and describes where its arrays will be on the
+  // device in `batch`; nothing is copied yet. OutOfRange when the arrays exceed the limits.
+  Status pack_batch(AttentionBatch& batch);
+  // The staging space after the packed batch (extra_input_bytes, 16-byte aligned) and where
+  // it lands on the device. Valid until the next pack_batch().
+  std::span<std::byte> extra_inputs() const;
+  void* device_extra_inputs() const;
+  // Copies the packed batch and the first `extra_bytes` of extra_inputs() in one copy.
+  Status upload_inputs(size_t extra_bytes);
+  // The float32 logits on the device: [max_num_seqs, vocab_size], row i the i-th sequence's
+  // (a device sampler overwrites them).
+  float* device_logits() const { return logits_.as<float>(); }
+
  private:
   friend class Qwen3Model;
   ForwardContext() = default;
 
+  Backend* backend_ = nullptr;
   ForwardLimits limits_;
   int block_size_ = 0;
   int max_blocks_per_seq_ = 0;
   HostBatch host_batch_;
   DeviceBuffer hidden_, residual_, qkv_, attention_out_, gate_up_, mlp_act_, last_hidden_, logits_;
-  DeviceBuffer token_ids_, positions_, slot_mapping_, query_start_, context_lens_, block_tables_,
-      logits_rows_;
+  DeviceBuffer inputs_;  // packed batch arrays, then the extra inputs
+  HostBuffer staging_;   // the same, on the host
+  size_t batch_capacity_bytes_ = 0;
+  size_t extra_capacity_bytes_ = 0;
+  size_t packed_bytes_ = 0;              // of the current batch, extra inputs' offset
+  PackedArray token_ids_, logits_rows_;  // of the current batch (compute() reads them)
 };
 
 class Qwen3Model {
@@ -72,10 +110,11 @@ class Qwen3Model {
 
   // forward() in phases, for a caller that replays the device phase as a CUDA graph:
   // prepare_batch() validates the slices into context.host_batch() (which the caller may then
-  // pad), upload_batch() copies those arrays to the context's device arrays and describes
-  // them, compute() queues the whole step (embedding to logits) on the backend without host
-  // copies, allocations or waits, so it can be captured, and fetch_logits() copies the first
-  // `rows` logits rows to host memory and reports asynchronous failures.
+  // pad), upload_batch() packs and copies those arrays to the device in one copy
+  // (ForwardContext::pack_batch + upload_inputs) and describes them, compute() queues the whole
+  // step (embedding to logits) on the backend without host copies, allocations or waits, so it can
+  // be captured, and fetch_logits() copies the first `rows` logits rows to host memory and reports
+  // asynchronous failures.
   Status prepare_batch(std::span<const SequenceSlice> slices, const KvCache& cache,
                        ForwardContext& context) const;
   Status upload_batch(ForwardContext& context, AttentionBatch& batch);

@@ -99,6 +99,9 @@ expect_exit "float16 compute on cuda refused" 2 "$generate" --model "$model" --p
   --dtype float16
 grep -q 'error: --device cuda computes in bfloat16 (the default) or float32 (strict), not float16' "$work/err" ||
   fail "float16 on cuda: $(cat "$work/err")"
+expect_exit "gpu memory utilization above one" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 1.5
+expect_exit "gpu memory utilization zero" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 0
+expect_exit "kv cache memory not positive" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib -1
 expect_exit "unknown flag" 2 "$generate" --model "$model" --prompt hi --no-such-flag
 expect_exit "help" 0 "$generate" --help
 
@@ -118,6 +121,7 @@ expect_exit "decode bad id" 2 bash -c "echo '[-1]' | '$tokenize' --model '$model
 # Log options of the servers.
 expect_exit "unknown log level" 2 "$proxy" --log-level loud
 expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
+expect_exit "decode gpu memory utilization" 2 "$decode" --model "$model" --port 0 --gpu-memory-utilization 1.01
 # With --log-format json every stderr line is one JSON object (ISO-8601 UTC time, level,
 # source, message), and a node logs its warm-up and KV capacity before it serves.
 "$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \

@@ -292,5 +292,51 @@ TEST(ConstraintTest, TheBatchedMaskEqualsEachRowsOwnMask) {
   EXPECT_EQ(good_row[static_cast<size_t>(letter)], -std::numeric_limits<float>::infinity());
 }
 
+// The batched bitmasks (for a device sampler) are each row's own allowed(), and applying one
+// to a row is what mask() does to it.
+TEST(ConstraintTest, TheBatchedBitmasksEqualEachRowsOwnAndApplyAsMaskDoes) {
+  const ConstraintHandle json = compile(StructuredOutput::Kind::kJsonSchema,
+                                        R"({"type": "object", "properties": {
+                                          "a": {"type": "integer"}}, "required": ["a"]})");
+  const ConstraintHandle digits = compile(StructuredOutput::Kind::kRegex, "[0-9]{1,40}");
+  ASSERT_NE(json, nullptr);
+  ASSERT_NE(digits, nullptr);
+  const size_t words = token_bitmask_words(kVocab);
+  std::vector<ConstraintMatcher> matchers;
+  matchers.emplace_back(json);
+  matchers.emplace_back(digits);
+  ASSERT_TRUE(matchers[1].accept(qwen3_tokenizer().encode("4").value().at(0)).ok());
+  ConstraintMatcher ended(digits);
+  ASSERT_TRUE(ended.accept(qwen3_tokenizer().encode("7").value().at(0)).ok());
+  ASSERT_TRUE(ended.accept(kEos).ok());
+  std::vector<std::vector<int32_t>> bitmasks(3, std::vector<int32_t>(words, -1));
+  std::vector<int32_t> short_mask(words - 1);
+  std::vector<ConstraintMatcher*> pointers{&matchers[0], &matchers[1], &ended, &matchers[0]};
+  std::vector<std::span<int32_t>> spans{bitmasks[0], bitmasks[1], bitmasks[2], short_mask};
+  ConstraintBatchMasker masker;
+  const std::vector<Status> statuses = masker.allowed(pointers, spans);
+  ASSERT_EQ(statuses.size(), 4u);
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0].to_string();
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1].to_string();
+  EXPECT_EQ(statuses[2].code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(statuses[3].code(), StatusCode::kInvalidArgument);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<int32_t> own;
+    ASSERT_TRUE(matchers[i].allowed(own).ok());
+    EXPECT_EQ(bitmasks[i], own) << "row " << i;
+    std::vector<float> masked(kVocab);
+    for (float& logit : masked) logit = normal(rng);
+    std::vector<float> applied = masked;
+    ASSERT_TRUE(matchers[i].mask(masked).ok());
+    apply_token_bitmask(bitmasks[i], applied);
+    EXPECT_EQ(applied, masked) << "row " << i;
+  }
+  std::vector<float> untouched(kVocab, 1.0f);
+  apply_token_bitmask({}, untouched);
+  EXPECT_EQ(untouched, std::vector<float>(kVocab, 1.0f)) << "an empty mask masks nothing";
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -24,12 +24,17 @@ fi
 cat "$work/bundle.log"
 for file in run.sh run-gpu-tests.sh bundle-env.sh gpu-tests.txt cuda-libraries.txt \
             bin/pdserve-generate bin/pdserve-make-model bin/pdserve-bench-gpu \
-            bin/cuda_backend_test bin/cuda_strict_test bin/cuda_engine_test; do
+            bin/cuda_backend_test bin/cuda_strict_test bin/cuda_engine_test \
+            bin/device_sampler_test; do
   [[ -e "$bundle/$file" ]] || fail "bundle lacks $file"
 done
-for test in cuda_backend_test cuda_strict_test cuda_engine_test; do
+for test in cuda_backend_test cuda_strict_test cuda_engine_test device_sampler_test; do
   grep -qx "$test" "$bundle/gpu-tests.txt" || fail "gpu-tests.txt lacks $test"
 done
+# Every binary the sanitizer stage runs is in the bundle.
+while read -r _ binary _; do
+  [[ -x "$bundle/bin/$binary" ]] || fail "the sanitizer stage runs $binary, which the bundle lacks"
+done < <(grep -E '^(memcheck|racecheck) ' "$bundle/run-gpu-tests.sh")
 grep -q '^libcudart\.so\.[0-9]' "$bundle/cuda-libraries.txt" && grep -q '^libcublas\.so\.[0-9]' "$bundle/cuda-libraries.txt" ||
   fail "cuda-libraries.txt: $(tr '\n' ' ' <"$bundle/cuda-libraries.txt")"
 [[ ! -e $bundle/src ]] || fail "the bundle copies sources (the checkout travels anyway)"

@@ -1,12 +1,16 @@
 // The full-depth synthetic Qwen3-0.6B-shape model (28 layers, random weights) through the
-// engine thread (LlmEngine: scheduler, continuous batching, chunked prefill, the model runner)
-// on the CUDA backend, three prompts at once, 64 greedy tokens each, against the same engine
-// on the CPU backend in float32:
+// engine thread (LlmEngine: scheduler, continuous batching, chunked prefill, the model runner
+// with its decode CUDA graphs and sampling on the GPU, logprobs from the raw rows it copies
+// back) on the CUDA backend, three prompts at once, 64 greedy tokens each, against the same
+// engine on the CPU backend in float32:
 //  - strict float32 on CUDA gives the same ids. A difference is allowed only where the CPU's
 //    top-2 logprob margin is under kTieMargin and CUDA picked the CPU's second choice (a tie
 //    at float32 precision), and is reported;
 //  - bf16 on CUDA is reported with the logit margins where it leaves the CPU's ids; its token
 //    there must be among the CPU's top 5 (a wrong kernel picks garbage).
+// The float32 engine sizes its pool as serving does by default (--gpu-memory-utilization), the
+// bf16 one by --kv-cache-memory-gib, so both ways serving/engine_assembly.cpp sizes a CUDA
+// pool run here.
 // PDSERVE_GPU_MODEL_DIR names a checkpoint made already (run-gpu-tests.sh makes one for all
 // its stages); else the test writes one. On the CPU run (gpu_test_main.h) the CPU backend
 // stands in for the device and the model has 2 layers.
@@ -97,14 +101,19 @@ std::vector<std::vector<int32_t>> prompts() {
   return all;
 }
 
+// How the engine's KV pool is sized: as serving/engine_assembly.h does by default on each
+// backend (on CUDA the runner measures the memory a profiling step leaves and takes what
+// --gpu-memory-utilization allows), or by --kv-cache-memory-gib, which on CUDA overrides it.
+enum class PoolSizing { kDefault, kKvCacheMemoryGib };
+
 // Runs every prompt through one engine at once; each request's tokens and logprobs.
-std::vector<Generation> generate(const ModelLoadOptions& options) {
+std::vector<Generation> generate(const ModelLoadOptions& options, PoolSizing sizing) {
   LoadedModel loaded = std::move(load_model(test_model().dir().string(), options)).value();
   Tokenizer tokenizer = std::move(Tokenizer::from_model_dir(test_model().dir())).value();
   std::printf("  engine on %s, weights %s\n", loaded.backend->description().c_str(),
               std::string(dtype_name(loaded.model->weight_dtype())).c_str());
   EngineConfig config;
-  config.kv_cache_memory_gib = 0.5;
+  if (sizing == PoolSizing::kKvCacheMemoryGib) config.kv_cache_memory_gib = 0.5;
   config.max_model_len = 512;
   config.max_num_seqs = 4;
   config.max_num_batched_tokens = 256;  // the 300-token prompt is prefilled in two chunks
@@ -168,7 +177,7 @@ ModelLoadOptions device_options(DType activation) {
 const std::vector<Generation>& cpu_float32() {
   ModelLoadOptions options;
   options.dtype = DType::kF32;  // float32 weights too, not the checkpoint's bf16
-  static const std::vector<Generation> results = generate(options);
+  static const std::vector<Generation> results = generate(options, PoolSizing::kKvCacheMemoryGib);
   return results;
 }
 
@@ -192,7 +201,10 @@ size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t
 
 TEST(FullDepthEngine, StrictFloat32GivesTheCpuGreedyIds) {
   const std::vector<Generation>& reference = cpu_float32();
-  const std::vector<Generation> device = generate(device_options(DType::kF32));
+  // The serving default on CUDA: the pool from --gpu-memory-utilization (0.90).
+  const std::vector<Generation> device =
+      generate(device_options(DType::kF32),
+               gpu_test::on_cpu() ? PoolSizing::kKvCacheMemoryGib : PoolSizing::kDefault);
   ASSERT_EQ(device.size(), reference.size());
   for (size_t p = 0; p < reference.size(); ++p) {
     const size_t at = first_difference(device[p].tokens, reference[p].tokens);
@@ -218,7 +230,9 @@ TEST(FullDepthEngine, StrictFloat32GivesTheCpuGreedyIds) {
 TEST(FullDepthEngine, Bf16IsReportedAgainstTheCpuCuda) {
   PDS_REQUIRE_CUDA();
   const std::vector<Generation>& reference = cpu_float32();
-  const std::vector<Generation> device = generate(device_options(DType::kBF16));
+  // --kv-cache-memory-gib given on CUDA sizes the pool instead of the utilization.
+  const std::vector<Generation> device =
+      generate(device_options(DType::kBF16), PoolSizing::kKvCacheMemoryGib);
   ASSERT_EQ(device.size(), reference.size());
   for (size_t p = 0; p < reference.size(); ++p) {
     const size_t at = first_difference(device[p].tokens, reference[p].tokens);

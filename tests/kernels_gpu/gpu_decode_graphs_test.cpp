@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda_attention_plan.h"
 #include "kernels/model/forward_batch.h"
 #include "kernels/model/gpu_decode_graphs.h"
 
@@ -34,6 +35,65 @@ TEST(DecodeGraphBuckets, ChoosesTheSmallestBucketThatHoldsTheBatch) {
   }
   EXPECT_FALSE(choose_decode_bucket(buckets, 257).has_value());
   EXPECT_FALSE(choose_decode_bucket(buckets, 0).has_value());
+}
+
+TEST(DecodeGraphBuckets, ContextBucketsDoubleFrom1024UpToMaxModelLen) {
+  EXPECT_EQ(decode_context_buckets(40960),
+            (std::vector<int>{1024, 2048, 4096, 8192, 16384, 32768, 40960}));
+  EXPECT_EQ(decode_context_buckets(4096), (std::vector<int>{1024, 2048, 4096}));
+  EXPECT_EQ(decode_context_buckets(1025), (std::vector<int>{1024, 1025}));
+  EXPECT_EQ(decode_context_buckets(1024), (std::vector<int>{1024}));
+  EXPECT_EQ(decode_context_buckets(256), (std::vector<int>{256}));
+  EXPECT_TRUE(decode_context_buckets(0).empty());
+}
+
+TEST(DecodeGraphBuckets, AStepTakesTheSmallestBatchAndContextBucketsHoldingIt) {
+  const std::vector<int> batches = decode_graph_buckets(64);
+  const std::vector<int> contexts = decode_context_buckets(40960);
+  EXPECT_EQ(choose_decode_graph(batches, contexts, 3, 100), (DecodeGraphKey{4, 1024}));
+  EXPECT_EQ(choose_decode_graph(batches, contexts, 4, 1024), (DecodeGraphKey{4, 1024}));
+  EXPECT_EQ(choose_decode_graph(batches, contexts, 5, 1025), (DecodeGraphKey{8, 2048}));
+  EXPECT_EQ(choose_decode_graph(batches, contexts, 64, 40960), (DecodeGraphKey{64, 40960}));
+  EXPECT_EQ(choose_decode_graph(batches, contexts, 1, 32769), (DecodeGraphKey{1, 40960}));
+  EXPECT_FALSE(choose_decode_graph(batches, contexts, 65, 100).has_value());
+  EXPECT_FALSE(choose_decode_graph(batches, contexts, 1, 40961).has_value());
+  EXPECT_FALSE(choose_decode_graph(batches, contexts, 0, 100).has_value());
+  EXPECT_FALSE(choose_decode_graph(batches, contexts, 1, 0).has_value());
+}
+
+// What context buckets are for: the split-K plan a graph freezes is chosen for its bucket, so
+// a step's keys spread over at least half as many splits as a plan made for the step's own
+// context would use, for every context and batch size (Qwen3-8B's attention on 132 SMs).
+// Frozen at max_model_len, a 1k-context step would use 1 split where its own plan has 4.
+TEST(DecodeGraphBuckets, ABucketsSplitPlanKeepsAtLeastHalfTheStepsOwnSplits) {
+  constexpr int kSms = 132;
+  constexpr int kMaxModelLen = 40960;
+  const std::vector<int> contexts = decode_context_buckets(kMaxModelLen);
+  const auto plan = [&](int seqs, int context) {
+    AttentionShape shape;
+    shape.num_seqs = shape.num_tokens = seqs;
+    shape.max_query_len = 1;
+    shape.max_context_len = context;
+    shape.num_heads = 32;
+    shape.num_kv_heads = 8;
+    shape.head_dim = 128;
+    return plan_paged_attention(shape, kSms).value();
+  };
+  // The splits that hold any of a context's keys under a plan made for a longer one.
+  const auto active_splits = [](const AttentionPlan& p, int context) {
+    return (context + p.keys_per_split - 1) / p.keys_per_split;
+  };
+  for (int batch : {1, 2, 4, 8, 16, 64, 256}) {
+    for (int context = 1; context <= kMaxModelLen; context += 97) {
+      const DecodeGraphKey key =
+          choose_decode_graph(decode_graph_buckets(256), contexts, batch, context).value();
+      const int own = plan(key.batch, context).num_splits;
+      const int bucketed = active_splits(plan(key.batch, key.context), context);
+      ASSERT_GE(2 * bucketed, own) << "batch " << batch << ", context " << context;
+    }
+  }
+  EXPECT_LT(2 * active_splits(plan(1, kMaxModelLen), 1024), plan(1, 1024).num_splits)
+      << "a plan frozen at max_model_len starves a short step";
 }
 
 struct DecodeFixture {

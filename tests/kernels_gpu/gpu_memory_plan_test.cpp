@@ -70,6 +70,36 @@ TEST(GpuMemoryPlan, NoRoomForOneSequenceIsResourceExhausted) {
   EXPECT_EQ(plan_gpu_memory(in).value().num_blocks, 512);
 }
 
+// The runner's measured use: free memory read after the weights, workspace, graphs and a
+// profiling step are in place; the profiling step's pool goes back before the real one comes.
+TEST(GpuMemoryPlan, MeasuredUseCountsEverythingButTheProfilingPool) {
+  GpuMemoryInputs in;
+  in.total_bytes = 80 * kGiB;
+  in.free_bytes = 58 * kGiB;           // 22 GiB in use: others, weights, workspace, profiling
+  in.profiling_pool_bytes = 2 * kGiB;  // of which the profiling pool, released
+  in.utilization = 0.9;
+  in.kv_bytes_per_block = 2 * 1024 * 1024;
+  in.blocks_per_sequence = 256;
+  in.reserved_blocks = 1;
+  const GpuMemoryPlan plan = plan_gpu_memory(in).value();
+  // 72 GiB budget - 20 GiB kept in use = 52 GiB of blocks.
+  EXPECT_EQ(plan.other_processes_bytes, 20 * kGiB);
+  EXPECT_EQ(plan.num_blocks, 52 * 512);
+  // The reserved (scratch) block comes on top of one sequence's need: 0.5 GiB left holds
+  // 256 blocks, one sequence of 256 blocks, but not that and the scratch block.
+  in.free_bytes = in.total_bytes - 72 * kGiB + 512 * 1024 * 1024 - in.profiling_pool_bytes;
+  in.reserved_blocks = 0;
+  EXPECT_EQ(plan_gpu_memory(in).value().num_blocks, 256);
+  in.reserved_blocks = 1;
+  const Status status = plan_gpu_memory(in).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("reserved"), std::string::npos) << status.to_string();
+  EXPECT_EQ(check_gpu_memory_utilization(0.9).code(), StatusCode::kOk);
+  EXPECT_EQ(check_gpu_memory_utilization(0.0).code(), StatusCode::kInvalidArgument);
+  in.profiling_pool_bytes = in.total_bytes;  // more than is in use
+  EXPECT_EQ(plan_gpu_memory(in).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(GpuMemoryPlan, BadUtilizationAndInputsAreInvalidArgument) {
   for (double utilization : {0.0, -0.5, 1.01, std::nan("")}) {
     GpuMemoryInputs in = h100_like();

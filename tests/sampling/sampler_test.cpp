@@ -472,5 +472,56 @@ TEST(Sampler, RejectsBadInputWithAClearStatus) {
   EXPECT_EQ(distribution.status().code(), StatusCode::kInvalidArgument);
 }
 
+// A device sampler draws u on the host by sampler_draws and samples with it: that must be
+// sample() exactly, generator state included.
+TEST(Sampler, SampleWithTheDrawnUnitIsSample) {
+  Sampler sampler;
+  const std::vector<float> logits = testing::random_logits(500, 21);
+  const std::vector<int32_t> prompt = {3, 4, 5};
+  for (int n = 0; n < 200; ++n) {
+    SamplingParams params;
+    params.temperature = n % 4 == 0 ? 0.0f : 0.2f + 0.01f * static_cast<float>(n);
+    params.top_k = n % 3 == 0 ? 0 : 1 + n;
+    params.top_p = n % 2 == 0 ? 1.0f : 0.5f;
+    params.repetition_penalty = n % 5 == 0 ? 1.3f : 1.0f;
+    if (n % 7 == 0) params.scripted_output = {9, 8, 7};
+    const std::vector<int32_t> output(static_cast<size_t>(n % 5), 11);
+    SamplerRng rng(static_cast<uint64_t>(n));
+    SamplerRng drawn(static_cast<uint64_t>(n));
+    const bool draws = sampler_draws(params, output.size());
+    EXPECT_EQ(draws, output.size() >= params.scripted_output.size() &&
+                         params.temperature >= kGreedyTemperature);
+    const double unit = draws ? drawn.next_unit() : 0.5;
+    const SampleResult expected = sampler.sample(logits, params, prompt, output, rng).value();
+    const SampleResult got =
+        sampler.sample_with_unit(logits, params, prompt, output, unit).value();
+    EXPECT_EQ(got.token, expected.token) << "case " << n;
+    EXPECT_EQ(rng.state(), drawn.state()) << "case " << n;
+  }
+}
+
+TEST(Sampler, LogprobsOfAChosenTokenAreThoseSampleReports) {
+  Sampler sampler;
+  std::vector<float> logits = testing::random_logits(300, 4);
+  logits[7] = -std::numeric_limits<float>::infinity();
+  SamplingParams params;
+  params.want_logprobs = true;
+  params.logprobs = 5;
+  SamplerRng rng(8);
+  const SampleResult sampled = sampler.sample(logits, params, {}, {}, rng).value();
+  const SampleResult again = sampler.logprobs(logits, sampled.token, 5).value();
+  EXPECT_EQ(again.token, sampled.token);
+  EXPECT_EQ(again.logprob, sampled.logprob);
+  ASSERT_EQ(again.top_logprobs.size(), sampled.top_logprobs.size());
+  for (size_t i = 0; i < again.top_logprobs.size(); ++i) {
+    EXPECT_EQ(again.top_logprobs[i].token, sampled.top_logprobs[i].token);
+    EXPECT_EQ(again.top_logprobs[i].logprob, sampled.top_logprobs[i].logprob);
+  }
+  EXPECT_EQ(sampler.logprobs(logits, 300, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampler.logprobs(logits, 0, 21).status().code(), StatusCode::kInvalidArgument);
+  logits[3] = std::nanf("");
+  EXPECT_EQ(sampler.logprobs(logits, 0, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <map>
@@ -286,6 +287,27 @@ TEST(ServingEngineTest, ASharedSystemPromptIsServedFromThePrefixCache) {
   const ServiceStats stats =
       run_and_compare(config, prompts, expected_for(prompts, "shared"), /*submit_first_alone=*/1);
   EXPECT_GE(stats.prefix_cache_hit_tokens, 31 * 64);  // 4 full blocks of the 70 shared tokens
+}
+
+// --gpu-memory-utilization sizes a CUDA pool; on the CPU the KV flags stay and an
+// out-of-range utilization is refused anyway (exit 2 in the binaries).
+TEST(ServingEngineTest, GpuMemoryUtilizationIsCheckedAndTheCpuKeepsItsKvFlags) {
+  TinyModel& model = tiny_model();
+  for (double utilization : {0.0, -0.1, 1.5, std::nan("")}) {
+    EngineConfig config;
+    config.gpu_memory_utilization = utilization;
+    const Status status = make_llm_engine(model.loaded, *model.tokenizer, config).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << utilization;
+    EXPECT_NE(status.message().find("--gpu-memory-utilization"), std::string::npos)
+        << status.to_string();
+  }
+  // The CPU holds no block back: the scheduler gets the whole pool.
+  EngineConfig config;
+  config.max_model_len = 256;
+  config.kv_cache_memory_gib = gib_for_blocks(40, 16);
+  std::unique_ptr<LlmEngine> engine =
+      std::move(make_llm_engine(model.loaded, *model.tokenizer, config)).value();
+  EXPECT_EQ(engine->stats().kv_blocks_total, 40);
 }
 
 }  // namespace

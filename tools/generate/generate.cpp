@@ -2,9 +2,13 @@
 // with a paged KV cache, and stream the sampled text to stdout.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,15 +17,22 @@
 #include "common/chat/chat_template.h"
 #include "common/core/cli.h"
 #include "common/core/dtype.h"
+#include "common/core/log.h"
+#include "common/engine/scheduler.h"
+#include "common/engine/sequence.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/stop_checker.h"
 #include "common/tokenizer/tokenizer.h"
+#include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/model_loader.h"
+#include "kernels/model/model_runner.h"
 
 namespace pdserve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr double kDefaultKvCacheMemoryGib = 4.0;
 
 struct Options {
   std::string model;
@@ -44,7 +55,8 @@ struct Options {
   std::string dtype;
   int threads = 0;
   int block_size = 16;
-  double kv_cache_memory_gib = 4.0;
+  std::optional<double> kv_cache_memory_gib;  // unset: 4 on the CPU; on CUDA, utilization decides
+  double gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   std::string kv_cache_dtype = "auto";
   int max_prefill_tokens = 2048;
   bool show_stats = false;
@@ -141,9 +153,56 @@ long peak_rss_mib() {
   return usage.ru_maxrss / 1024;
 }
 
+// One step through the runner, as the engine runs it; the sampled token when the step samples.
+Result<std::optional<int32_t>> run_step(Qwen3ModelRunner& runner, const ScheduledBatch& batch,
+                                        Sampler& sampler, SamplerRng& rng,
+                                        std::span<float> logits) {
+  const ScheduledSequence& entry = batch.entries.front();
+  const Sequence& seq = *entry.sequence;
+  const SamplingParams& params = seq.sampling_params();
+  const std::span<const int32_t> banned =
+      seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens()));
+  const auto host_sample = [&]() -> Result<std::optional<int32_t>> {
+    PDS_ASSIGN_OR_RETURN(SampleResult sampled, sampler.sample(logits, params, seq.prompt_tokens(),
+                                                              seq.output_tokens(), rng, banned));
+    return std::optional<int32_t>(sampled.token);
+  };
+  if (!runner.samples_on_device()) {
+    PDS_RETURN_IF_ERROR(runner.execute(batch, logits, {}));
+    if (!entry.samples) return std::optional<int32_t>();
+    return host_sample();
+  }
+  const SamplingRow row{&params, seq.prompt_tokens(), seq.output_tokens(), banned, &rng};
+  const size_t rows = entry.samples ? 1 : 0;
+  PDS_RETURN_IF_ERROR(runner.launch_step(batch, std::span<const SamplingRow>(&row, rows), {}));
+  const std::span<const int32_t> no_mask;
+  SampledRow result;
+  PDS_RETURN_IF_ERROR(runner.sample_step(std::span<const std::span<const int32_t>>(&no_mask, rows),
+                                         std::span<SampledRow>(&result, rows), logits));
+  if (!entry.samples) return std::optional<int32_t>();
+  switch (result.outcome) {
+    case SampleOutcome::kSampled:
+      return std::optional<int32_t>(result.token);
+    case SampleOutcome::kLeftToHost:
+      return host_sample();
+    case SampleOutcome::kInvalidLogits:
+      return internal_error("the model's logits hold a NaN or +inf");
+    case SampleOutcome::kAllMasked:
+      return internal_error("every token is masked: all logits are -inf");
+    case SampleOutcome::kPenaltyOverflow:
+      return invalid_argument("a penalty overflowed a logit to +inf");
+  }
+  return internal_error("unknown sampling outcome");
+}
+
 Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
+  PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(options.gpu_memory_utilization));
+  if (options.kv_cache_memory_gib &&
+      !(*options.kv_cache_memory_gib > 0 && std::isfinite(*options.kv_cache_memory_gib))) {
+    return invalid_argument("--kv-cache-memory-gib must be a positive number");
+  }
   if (options.block_size <= 0 || options.block_size > 256) {
     return invalid_argument("--block-size must be in [1, 256]");
   }
@@ -170,6 +229,10 @@ Status run(const Options& options) {
     }
   }
   PDS_ASSIGN_OR_RETURN(SamplingParams params, sampling_params(options, loaded.sampling_defaults()));
+  // A device-sampling runner copies a step's raw logits row back only for logprobs (or a row
+  // left to the host); --logits-out needs every sampled row, so it asks for logprobs. The
+  // tokens do not change: logprobs are computed beside the choice, from the raw row.
+  params.want_logprobs = !options.logits_out.empty();
   PDS_RETURN_IF_ERROR(params.validate(config.vocab_size));
   PDS_ASSIGN_OR_RETURN(StopChecker stop_checker,
                        StopChecker::create(params, loaded.eos_token_ids(), config.vocab_size));
@@ -192,65 +255,85 @@ Status run(const Options& options) {
   const DType kv_dtype = kv_choice.value_or(loaded.backend->activation_dtype());
   const int blocks_needed =
       static_cast<int>((context_len + options.block_size - 1) / options.block_size);
-  const int blocks_available =
-      kv_blocks_for_memory(config, static_cast<size_t>(options.kv_cache_memory_gib * (1 << 30)),
-                           options.block_size, kv_dtype);
-  if (blocks_needed > blocks_available) {
-    return resource_exhausted("prompt + --max-new-tokens need " + std::to_string(blocks_needed) +
-                              " KV blocks but --kv-cache-memory-gib " +
-                              std::to_string(options.kv_cache_memory_gib) + " holds " +
-                              std::to_string(blocks_available));
-  }
-  PDS_ASSIGN_OR_RETURN(
-      KvCache cache,
-      KvCache::create(*loaded.backend,
-                      kv_layout_for(config, blocks_needed, options.block_size, kv_dtype)));
-  ForwardLimits limits;
-  limits.max_num_tokens =
+
+  // The model runner the engine uses: on CUDA, decode steps through CUDA graphs (one block
+  // of the pool is their scratch block) and sampling on the device.
+  const bool on_device = !loaded.backend->shares_host_memory();
+  ModelRunnerConfig runner_config;
+  runner_config.block_size = options.block_size;
+  runner_config.kv_dtype = kv_dtype;
+  runner_config.limits.max_num_tokens =
       std::max(1, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
-  limits.max_num_seqs = 1;
-  limits.max_model_len = static_cast<int>(context_len);
-  PDS_ASSIGN_OR_RETURN(ForwardContext context,
-                       ForwardContext::create(*loaded.backend, config, limits, options.block_size));
+  runner_config.limits.max_num_seqs = 1;
+  runner_config.limits.max_model_len = static_cast<int>(context_len);
+  if (on_device && !options.kv_cache_memory_gib) {
+    runner_config.gpu_memory_utilization = options.gpu_memory_utilization;
+  } else {
+    // The pool holds exactly this request: prompt plus every token it may generate.
+    const double gib = options.kv_cache_memory_gib.value_or(kDefaultKvCacheMemoryGib);
+    const int blocks_available = kv_blocks_for_memory(config, static_cast<size_t>(gib * (1 << 30)),
+                                                      options.block_size, kv_dtype);
+    const int blocks_wanted = blocks_needed + (on_device ? 1 : 0);
+    if (blocks_wanted > blocks_available) {
+      return resource_exhausted("prompt + --max-new-tokens need " + std::to_string(blocks_wanted) +
+                                " KV blocks but " + "--kv-cache-memory-gib " + std::to_string(gib) +
+                                " holds " + std::to_string(blocks_available));
+    }
+    runner_config.num_blocks = blocks_wanted;
+  }
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
+                       Qwen3ModelRunner::create(*loaded.backend, model, runner_config));
+  if (runner->memory_report()) PDS_LOG_INFO(describe_gpu_memory(*runner->memory_report()));
+  if (runner->schedulable_blocks() < blocks_needed) {
+    return resource_exhausted("prompt + --max-new-tokens need " + std::to_string(blocks_needed) +
+                              " KV blocks but --gpu-memory-utilization " +
+                              std::to_string(options.gpu_memory_utilization) + " leaves " +
+                              std::to_string(runner->schedulable_blocks()));
+  }
   std::vector<int32_t> block_table(static_cast<size_t>(blocks_needed));
   for (int b = 0; b < blocks_needed; ++b) block_table[static_cast<size_t>(b)] = b;
 
+  Sequence seq(0, prompt, params, stop_checker, 0, Clock::now());
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
   Sampler sampler;
   SamplerRng rng = SamplerRng::for_request(params, std::random_device{}());
   IncrementalDetokenizer detokenizer(tokenizer);
-  std::vector<int32_t> output;
   std::vector<float> sampled_logits;  // --logits-out: the row each output token came from
 
   const auto start = Clock::now();
-  // Prefill, in chunks of at most max_num_tokens.
-  for (size_t done = 0; done < prompt.size();) {
-    const size_t count = std::min(prompt.size() - done, static_cast<size_t>(limits.max_num_tokens));
-    SequenceSlice slice{std::span<const int32_t>(prompt).subspan(done, count),
-                        static_cast<int>(done), block_table};
-    PDS_RETURN_IF_ERROR(model.forward({&slice, 1}, cache, context, logits));
-    done += count;
-  }
   Clock::time_point first_token_time;
-  while (true) {
+  for (uint64_t step = 1;; ++step) {
+    // One entry: the next prompt chunk (at most max_num_tokens), or the last sampled token.
+    ScheduledSequence entry;
+    entry.sequence = &seq;
+    entry.num_cached_before = seq.num_computed_tokens();
+    entry.num_new_tokens =
+        std::min(seq.num_uncomputed_tokens(), runner_config.limits.max_num_tokens);
+    entry.samples = entry.num_cached_before + entry.num_new_tokens == seq.num_tokens();
+    entry.block_table = block_table;
+    ScheduledBatch batch;
+    batch.step = step;
+    batch.entries = {entry};
+    batch.num_decodes = seq.is_prefilling() ? 0 : 1;
+    batch.num_batched_tokens = entry.num_new_tokens;
+    batch.num_samples = entry.samples ? 1 : 0;
+    PDS_ASSIGN_OR_RETURN(const std::optional<int32_t> token,
+                         run_step(*runner, batch, sampler, rng, logits));
+    seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
+    if (!token) continue;
     if (!options.logits_out.empty()) {
       sampled_logits.insert(sampled_logits.end(), logits.begin(), logits.end());
     }
-    PDS_ASSIGN_OR_RETURN(SampleResult sample,
-                         sampler.sample(logits, params, prompt, output, rng,
-                                        stop_checker.min_tokens_banned_ids(output.size())));
-    output.push_back(sample.token);
-    if (output.size() == 1) first_token_time = Clock::now();
+    const FinishReason finish = seq.append_output_token(*token);
+    if (seq.num_output_tokens() == 1) first_token_time = Clock::now();
     if (!options.print_ids) {
-      PDS_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(sample.token));
+      PDS_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(*token));
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
-    if (stop_checker.check(output) != FinishReason::kNone) break;
-    SequenceSlice slice{std::span<const int32_t>(&output.back(), 1),
-                        static_cast<int>(prompt.size() + output.size() - 1), block_table};
-    PDS_RETURN_IF_ERROR(model.forward({&slice, 1}, cache, context, logits));
+    if (finish != FinishReason::kNone) break;
   }
+  const std::vector<int32_t> output(seq.output_tokens().begin(), seq.output_tokens().end());
   const auto end = Clock::now();
   if (options.print_ids) {
     std::printf("%s\n", nlohmann::json(output).dump().c_str());
@@ -328,7 +411,11 @@ int main(int argc, char** argv) {
   app.add_option("--block-size", options.block_size, "Tokens per KV-cache block")
       ->capture_default_str();
   app.add_option("--kv-cache-memory-gib", options.kv_cache_memory_gib,
-                 "Most memory for the KV cache")
+                 "Most memory for the KV cache (default: 4 on cpu; on cuda the cache is sized "
+                 "by --gpu-memory-utilization unless this is given)");
+  app.add_option("--gpu-memory-utilization", options.gpu_memory_utilization,
+                 "cuda: fraction of the device's total memory to use (weights, activations, "
+                 "CUDA graphs and the KV cache), in (0, 1]")
       ->capture_default_str();
   app.add_option(
          "--kv-cache-dtype", options.kv_cache_dtype,
