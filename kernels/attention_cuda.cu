@@ -3,7 +3,8 @@
 // one KV head share its loads), walks the sequence's keys through shared memory in tiles,
 // and keeps an online softmax per row. Decode (one token per sequence) is the same kernel
 // with the keys split into ranges over more blocks and a merge pass (flash-decoding); the
-// plan in cuda_attention_plan.h chooses. Arithmetic is float; K/V are read as stored.
+// plan in cuda_attention_plan.h chooses. Arithmetic is float; one instance per activation
+// type T (q, out) and KV element type K, each bfloat16 or float32.
 #include <cmath>
 
 #include "kernels/cuda_attention_plan.h"
@@ -38,27 +39,30 @@ struct AttentionArgs {
   unsigned* error_word;
 };
 
-// Loads 16 bytes at element `offset` of a bf16 or float32 array: 8 or 4 values into `out`.
-__device__ __forceinline__ void load16(const void* base, DType dtype, int64_t offset, float* out) {
-  if (dtype == DType::kBF16) {
-    const uint4 raw =
-        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(base) + offset);
-    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+// Elements of K in one 16-byte load.
+template <typename K>
+constexpr int kPerLoad = 16 / static_cast<int>(sizeof(K));
+
+// Loads 16 bytes at element `offset` of a K array into `out` (8 bf16 or 4 float values).
+__device__ __forceinline__ void load16(const __nv_bfloat16* base, int64_t offset, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(base + offset);
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float2 pair = __bfloat1622float2(pairs[p]);
-      out[2 * p] = pair.x;
-      out[2 * p + 1] = pair.y;
-    }
-  } else {
-    const float4 raw = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + offset);
-    out[0] = raw.x;
-    out[1] = raw.y;
-    out[2] = raw.z;
-    out[3] = raw.w;
+  for (int p = 0; p < 4; ++p) {
+    const float2 pair = __bfloat1622float2(pairs[p]);
+    out[2 * p] = pair.x;
+    out[2 * p + 1] = pair.y;
   }
 }
+__device__ __forceinline__ void load16(const float* base, int64_t offset, float* out) {
+  const float4 raw = *reinterpret_cast<const float4*>(base + offset);
+  out[0] = raw.x;
+  out[1] = raw.y;
+  out[2] = raw.z;
+  out[3] = raw.w;
+}
 
+template <typename T, typename K>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
   const int head_dim = a.cache.layout.head_dim;
@@ -84,9 +88,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
     if (row < num_rows) {
       const int64_t token = q_begin + row / a.group;
       const int64_t head = int64_t{kv_head} * a.group + row % a.group;
-      value =
-          load_float(a.q.data, a.q.dtype, token * a.q.row_stride + head * head_dim + i % head_dim) *
-          a.scale;
+      value = to_float(static_cast<const T*>(
+                  a.q.data)[token * a.q.row_stride + head * head_dim + i % head_dim]) *
+              a.scale;
     }
     q_tile[i] = value;
   }
@@ -121,14 +125,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
     __syncthreads();  // the previous tile is consumed (first time: the Q tile is written)
     // 16-byte loads: 8 bf16 or 4 float elements of one key per thread and step. Offsets are
     // multiples of 8 elements (head_dim is a multiple of 32) and pools are cudaMalloc-aligned.
-    const int per_load = a.cache.layout.dtype == DType::kBF16 ? 8 : 4;
+    constexpr int per_load = kPerLoad<K>;
     const int loads_per_key = head_dim / per_load;
     for (int i = threadIdx.x; i < kKeysPerTile * loads_per_key; i += kThreads) {
       const int j = i / loads_per_key;
       const int d = (i % loads_per_key) * per_load;
       const int key = tile_start + j;
-      float k_values[8] = {};
-      float v_values[8] = {};
+      float k_values[per_load] = {};
+      float v_values[per_load] = {};
       if (key < key_end) {
         const int block_index = key / block_size;
         const int block = block_index < a.batch.max_blocks_per_seq ? block_table[block_index] : -1;
@@ -139,16 +143,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
               a.layer_offset +
               (static_cast<int64_t>(block) * block_size + key % block_size) * token_elements +
               int64_t{kv_head} * head_dim + d;
-          load16(a.cache.k, a.cache.layout.dtype, offset, k_values);
-          load16(a.cache.v, a.cache.layout.dtype, offset, v_values);
+          load16(static_cast<const K*>(a.cache.k), offset, k_values);
+          load16(static_cast<const K*>(a.cache.v), offset, v_values);
         }
       }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {  // constant bounds keep the arrays in registers
-        if (e < per_load) {
-          k_tile[j * (head_dim + 1) + d + e] = k_values[e];
-          v_tile[j * head_dim + d + e] = v_values[e];
-        }
+      for (int e = 0; e < per_load; ++e) {  // constant bounds keep the arrays in registers
+        k_tile[j * (head_dim + 1) + d + e] = k_values[e];
+        v_tile[j * head_dim + d + e] = v_values[e];
       }
     }
     __syncthreads();
@@ -196,9 +198,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
 #pragma unroll
       for (int d = 0; d < kMaxDimsPerLane; ++d) {
         if (d < dims_per_lane) {
-          store_float(a.out.data, a.out.dtype,
-                      token * a.out.row_stride + head * head_dim + lane + 32 * d,
-                      acc[i][d] * inv_sum);
+          static_cast<T*>(a.out.data)[token * a.out.row_stride + head * head_dim + lane + 32 * d] =
+              from_float<T>(acc[i][d] * inv_sum);
         }
       }
     } else {
@@ -218,6 +219,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
 
 // One block per (token, head), one thread per dimension: rescales each split's partial sums
 // to the common maximum and normalizes.
+template <typename T>
 __global__ void merge_splits_kernel(AttentionArgs a) {
   const int64_t token = blockIdx.x;
   const int64_t head = blockIdx.y;
@@ -240,16 +242,28 @@ __global__ void merge_splits_kernel(AttentionArgs a) {
       numerator += a.partial_acc[slot * head_dim + d] * factor;
       denominator += sum * factor;
     }
-    store_float(a.out.data, a.out.dtype, token * a.out.row_stride + head * head_dim + d,
-                denominator > 0.0f ? numerator / denominator : 0.0f);
+    static_cast<T*>(a.out.data)[token * a.out.row_stride + head * head_dim + d] =
+        from_float<T>(denominator > 0.0f ? numerator / denominator : 0.0f);
   }
 }
 
 }  // namespace
 
 cudaError_t allow_attention_shared_memory(size_t bytes) {
-  return cudaFuncSetAttribute(paged_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
+  // Every instance: the activation and KV dtypes are only known per launch.
+  for (DType activation : {DType::kBF16, DType::kF32}) {
+    for (DType kv : {DType::kBF16, DType::kF32}) {
+      const cudaError_t error = with_element_type(activation, [&](auto t) {
+        return with_element_type(kv, [&](auto k) {
+          return cudaFuncSetAttribute(paged_attention_kernel<decltype(t), decltype(k)>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes));
+        });
+      });
+      if (error != cudaSuccess) return error;
+    }
+  }
+  return cudaSuccess;
 }
 
 cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, int layer,
@@ -272,17 +286,24 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.partial_ml = workspace + static_cast<size_t>(plan.num_splits) * batch.num_tokens *
                                     num_heads * cache.layout.head_dim;
   args.error_word = error_word;
-  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(cache.layout.num_kv_heads),
+  const dim3 grid(static_cast<unsigned>(plan.grid_x),
+                  static_cast<unsigned>(cache.layout.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
-  paged_attention_kernel<<<grid, kThreads, plan.shared_bytes, stream>>>(args);
-  if (plan.num_splits > 1) {
-    const cudaError_t launched = cudaGetLastError();
-    if (launched != cudaSuccess) return launched;
-    const dim3 merge_grid(static_cast<unsigned>(batch.num_tokens),
-                          static_cast<unsigned>(num_heads));
-    merge_splits_kernel<<<merge_grid, cache.layout.head_dim, 0, stream>>>(args);
-  }
-  return cudaGetLastError();
+  return with_element_type(q.dtype, [&](auto activation) {
+    return with_element_type(cache.layout.dtype, [&](auto kv_element) {
+      using T = decltype(activation);
+      using K = decltype(kv_element);
+      paged_attention_kernel<T, K><<<grid, kThreads, plan.shared_bytes, stream>>>(args);
+      if (plan.num_splits > 1) {
+        const cudaError_t launched = cudaGetLastError();
+        if (launched != cudaSuccess) return launched;
+        const dim3 merge_grid(static_cast<unsigned>(batch.num_tokens),
+                              static_cast<unsigned>(num_heads));
+        merge_splits_kernel<T><<<merge_grid, cache.layout.head_dim, 0, stream>>>(args);
+      }
+      return cudaGetLastError();
+    });
+  });
 }
 
 }  // namespace pdserve::cuda

@@ -63,14 +63,29 @@ void Backend::release_host(void* data) noexcept {
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
-  if (options.device == DeviceKind::kCpu) return make_cpu_backend(options.num_threads);
+  // Checked before the device is opened, so a dtype no device path honours fails at once
+  // (and never runs in another precision instead).
+  if (options.device == DeviceKind::kCpu) {
+    if (options.activation_dtype.has_value() && *options.activation_dtype != DType::kF32) {
+      return invalid_argument("the CPU backend computes in float32, not " +
+                              std::string(dtype_name(*options.activation_dtype)));
+    }
+    return make_cpu_backend(options.num_threads);
+  }
+  const DType cuda_dtype = options.activation_dtype.value_or(DType::kBF16);
+  if (cuda_dtype != DType::kBF16 && cuda_dtype != DType::kF32) {
+    return invalid_argument(
+        "--device cuda computes in bfloat16 (the default) or float32 "
+        "(strict), not " +
+        std::string(dtype_name(cuda_dtype)));
+  }
   PDS_ASSIGN_OR_RETURN(int devices, cuda_device_count());
   if (options.device_index < 0 || options.device_index >= devices) {
     return unavailable("--device cuda: device index " + std::to_string(options.device_index) +
                        " is not among the " + std::to_string(devices) + " visible CUDA devices");
   }
 #ifdef PDSERVE_WITH_CUDA
-  return make_cuda_backend(options.device_index);
+  return make_cuda_backend(options.device_index, cuda_dtype);
 #else
   return unavailable("--device cuda: this build has no CUDA support");  // count said so first
 #endif

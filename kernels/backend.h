@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -244,9 +245,15 @@ struct BackendOptions {
   DeviceKind device = DeviceKind::kCpu;
   int num_threads = 0;   // CPU: 0 = all cores
   int device_index = 0;  // CUDA
+  // The element type the backend computes in (--dtype); unset: the device's default. The CPU
+  // computes in float32 only. CUDA: bfloat16 (the default; float32 accumulation) or float32,
+  // the strict mode: float32 weights, activations and logits, and cuBLAS without TF32 or
+  // other reduced-precision reductions, so greedy tokens can equal the CPU backend's.
+  std::optional<DType> activation_dtype;
 };
 
-// Unavailable when the device is absent or this build lacks it (message says which).
+// Unavailable when the device is absent or this build lacks it (message says which);
+// InvalidArgument for an activation dtype the device does not compute in.
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
 
 }  // namespace pdserve

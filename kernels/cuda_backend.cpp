@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,20 @@ namespace {
 // What cuBLAS recommends for Hopper (and more than enough for Ampere).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
-Status require_activation(MatrixView m, const char* op) {
-  if (m.dtype != DType::kBF16 && m.dtype != DType::kF32) {
-    return unimplemented(std::string(op) +
-                         " (cuda): activations must be bfloat16 or float32, not " +
-                         std::string(dtype_name(m.dtype)));
+// The kernels are instantiated per element type: the views of one call share one of them.
+Status require_activations(std::initializer_list<MatrixView> views, const char* op) {
+  const DType dtype = views.begin()->dtype;
+  for (const MatrixView& m : views) {
+    if (m.dtype != dtype || (dtype != DType::kBF16 && dtype != DType::kF32)) {
+      std::string names;
+      for (const MatrixView& each : views) {
+        names += (names.empty() ? "" : ", ") + std::string(dtype_name(each.dtype));
+      }
+      return unimplemented(std::string(op) +
+                           " (cuda): the activations of one call must all be bfloat16 or all "
+                           "float32, not " +
+                           names);
+    }
   }
   return {};
 }
@@ -82,15 +92,19 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) static_cast<void>(cudaStreamDestroy(stream_));
   }
 
-  static Result<std::unique_ptr<Backend>> create(int device_index) {
-    std::unique_ptr<CudaBackend> backend(new CudaBackend(device_index));
+  static Result<std::unique_ptr<Backend>> create(int device_index, DType activation_dtype) {
+    if (activation_dtype != DType::kBF16 && activation_dtype != DType::kF32) {
+      return invalid_argument("the CUDA backend computes in bfloat16 or float32, not " +
+                              std::string(dtype_name(activation_dtype)));
+    }
+    std::unique_ptr<CudaBackend> backend(new CudaBackend(device_index, activation_dtype));
     PDS_RETURN_IF_ERROR(backend->init());
     return std::unique_ptr<Backend>(std::move(backend));
   }
 
   DeviceKind kind() const override { return DeviceKind::kCuda; }
   std::string description() const override { return description_; }
-  DType activation_dtype() const override { return DType::kBF16; }
+  DType activation_dtype() const override { return activation_dtype_; }
   bool shares_host_memory() const override { return false; }
 
   cudaStream_t stream() const { return stream_; }
@@ -173,21 +187,19 @@ class CudaBackend final : public Backend {
 
   Status embedding(MatrixView table, const int32_t* ids, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_embedding(table, out));
-    PDS_RETURN_IF_ERROR(require_activation(out, "embedding"));
+    PDS_RETURN_IF_ERROR(require_activations({table, out}, "embedding"));
     PDS_CUDA_RETURN_IF_ERROR(cuda::embedding(dev(table), ids, dev(out), error_word_, stream_));
     return {};
   }
   Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_rms_norm(in, weight, out));
-    PDS_RETURN_IF_ERROR(require_activation(in, "rms_norm"));
-    PDS_RETURN_IF_ERROR(require_activation(out, "rms_norm"));
+    PDS_RETURN_IF_ERROR(require_activations({in, out}, "rms_norm"));
     PDS_CUDA_RETURN_IF_ERROR(cuda::rms_norm(dev(in), {}, {}, dev(weight), eps, dev(out), stream_));
     return {};
   }
   Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps) override {
     PDS_RETURN_IF_ERROR(check_rms_norm(x, weight, residual));
-    PDS_RETURN_IF_ERROR(require_activation(x, "add_rms_norm"));
-    PDS_RETURN_IF_ERROR(require_activation(residual, "add_rms_norm"));
+    PDS_RETURN_IF_ERROR(require_activations({x, residual}, "add_rms_norm"));
     PDS_CUDA_RETURN_IF_ERROR(
         cuda::rms_norm(dev(residual), dev(x), dev(residual), dev(weight), eps, dev(x), stream_));
     return {};
@@ -200,9 +212,7 @@ class CudaBackend final : public Backend {
                                const QkNormRopeParams& params, const AttentionBatch& batch,
                                const KvCacheView& cache, int layer) override {
     PDS_RETURN_IF_ERROR(check_qk_norm_rope(q, k, v, params, batch, cache, layer));
-    PDS_RETURN_IF_ERROR(require_activation(q, "qk_norm_rope"));
-    PDS_RETURN_IF_ERROR(require_activation(k, "qk_norm_rope"));
-    PDS_RETURN_IF_ERROR(require_activation(v, "qk_norm_rope"));
+    PDS_RETURN_IF_ERROR(require_activations({q, k, v}, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_kv_dtype(cache));
     PDS_CUDA_RETURN_IF_ERROR(cuda::qk_norm_rope_kv_write(
         dev(q), dev(k), dev(v), dev(params), dev(batch), dev(cache), layer, error_word_, stream_));
@@ -211,8 +221,7 @@ class CudaBackend final : public Backend {
   Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                          int layer, int num_heads, float scale, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_attention(q, batch, cache, layer, num_heads, out));
-    PDS_RETURN_IF_ERROR(require_activation(q, "paged_attention"));
-    PDS_RETURN_IF_ERROR(require_activation(out, "paged_attention"));
+    PDS_RETURN_IF_ERROR(require_activations({q, out}, "paged_attention"));
     PDS_RETURN_IF_ERROR(require_kv_dtype(cache));
     if (batch.num_tokens == 0) return {};
     AttentionShape shape;
@@ -233,20 +242,20 @@ class CudaBackend final : public Backend {
   Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_same_shape(gate, up, "silu_mul"));
     PDS_RETURN_IF_ERROR(check_same_shape(gate, out, "silu_mul"));
-    PDS_RETURN_IF_ERROR(require_activation(out, "silu_mul"));
+    PDS_RETURN_IF_ERROR(require_activations({gate, up, out}, "silu_mul"));
     PDS_CUDA_RETURN_IF_ERROR(cuda::silu_mul(dev(gate), dev(up), dev(out), stream_));
     return {};
   }
   Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) override {
     if (in.cols != out.cols) return invalid_argument("gather_rows: width mismatch");
-    PDS_RETURN_IF_ERROR(require_activation(in, "gather_rows"));
-    PDS_RETURN_IF_ERROR(require_activation(out, "gather_rows"));
+    PDS_RETURN_IF_ERROR(require_activations({in, out}, "gather_rows"));
     PDS_CUDA_RETURN_IF_ERROR(cuda::gather_rows(dev(in), indices, dev(out), error_word_, stream_));
     return {};
   }
 
  private:
-  explicit CudaBackend(int device_index) : device_index_(device_index) {}
+  CudaBackend(int device_index, DType activation_dtype)
+      : device_index_(device_index), activation_dtype_(activation_dtype) {}
 
   Status init() {
     PDS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_index_));
@@ -260,10 +269,18 @@ class CudaBackend final : public Backend {
     }
     multiprocessors_ = properties.multiProcessorCount;
     description_ = "cuda:" + std::to_string(device_index_) + " (" + properties.name + ", " +
-                   std::to_string(properties.totalGlobalMem >> 20) + " MiB)";
+                   std::to_string(properties.totalGlobalMem >> 20) + " MiB, " +
+                   (activation_dtype_ == DType::kF32 ? "strict float32" : "bfloat16") + ")";
     PDS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    if (activation_dtype_ == DType::kF32) {
+      // Strict float32: no TF32 (even under NVIDIA_TF32_OVERRIDE) and no reduced-precision
+      // reductions anywhere in the handle; linear_cuda also asks for pedantic compute.
+      PDS_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+          cublas_, static_cast<cublasMath_t>(CUBLAS_PEDANTIC_MATH |
+                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    }
     // A fixed cuBLAS workspace (set after the stream, which resets it) so that GEMMs never
     // allocate, which CUDA graph capture requires.
     PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
@@ -310,6 +327,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_index_;
+  DType activation_dtype_;
   int multiprocessors_ = 0;
   std::string description_;
   cudaStream_t stream_ = nullptr;
@@ -325,8 +343,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index) {
-  return CudaBackend::create(device_index);
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index, DType activation_dtype) {
+  return CudaBackend::create(device_index, activation_dtype);
 }
 
 Result<cudaStream_t> cuda_stream_of(Backend& backend) {

@@ -1,5 +1,7 @@
-// The CUDA backend: bf16 activations and weights, float32 accumulation, one stream and one
-// cuBLAS handle per instance. Only built when CUDA is; create_backend({kCuda}) returns it.
+// The CUDA backend: bf16 activations and weights with float32 accumulation (the default), or
+// strict float32 (float32 everywhere, cuBLAS in pedantic float32: no TF32, no reduced-precision
+// reductions); one stream and one cuBLAS handle per instance. Only built when CUDA is;
+// create_backend({kCuda}) returns it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,9 +13,10 @@
 
 namespace pdserve {
 
-// Unavailable when the device cannot be opened; ResourceExhausted when its stream, cuBLAS
-// handle or bookkeeping cannot be allocated.
-Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index);
+// `activation_dtype` is kBF16 or kF32 (InvalidArgument otherwise). Unavailable when the device
+// cannot be opened; ResourceExhausted when its stream, cuBLAS handle or bookkeeping cannot be
+// allocated.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device_index, DType activation_dtype);
 
 // The stream every operation of a CUDA backend is queued on (for graph capture);
 // InvalidArgument when `backend` is not a CUDA backend.

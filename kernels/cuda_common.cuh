@@ -1,10 +1,12 @@
-// Device helpers shared by the CUDA kernels: typed loads/stores through the runtime DType
-// (one kernel per op instead of one per dtype combination, to keep compile time low) and
-// warp/block reductions.
+// Device helpers shared by the CUDA kernels: element conversions for the kernels, which are
+// templates over their element types (bfloat16 or float32 activations and KV), loads through
+// the runtime DType for small operands (norm weights), the host-side dispatch from a DType to
+// a template instance, and warp/block reductions.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -14,6 +16,46 @@ namespace pdserve::cuda {
 
 constexpr unsigned kFullWarpMask = 0xffffffffu;
 
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
+__device__ __forceinline__ float to_float(float value) {
+  return value;
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+  return __float2bfloat16(value);
+}
+template <>
+__device__ __forceinline__ float from_float<float>(float value) {
+  return value;
+}
+
+// The value `value` has once stored as a T (so later reads of the stored element agree).
+template <typename T>
+__device__ __forceinline__ float round_to(float value) {
+  return to_float(from_float<T>(value));
+}
+
+// Calls launch(T{}) with T the element type of `dtype` (bfloat16 or float32), so that each
+// kernel is compiled once per element type instead of switching on the dtype per element;
+// cudaErrorInvalidValue for another dtype (the backend refuses those before launching).
+template <typename Launch>
+cudaError_t with_element_type(DType dtype, Launch&& launch) {
+  switch (dtype) {
+    case DType::kBF16:
+      return launch(__nv_bfloat16{});
+    case DType::kF32:
+      return launch(float{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// For small operands of any dtype (norm weights): one switch per element is cheap there.
 __device__ __forceinline__ float load_float(const void* base, DType dtype, int64_t index) {
   switch (dtype) {
     case DType::kBF16:
@@ -23,26 +65,6 @@ __device__ __forceinline__ float load_float(const void* base, DType dtype, int64
     default:
       return static_cast<const float*>(base)[index];
   }
-}
-
-__device__ __forceinline__ void store_float(void* base, DType dtype, int64_t index, float value) {
-  switch (dtype) {
-    case DType::kBF16:
-      static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16(value);
-      break;
-    case DType::kF16:
-      static_cast<__half*>(base)[index] = __float2half(value);
-      break;
-    default:
-      static_cast<float*>(base)[index] = value;
-  }
-}
-
-// The value `value` has once stored in `dtype` (so later reads of the stored element agree).
-__device__ __forceinline__ float round_to(DType dtype, float value) {
-  if (dtype == DType::kBF16) return __bfloat162float(__float2bfloat16(value));
-  if (dtype == DType::kF16) return __half2float(__float2half(value));
-  return value;
 }
 
 __device__ __forceinline__ float warp_sum(float value) {

@@ -2,6 +2,9 @@
 // nothing the shared op checks already validated, never allocate, and return the launch's
 // cudaError_t. Indices that can only be checked on the device (token ids, KV slots, block
 // ids, gather rows) set a bit in `error_word`, which the backend reports at synchronize().
+// Activations (and the KV pool) are bfloat16 or float32, one kernel instance per element
+// type; the views of one launch share the activation type (norm weights may be any dtype),
+// and another dtype is cudaErrorInvalidValue (the backend refuses such views first).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -31,6 +31,11 @@ Status linear_cuda(cublasHandle_t handle, MatrixView in, MatrixView weight, Matr
   if (in.rows == 0 || weight.rows == 0) return {};
   PDS_ASSIGN_OR_RETURN(cudaDataType_t in_type, cuda_type(in.dtype));
   PDS_ASSIGN_OR_RETURN(cudaDataType_t out_type, cuda_type(out.dtype));
+  // float32 inputs are multiplied in float32 proper: the pedantic compute type forbids TF32
+  // and reduced-precision reductions (the strict float32 mode relies on it). bf16 inputs
+  // accumulate in float32.
+  const cublasComputeType_t compute =
+      in.dtype == DType::kF32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
   // Row-major out[m, n] = in[m, k] @ W[n, k]^T is, column-major, out^T = W^T(op T) * in^T.
   const float alpha = 1.0f;
   const float beta = 0.0f;
@@ -38,7 +43,7 @@ Status linear_cuda(cublasHandle_t handle, MatrixView in, MatrixView weight, Matr
       handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(weight.rows), static_cast<int>(in.rows),
       static_cast<int>(in.cols), &alpha, weight.data, in_type, static_cast<int>(weight.row_stride),
       in.data, in_type, static_cast<int>(in.row_stride), &beta, out.data, out_type,
-      static_cast<int>(out.row_stride), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      static_cast<int>(out.row_stride), compute, CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

@@ -1,5 +1,6 @@
-// out = in @ weight^T on cuBLAS: bf16 (or float32) inputs, float32 accumulation, output in
-// the view's dtype (bf16 activations, float32 logits).
+// out = in @ weight^T on cuBLAS: bf16 inputs with float32 accumulation, or float32 inputs in
+// pedantic float32 (no TF32, no reduced-precision reductions); output in the view's dtype
+// (the inputs' or float32: logits).
 #pragma once
 
 #include <cublas_v2.h>

@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# gpu-bundle.sh BUILD_DIR OUT_DIR: a self-contained folder to run pdserve's binaries and GPU
-# tests on a machine that has the NVIDIA driver and CUDA runtime/cuBLAS but no build tools:
-#   OUT_DIR/bin/       the pdserve-* executables and the kernels test executables (debug
-#                      info stripped)
-#   OUT_DIR/lib/       every shared library they need that is neither glibc/libstdc++ nor
-#                      CUDA (UCX with its transport modules, Boost, PCRE2, utf8proc, OpenBLAS,
-#                      gomp, ...), found with ldd
-#   OUT_DIR/src/       configs/models and tests/data (the assets the tests read)
-#   OUT_DIR/run.sh     run.sh NAME ARGS...: runs bin/NAME with the bundle's libraries
-#   OUT_DIR/run-gpu-tests.sh [RESULTS_DIR]: the gpu-label test, the host-side tests and
-#                      pdserve-bench-gpu, logs in RESULTS_DIR (default OUT_DIR/results)
+# gpu-bundle.sh BUILD_DIR OUT_DIR: what a GPU machine needs to run pdserve's GPU checks, and
+# nothing more, in one folder that travels with the working tree (OUT_DIR at the repository
+# root, named build-* so git ignores it: build-gpu-bundle). The tree and the bundle together
+# must stay under the device machine's 64 MiB, so the bundle must stay under
+# $PDSERVE_BUNDLE_LIMIT_MIB (default 40): this script fails when it is larger.
+#   OUT_DIR/bin/                 BUNDLED_BINARIES and every gpu-label test binary of the build,
+#                                debug info stripped
+#   OUT_DIR/lib/                 the shared libraries they need that a GPU machine lacks
+#                                (Boost, PCRE2, utf8proc, OpenBLAS, gomp, ...; UCX and its
+#                                transport modules only when a bundled binary uses UCX); not
+#                                glibc/libstdc++ nor CUDA, which come from the machine
+#   OUT_DIR/gpu-tests.txt        the gpu-label test binaries (ctest -L gpu of BUILD_DIR)
+#   OUT_DIR/cuda-libraries.txt   the CUDA sonames the binaries need (bundle-env.sh finds them)
+#   OUT_DIR/bundle-env.sh        the library search (sourced by the two scripts below)
+#   OUT_DIR/run.sh NAME ARGS...  one binary with the bundle's libraries and the checkout's assets
+#   OUT_DIR/run-gpu-tests.sh OUT the whole GPU session (scripts/gpu/run-gpu-tests.sh --help)
 set -euo pipefail
+
+# The tools the GPU stages run, besides the gpu-label tests.
+BUNDLED_BINARIES=(pdserve-generate pdserve-make-model pdserve-bench-gpu)
+# PDSERVE_BUNDLE_PD=1: the bundle of the disaggregation check (scripts/gpu-pd-check.sh, issue
+# #14) instead: the node binaries, the KV transfer benchmark and make-model (about 31 MiB with
+# UCX and its transports), without the gpu-label tests, which would not fit beside them.
+bundle_pd=${PDSERVE_BUNDLE_PD:-0}
+if [[ $bundle_pd == 1 ]]; then
+  BUNDLED_BINARIES=(pdserve-proxy pdserve-prefill pdserve-decode pdserve-make-model
+                    pdserve-bench-kv-transfer)
+fi
 
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUILD_DIR OUT_DIR" >&2
@@ -19,32 +35,49 @@ fi
 build_dir=$(cd "$1" && pwd)
 out_dir=$2
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
+limit_mib=${PDSERVE_BUNDLE_LIMIT_MIB:-40}
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   echo "error: $build_dir is not a CMake build folder" >&2
   exit 2
 fi
-
-rm -rf "$out_dir"
-mkdir -p "$out_dir/bin" "$out_dir/lib" "$out_dir/src/configs" "$out_dir/src/tests"
-out_dir=$(cd "$out_dir" && pwd)
-
-# Executables: the tools and benchmarks, and the test binaries of the kernels areas.
-mapfile -t binaries < <(
-  find "$build_dir" -path "$build_dir/CMakeFiles" -prune -o -type f -perm -u+x \
-    \( -name 'pdserve-*' -o -path '*/tests/kernels/*_test' -o -path '*/tests/kernels_gpu/*_test' \) \
-    -print | sort)
-if [[ ${#binaries[@]} -eq 0 ]]; then
-  echo "error: no executables under $build_dir (build it first)" >&2
+if ! grep -q -- '-DPDSERVE_WITH_CUDA=1' "$build_dir/build.ninja" 2>/dev/null; then
+  echo "error: $build_dir is not a Ninja build with CUDA (configure with nvcc present)" >&2
   exit 2
 fi
+
+# The gpu-label tests as CTest knows them: executable paths (none takes arguments).
+gpu_tests=()
+[[ $bundle_pd == 1 ]] || mapfile -t gpu_tests < <(
+  ctest --test-dir "$build_dir" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+import json, sys
+for test in json.load(sys.stdin)["tests"]:
+    command = test.get("command") or []
+    if len(command) != 1:
+        sys.exit("error: gpu test %s takes arguments; the bundle runs binaries alone" % test["name"])
+    print(command[0])')
+if [[ ${#gpu_tests[@]} -eq 0 && $bundle_pd != 1 ]]; then
+  echo "error: ctest lists no gpu-label test in $build_dir" >&2
+  exit 2
+fi
+binaries=("${gpu_tests[@]}")
+for name in "${BUNDLED_BINARIES[@]}"; do
+  path=$(find "$build_dir" -path "$build_dir/CMakeFiles" -prune -o -type f -name "$name" -perm -u+x -print | head -1)
+  [[ -n $path ]] || { echo "error: $name is not built in $build_dir" >&2; exit 2; }
+  binaries+=("$path")
+done
 for binary in "${binaries[@]}"; do
-  # Only ELF files (skip scripts that match the names).
-  if [[ $(head -c 4 "$binary" | od -An -c | tr -d ' ') != '177ELF' ]]; then continue; fi
-  objcopy --strip-debug "$binary" "$out_dir/bin/$(basename "$binary")"
+  [[ -x $binary ]] || { echo "error: $binary is not built (build the gpu tests first)" >&2; exit 2; }
 done
 
-# Shared libraries: whatever ldd resolves, except the C/C++ runtime every Linux has and the
-# CUDA driver/runtime/cuBLAS, which must come from the GPU machine's own installation.
+rm -rf "$out_dir"
+mkdir -p "$out_dir/bin" "$out_dir/lib"
+out_dir=$(cd "$out_dir" && pwd)
+for binary in "${binaries[@]}"; do
+  objcopy --strip-debug "$binary" "$out_dir/bin/$(basename "$binary")"
+done
+for test in "${gpu_tests[@]}"; do basename "$test"; done >"$out_dir/gpu-tests.txt"
+
+# Libraries every Linux with an NVIDIA driver has, and CUDA's own, which must be the machine's.
 is_host_library() {
   case "$(basename "$1")" in
     ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|\
@@ -52,77 +85,56 @@ is_host_library() {
   esac
   return 1
 }
-for binary in "$out_dir"/bin/*; do
+copy_libraries_of() {
+  local library
   while read -r library; do
     [[ -n "$library" && -f "$library" ]] || continue
     is_host_library "$library" && continue
-    cp -L -n "$library" "$out_dir/lib/"
-  done < <(ldd "$binary" 2>/dev/null | awk '/=> \// { print $3 }')
-done
+    [[ -e "$out_dir/lib/$(basename "$library")" ]] && continue
+    cp -L "$library" "$out_dir/lib/"
+    strip --strip-debug "$out_dir/lib/$(basename "$library")" 2>/dev/null || true
+  done < <(ldd "$1" 2>/dev/null | awk '/=> \// { print $3 }')
+}
+for binary in "$out_dir"/bin/*; do copy_libraries_of "$binary"; done
+# The CUDA sonames the binaries were linked against (found on the GPU machine by bundle-env.sh).
+for binary in "$out_dir"/bin/*; do
+  readelf -d "$binary" | sed -n 's/.*Shared library: \[\(libcu[a-zA-Z]*\.so[.0-9]*\)\].*/\1/p'
+done | grep -v '^libcuda\.so' | sort -u >"$out_dir/cuda-libraries.txt"
 # UCX opens its transports (tcp, shared memory, verbs, ...) at run time from its module folder.
-ucx_module_dir=$(dpkg -L libucx0 2>/dev/null | grep -m1 -E '/ucx$' || true)
-if [[ -n "$ucx_module_dir" && -d "$ucx_module_dir" ]]; then
-  mkdir -p "$out_dir/lib/ucx"
-  cp -L "$ucx_module_dir"/*.so* "$out_dir/lib/ucx/" 2>/dev/null || true
-  for module in "$out_dir"/lib/ucx/*.so*; do
-    while read -r library; do
-      [[ -n "$library" && -f "$library" ]] || continue
-      is_host_library "$library" && continue
-      cp -L -n "$library" "$out_dir/lib/"
-    done < <(ldd "$module" 2>/dev/null | awk '/=> \// { print $3 }')
-  done
+if ls "$out_dir"/lib/libucp.so* >/dev/null 2>&1; then
+  ucx_module_dir=$(dpkg -L libucx0 2>/dev/null | grep -m1 -E '/ucx$' || true)
+  if [[ -n "$ucx_module_dir" && -d "$ucx_module_dir" ]]; then
+    mkdir -p "$out_dir/lib/ucx"
+    cp -L "$ucx_module_dir"/*.so* "$out_dir/lib/ucx/" 2>/dev/null || true
+    for module in "$out_dir"/lib/ucx/*.so*; do copy_libraries_of "$module"; done
+  fi
 fi
 
-cp -r "$source_dir/configs/models" "$out_dir/src/configs/"
-cp -r "$source_dir/tests/data" "$out_dir/src/tests/"
-
-cat > "$out_dir/run.sh" <<'RUN'
+cp "$source_dir/scripts/gpu/bundle-env.sh" "$source_dir/scripts/gpu/run-gpu-tests.sh" "$out_dir/"
+cat >"$out_dir/run.sh" <<'RUN'
 #!/usr/bin/env bash
-# run.sh NAME ARGS...: bin/NAME with this bundle's libraries and assets.
+# run.sh NAME ARGS...: bin/NAME with the bundle's libraries and the checkout's assets (the
+# bundle sits at the root of a pdserve checkout, or PDSERVE_REPO names one).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-name=$1
-shift
-# The CUDA runtime and cuBLAS are the machine's: its own LD_LIBRARY_PATH, then the usual
-# toolkit folders (the binaries' RUNPATH only names the build machine's).
-cuda_dirs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 2>/dev/null | paste -sd: -)
-export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}${cuda_dirs:+:$cuda_dirs}"
-export UCX_MODULE_DIR="$here/lib/ucx"
-export PDSERVE_SOURCE_DIR="$here/src"
-export PDSERVE_ASSETS_DIR="$here/src/configs/models"
+pdserve_bundle=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bundle-env.sh
+source "$pdserve_bundle/bundle-env.sh"
+repo=${PDSERVE_REPO:-$(cd "$pdserve_bundle/.." && pwd)}
+export PDSERVE_SOURCE_DIR=$repo
+export PDSERVE_ASSETS_DIR=$repo/configs/models
 export PDSERVE_BINARY_DIR="${PDSERVE_BINARY_DIR:-${TMPDIR:-/tmp}/pdserve-bundle}"
 mkdir -p "$PDSERVE_BINARY_DIR"
-exec "$here/bin/$name" "$@"
+name=$1
+shift
+exec "$pdserve_bundle/bin/$name" "$@"
 RUN
-
-cat > "$out_dir/run-gpu-tests.sh" <<'TESTS'
-#!/usr/bin/env bash
-# run-gpu-tests.sh [RESULTS_DIR]: the CUDA backend test (must not skip here), the host-side
-# kernels tests, then pdserve-bench-gpu. Exit status: 0 only if every test passed.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-results=${1:-$here/results}
-mkdir -p "$results"
-: > "$results/summary.txt"
-status=0
-nvidia-smi > "$results/nvidia-smi.txt" 2>&1 || true
-# Which libraries the GPU test resolves to, for a failure to start.
-LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$here/bin/cuda_backend_test" \
-  > "$results/ldd-cuda_backend_test.txt" 2>&1 || true
-for test in cuda_backend_test kernels_gpu_plan_test kernels_test; do
-  [[ -x "$here/bin/$test" ]] || continue
-  "$here/run.sh" "$test" > "$results/$test.log" 2>&1
-  code=$?
-  echo "$test: exit $code" | tee -a "$results/summary.txt"
-  [[ $code -eq 0 ]] || status=1
-done
-if [[ -x "$here/bin/pdserve-bench-gpu" ]]; then
-  # PDSERVE_BENCH_ARGS: extra flags, split on spaces (e.g. "--shapes qwen3-0.6b --repeats 3").
-  # shellcheck disable=SC2086
-  "$here/run.sh" pdserve-bench-gpu ${PDSERVE_BENCH_ARGS:-} > "$results/bench-gpu.md" 2>&1
-  echo "pdserve-bench-gpu: exit $?" | tee -a "$results/summary.txt"
-fi
-exit $status
-TESTS
 chmod +x "$out_dir/run.sh" "$out_dir/run-gpu-tests.sh"
-echo "bundle: $out_dir ($(du -sh "$out_dir" | cut -f1); $(ls "$out_dir/bin" | wc -l) executables, $(ls "$out_dir/lib" | wc -l) libraries)"
+
+bytes=$(du -sb "$out_dir" | cut -f1)
+mib=$(( (bytes + (1 << 20) - 1) >> 20 ))
+echo "bundle: $out_dir ($mib MiB of $limit_mib; $(ls "$out_dir/bin" | wc -l) executables, $(find "$out_dir/lib" -type f | wc -l) libraries)"
+if [[ $bytes -gt $((limit_mib << 20)) ]]; then
+  echo "error: the bundle is $mib MiB, over its limit of $limit_mib MiB; the largest files:" >&2
+  find "$out_dir" -type f -printf '%s %P\n' | sort -rn | head -10 >&2
+  exit 1
+fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-pd-check.sh BUNDLE OUT: issue #14 on a GPU machine (items 4-6), from the repository root
 # (tools/cluster/pdserve-cluster, tests/pd and bench/kv_transfer come from the working tree,
-# the binaries from BUNDLE, made by scripts/gpu-bundle.sh; see kv_transfer/README.md, "GPU
-# pools", for the build). Everything it prints and measures goes to OUT:
+# the binaries from BUNDLE, made by PDSERVE_BUNDLE_PD=1 scripts/gpu-bundle.sh at the repository
+# root; see kv_transfer/README.md, "Running it on a GPU", for the build). Everything it prints and measures goes to OUT:
 #   summary.txt                    one line per step: its exit status
 #   machine.txt                    nvidia-smi, uptime (load), the UCX memory types
 #   bench-kv-transfer-SHAPE.md     item 4: direct / staged GB/s beside cudaMemcpy D2H/H2D and
@@ -43,7 +43,7 @@ e2e_phases=${E2E_PHASES:-tcp sm staged-tcp staged-sm 2p2d}
 kv_gib=${KV_GIB:-8}
 for binary in pdserve-proxy pdserve-prefill pdserve-decode pdserve-make-model pdserve-bench-kv-transfer; do
   if [[ ! -x "$bundle/bin/$binary" ]]; then
-    echo "error: $bundle/bin/$binary is missing: build it before scripts/gpu-bundle.sh" >&2
+    echo "error: $bundle/bin/$binary is missing: build it, then PDSERVE_BUNDLE_PD=1 scripts/gpu-bundle.sh" >&2
     exit 2
   fi
 done

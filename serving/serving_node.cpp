@@ -27,7 +27,8 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--device", options.device, "cpu, cuda (device 0) or cuda:N")
       ->capture_default_str();
   app.add_option("--dtype", options.dtype,
-                 "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's)");
+                 "cpu: the weights' dtype, bfloat16, float16 or float32 (default: the "
+                 "checkpoint's). cuda: the compute dtype, bfloat16 (default) or float32 (strict)");
   app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")
       ->capture_default_str();
   app.add_option("--host", options.host, "Address to listen on")->capture_default_str();

@@ -5,7 +5,8 @@
 // prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it. The steps
 // run through the engine's Qwen3ModelRunner (decode CUDA graphs, sampling on the GPU, one wait
 // per step), so the figures are the product's; an eager forward without sampling is shown
-// beside them.
+// beside them. The KV pool is sized from the memory left free once the model is placed
+// (bench_kv_plan.h); a batch size that does not fit is reported as skipped.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gpu/bench_kv_plan.h"
 #include "common/core/cli.h"
 #include "common/core/dtype.h"
 #include "common/engine/scheduler.h"
@@ -24,6 +26,7 @@
 #include "common/model/model_config.h"
 #include "common/model/qwen3_weights.h"
 #include "kernels/backend.h"
+#include "kernels/model/device_step_path.h"
 #include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/kv_cache.h"
 #include "kernels/model/model_runner.h"
@@ -153,25 +156,60 @@ Sequence bench_sequence(SeqId id, int length, const SamplingParams& params, int 
                   std::move(stop), static_cast<uint64_t>(id), std::chrono::steady_clock::now());
 }
 
+ForwardLimits bench_limits(const ShapeOptions& options, int max_batch) {
+  ForwardLimits limits;
+  limits.max_num_tokens = std::max(options.prompt, max_batch);
+  limits.max_num_seqs = max_batch;
+  limits.max_model_len = std::max(options.prompt, options.context + 1);
+  return limits;
+}
+
+// Device memory free now (the model placed), and what to keep back from it: the runner's and
+// the eager rows' workspaces (allocated after the pool is planned) and room for cuBLAS, the
+// split-K workspace, the decode graphs, the sampler and the allocator's granularity.
+Result<BenchKvInputs> kv_inputs(Backend& backend, const ModelConfig& config,
+                                const ForwardLimits& limits) {
+  PDS_ASSIGN_OR_RETURN(const DeviceMemoryInfo info, device_memory_info(backend));
+  BenchKvInputs inputs;
+  inputs.free_bytes = info.free_bytes;
+  const size_t workspace =
+      forward_workspace_bytes(config, limits, kBlockSize, backend.activation_dtype());
+  inputs.reserve_bytes = 2 * workspace + device_step_input_bytes(limits) +
+                         std::max<size_t>(size_t{2} << 30, info.total_bytes / 20);
+  return inputs;
+}
+
 Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks,
                    const ShapeOptions& options) {
   PDS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(assets_dir() / name / "config.json"));
-  const int max_batch = *std::max_element(options.batches.begin(), options.batches.end());
+  const int asked_max_batch = *std::max_element(options.batches.begin(), options.batches.end());
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
                        Qwen3Model::create(backend, constant_weights(config)));
-  // The engine's runner: decode graphs, sampling on the device. Its pool holds the decode
-  // sequences at their context, the prefill prompt, and the graphs' scratch block (the last).
-  const int decode_blocks = (options.context + 1 + kBlockSize - 1) / kBlockSize;
-  const int prompt_blocks = (options.prompt + kBlockSize - 1) / kBlockSize;
+  // The KV pool from the memory the model leaves: the batches that fit, the prompt sharing
+  // their blocks, and the graphs' scratch block (the pool's last, as the runner expects).
+  PDS_ASSIGN_OR_RETURN(BenchKvInputs kv_request,
+                       kv_inputs(backend, config, bench_limits(options, asked_max_batch)));
+  kv_request.block_bytes = kv_layout_for(config, 1, kBlockSize, DType::kBF16).total_bytes();
+  kv_request.block_size = kBlockSize;
+  kv_request.context = options.context;
+  kv_request.prompt = options.prompt;
+  kv_request.batches = options.batches;
+  PDS_ASSIGN_OR_RETURN(BenchKvPlan kv_plan, plan_bench_kv(kv_request));
+  const int max_batch = *std::max_element(kv_plan.batches.begin(), kv_plan.batches.end());
+
+  // The engine's runner: decode graphs, sampling on the device.
   ModelRunnerConfig runner_config;
   runner_config.block_size = kBlockSize;
   runner_config.kv_dtype = DType::kBF16;
-  runner_config.limits.max_num_tokens = std::max(options.prompt, max_batch);
-  runner_config.limits.max_num_seqs = max_batch;
-  runner_config.limits.max_model_len = std::max(options.prompt, options.context + 1);
-  runner_config.num_blocks = decode_blocks * max_batch + prompt_blocks + 1;
+  runner_config.limits = bench_limits(options, max_batch);
+  runner_config.num_blocks = kv_plan.num_blocks;
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
                        Qwen3ModelRunner::create(backend, *model, runner_config));
+  if (runner->schedulable_blocks() != kv_plan.scratch_block) {
+    return internal_error(
+        "bench: the runner holds back block " + std::to_string(runner->schedulable_blocks()) +
+        " as its scratch block, the plan block " + std::to_string(kv_plan.scratch_block));
+  }
   const KvLayout& kv_shape = runner->kv_cache().layout();
   // The eager rows' own workspace, over the runner's pool.
   PDS_ASSIGN_OR_RETURN(ForwardContext eager_context,
@@ -180,20 +218,31 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));
   const double params = weight_bytes / 2;
   const double kv_token_bytes = static_cast<double>(kv_shape.bytes_per_token());
-  std::printf("\n### %s (bf16 weights %.2f GB, KV %.0f KB/token, KV pool %.2f GB, %d graphs)\n\n",
-              name.c_str(), weight_bytes / 1e9, kv_token_bytes / 1e3,
-              static_cast<double>(kv_shape.total_bytes()) / 1e9, runner->num_decode_graphs());
+  std::printf(
+      "\n### %s (bf16 weights %.2f GB, KV %.0f KB/token, pool %d blocks = %.2f GB of "
+      "%.2f GB free, %d graphs)\n\n",
+      name.c_str(), weight_bytes / 1e9, kv_token_bytes / 1e3, kv_plan.num_blocks,
+      static_cast<double>(kv_shape.total_bytes()) / 1e9,
+      static_cast<double>(kv_request.free_bytes) / 1e9, runner->num_decode_graphs());
   std::printf("| step | tokens/s | roofline tokens/s | of roofline | bound |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
 
+  for (int batch : kv_plan.skipped) {
+    std::printf(
+        "| decode batch %d, context %d | skipped: its KV does not fit the free memory "
+        "| | | |\n",
+        batch, options.context);
+  }
+  const int decode_blocks = kv_plan.decode_blocks_per_seq;
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_batch));
   for (int s = 0; s < max_batch; ++s) {
     tables[static_cast<size_t>(s)].resize(static_cast<size_t>(decode_blocks));
     std::iota(tables[static_cast<size_t>(s)].begin(), tables[static_cast<size_t>(s)].end(),
               s * decode_blocks);
   }
-  std::vector<int32_t> prompt_table(static_cast<size_t>(prompt_blocks));
-  std::iota(prompt_table.begin(), prompt_table.end(), decode_blocks * max_batch);
+  // The prompt reuses the decode sequences' blocks (their contents do not matter here).
+  std::vector<int32_t> prompt_table(static_cast<size_t>(kv_plan.prefill_blocks));
+  std::iota(prompt_table.begin(), prompt_table.end(), 0);
 
   SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -222,7 +271,7 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   // Every sequence decodes position `context` over `context` cached keys (the KV values are
   // whatever the pool holds; the work does not depend on them).
   const auto decode_rows = [&](const char* how, const SamplingParams* sampling) -> Status {
-    for (int batch_size : options.batches) {
+    for (int batch_size : kv_plan.batches) {
       ScheduledBatch batch;
       std::vector<SamplingRow> rows;
       std::vector<SequenceSlice> slices;

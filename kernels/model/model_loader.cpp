@@ -30,6 +30,10 @@ Result<ModelLoadOptions> model_load_options(std::string_view device, int threads
   if (!dtype.empty()) {
     PDS_ASSIGN_OR_RETURN(DType parsed, parse_dtype(dtype));
     options.dtype = parsed;
+    // On the CPU --dtype picks how the weights are stored (it always computes in float32);
+    // on CUDA it is also what the device computes in, and create_backend refuses a dtype it
+    // cannot compute in rather than running another one.
+    if (options.backend.device == DeviceKind::kCuda) options.backend.activation_dtype = parsed;
   }
   return options;
 }
@@ -42,7 +46,11 @@ Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptio
   PDS_ASSIGN_OR_RETURN(loaded.backend, create_backend(options.backend));
   PDS_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(loaded.model_dir));
   loaded.generation_config = checkpoint.generation_config();
-  const DType dtype = options.dtype.value_or(checkpoint.config().torch_dtype);
+  // A backend with its own memory holds the weights in its compute dtype (bfloat16 by default
+  // on CUDA, as vLLM's "auto" for float32 checkpoints); reading them in it saves a conversion.
+  const DType dtype = loaded.backend->shares_host_memory()
+                          ? options.dtype.value_or(checkpoint.config().torch_dtype)
+                          : loaded.backend->activation_dtype();
   PDS_ASSIGN_OR_RETURN(Qwen3Weights weights, load_qwen3_weights(checkpoint, dtype));
   PDS_ASSIGN_OR_RETURN(loaded.model, Qwen3Model::create(*loaded.backend, std::move(weights)));
   return loaded;

@@ -16,11 +16,14 @@ namespace pdserve {
 
 struct ModelLoadOptions {
   BackendOptions backend;
-  std::optional<DType> dtype;  // unset: the checkpoint's torch_dtype
+  // The weights' dtype on a backend that shares host memory (CPU); unset: the checkpoint's
+  // torch_dtype. A device backend holds them in its activation dtype (backend options).
+  std::optional<DType> dtype;
 };
 
 // The options from the command-line words every tool takes: `--device` (cpu, cuda, cuda:N),
-// `--threads`, `--dtype` (empty: the checkpoint's). InvalidArgument for an unknown name.
+// `--threads`, `--dtype` (empty: the checkpoint's on the CPU, bfloat16 on CUDA; on CUDA it
+// is also the compute dtype: float32 is the strict mode). InvalidArgument for an unknown name.
 Result<ModelLoadOptions> model_load_options(std::string_view device, int threads,
                                             std::string_view dtype);
 

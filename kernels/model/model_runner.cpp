@@ -74,7 +74,7 @@ Result<GpuMemoryReport> plan_pool_from_free_memory(Backend& backend, Qwen3Model&
     report.total_bytes = after.total_bytes;
     report.budget_bytes = plan.budget_bytes;
     report.in_use_bytes = plan.other_processes_bytes;
-    report.weight_bytes = qwen3_weight_bytes(model.config(), backend.activation_dtype());
+    report.weight_bytes = qwen3_weight_bytes(model.config(), model.weight_dtype());
     report.profiled_bytes = before.free_bytes > after.free_bytes + pool.size_bytes()
                                 ? before.free_bytes - after.free_bytes - pool.size_bytes()
                                 : 0;

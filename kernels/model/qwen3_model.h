@@ -117,7 +117,9 @@ class Qwen3Model {
   static Result<std::unique_ptr<Qwen3Model>> create(Backend& backend, Qwen3Weights weights);
 
   const ModelConfig& config() const { return weights_.config; }
-  DType weight_dtype() const { return weights_.embed_tokens.dtype; }
+  // The dtype the weights are held in where they are used (a device backend converts them
+  // to its activation dtype when placing them).
+  DType weight_dtype() const { return embed_tokens_.dtype; }
 
   // One step: computes the new tokens of every slice, writes their KV into `cache`, and
   // stores float32 logits of each slice's last new token into `logits` (row-major

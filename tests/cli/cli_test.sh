@@ -50,6 +50,21 @@ got_chunked=$("$generate" --model "$model" --prompt-ids "$prompt_ids" --max-new-
   --ignore-eos --print-ids --max-prefill-tokens 7 --block-size 4 | tr -d ' ')
 expect_eq "chunked prefill and another block size give the same tokens" "$got_chunked" "$expected"
 
+# --logits-out: one float32 row per generated token, each token its row's argmax (greedy).
+got_ids=$("$generate" --model "$model" --prompt-ids "$prompt_ids" --max-new-tokens 6 --temperature 0 \
+  --ignore-eos --print-ids --logits-out "$work/logits.npy" | tr -d ' ')
+if /usr/bin/python3 - "$work/logits.npy" "$got_ids" <<'PY'  # Debian's, with numpy
+import json, sys
+import numpy as np
+logits = np.load(sys.argv[1])
+ids = json.loads(sys.argv[2])
+assert logits.dtype == np.float32 and logits.shape == (6, 151936), (logits.dtype, logits.shape)
+assert [int(i) for i in logits.argmax(axis=1)] == ids, (logits.argmax(axis=1), ids)
+PY
+then pass "--logits-out rows give the greedy ids"; else fail "--logits-out"; fi
+expect_exit "--logits-out unwritable" 2 "$generate" --model "$model" --prompt hi --max-new-tokens 2 \
+  --logits-out "$work/no/such/dir/l.npy"
+
 # Stats line and prompt length of the README example.
 "$generate" --model "$model" --prompt "Explain KV cache in one sentence." --max-new-tokens 5 \
   --temperature 0 --ignore-eos --show-stats >"$work/out" 2>"$work/err"
@@ -83,6 +98,11 @@ expect_exit "cuda:1 unavailable or not built" 2 "$generate" --model "$model" --p
 grep -q -- '--device cuda' "$work/err" && pass "cuda:1 refusal names the device" || fail "cuda:1 refusal: $(head -c 300 "$work/err")"
 expect_exit "bad CUDA device index" 2 "$generate" --model "$model" --prompt hi --device cuda:x
 expect_exit "device index on the cpu" 2 "$generate" --model "$model" --prompt hi --device cpu:0
+# A dtype the CUDA path cannot compute in is refused before any device or weight is touched.
+expect_exit "float16 compute on cuda refused" 2 "$generate" --model "$model" --prompt hi --device cuda \
+  --dtype float16
+grep -q 'error: --device cuda computes in bfloat16 (the default) or float32 (strict), not float16' "$work/err" ||
+  fail "float16 on cuda: $(cat "$work/err")"
 expect_exit "gpu memory utilization above one" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 1.5
 expect_exit "gpu memory utilization zero" 2 "$generate" --model "$model" --prompt hi --gpu-memory-utilization 0
 expect_exit "kv cache memory not positive" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib -1

@@ -10,6 +10,7 @@
 //    through decode graphs of several batch and context buckets and prefill chunks; the pool
 //    sized from --gpu-memory-utilization stays within its budget; an LlmEngine whose thread is
 //    not the one that made the runner (bind_current_thread) serves requests.
+//    CudaRunnerStrictFloat32 repeats the token check in strict float32 (float32 graphs, KV).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -55,9 +56,10 @@ std::filesystem::path folder(const char* variable, const char* compiled) {
   return value != nullptr && *value != '\0' ? value : compiled;
 }
 
-std::unique_ptr<Backend> cuda_backend() {
+std::unique_ptr<Backend> cuda_backend(DType activation = DType::kBF16) {
   BackendOptions options;
   options.device = DeviceKind::kCuda;
+  options.activation_dtype = activation;
   return std::move(create_backend(options)).value();
 }
 
@@ -257,9 +259,12 @@ TEST(CudaSampler, ErrorsAreReportedPerRow) {
   EXPECT_EQ(got[1].status, sampling::kRowAllMasked);
   EXPECT_EQ(got[2].status, sampling::kRowPenaltyOverflow);
 }
-// A synthetic 2-layer model of the head_dim-64 GQA shape, on the CUDA backend.
+// A synthetic 2-layer model of the head_dim-64 GQA shape, on the CUDA backend in bf16.
 class CudaRunner : public ::testing::Test {
  protected:
+  // What the backend computes in (and the model's weights): bf16, the CUDA default.
+  virtual DType activation() const { return DType::kBF16; }
+
   void SetUp() override {
     SyntheticCheckpointOptions options;
     options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
@@ -272,16 +277,23 @@ class CudaRunner : public ::testing::Test {
     ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
     out_dir_ = options.out_dir;
     Checkpoint checkpoint = Checkpoint::open(out_dir_).value();
-    cuda_ = cuda_backend();
+    cuda_ = cuda_backend(activation());
     model_ =
-        std::move(Qwen3Model::create(*cuda_, load_qwen3_weights(checkpoint, DType::kBF16).value()))
+        std::move(Qwen3Model::create(*cuda_, load_qwen3_weights(checkpoint, activation()).value()))
             .value();
+    ASSERT_EQ(model_->weight_dtype(), activation());
   }
   void TearDown() override { std::filesystem::remove_all(out_dir_); }
 
   std::filesystem::path out_dir_;
   std::unique_ptr<Backend> cuda_;
   std::unique_ptr<Qwen3Model> model_;
+};
+
+// The same in strict float32 (--dtype float32): float32 weights, activations, KV and graphs.
+class CudaRunnerStrictFloat32 : public CudaRunner {
+ protected:
+  DType activation() const override { return DType::kF32; }
 };
 
 Sequence make_sequence(SeqId id, std::vector<int32_t> prompt, const SamplingParams& params,
@@ -291,17 +303,21 @@ Sequence make_sequence(SeqId id, std::vector<int32_t> prompt, const SamplingPara
                   std::chrono::steady_clock::now());
 }
 
-TEST_F(CudaRunner, TokensSampledOnTheDeviceAreTheHostSamplersOnTheStepsLogits) {
-  const int vocab = model_->config().vocab_size;
+// For 40 steps of 3 sequences (prefill chunks, decode graphs of two batch and two context
+// buckets), the tokens the runner samples on the device are the host Sampler's on the logits
+// execute() gives for the same step; KV in the activation dtype.
+void expect_device_tokens_follow_the_host_sampler(Backend& cuda, Qwen3Model& model,
+                                                  DType kv_dtype) {
+  const int vocab = model.config().vocab_size;
   ModelRunnerConfig config;
   config.num_blocks = 200;
   config.block_size = 16;
-  config.kv_dtype = DType::kBF16;
+  config.kv_dtype = kv_dtype;
   config.limits.max_num_tokens = 256;
   config.limits.max_num_seqs = 8;
   config.limits.max_model_len = 2048;  // context buckets 1024 and 2048
   std::unique_ptr<Qwen3ModelRunner> runner =
-      std::move(Qwen3ModelRunner::create(*cuda_, *model_, config)).value();
+      std::move(Qwen3ModelRunner::create(cuda, model, config)).value();
   ASSERT_TRUE(runner->samples_on_device());
   EXPECT_EQ(runner->num_decode_graphs(), 4 * 2);  // batches 1, 2, 4, 8 x contexts 1024, 2048
   EXPECT_EQ(runner->schedulable_blocks(), 199);
@@ -403,6 +419,14 @@ TEST_F(CudaRunner, TokensSampledOnTheDeviceAreTheHostSamplersOnTheStepsLogits) {
     }
   }
   EXPECT_GT(compared, 80);
+}
+
+TEST_F(CudaRunner, TokensSampledOnTheDeviceAreTheHostSamplersOnTheStepsLogits) {
+  expect_device_tokens_follow_the_host_sampler(*cuda_, *model_, DType::kBF16);
+}
+
+TEST_F(CudaRunnerStrictFloat32, TokensSampledOnTheDeviceAreTheHostSamplersOnTheStepsLogits) {
+  expect_device_tokens_follow_the_host_sampler(*cuda_, *model_, DType::kF32);
 }
 
 TEST_F(CudaRunner, ThePoolSizedFromUtilizationStaysInItsBudget) {

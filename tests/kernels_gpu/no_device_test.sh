@@ -21,7 +21,9 @@ expect() {  # expect NAME WANTED_CODE PATTERN COMMAND...
   echo "ok $name"
 }
 
-expect "gpu test skips" 77 "SKIPPED: no CUDA device" "$build_dir/tests/kernels_gpu/cuda_backend_test"
+for test in cuda_backend_test cuda_strict_test cuda_engine_test; do
+  expect "$test skips" 77 "SKIPPED: no CUDA device" "$build_dir/tests/kernels_gpu/$test"
+done
 expect "bench without device" 2 "error: --device cuda: .*CUDA" \
   "$build_dir/bench/gpu/pdserve-bench-gpu" --repeats 1
 expect "bench bad argument" 2 "repeats" "$build_dir/bench/gpu/pdserve-bench-gpu" --repeats 0

@@ -61,6 +61,7 @@ struct Options {
   int max_prefill_tokens = 2048;
   bool show_stats = false;
   bool print_ids = false;
+  std::string logits_out;
 };
 
 double elapsed_ms(Clock::time_point from, Clock::time_point to) {
@@ -122,6 +123,28 @@ Result<SamplingParams> sampling_params(const Options& options,
   SamplingDefaults request{options.temperature, options.top_p, options.top_k, options.min_p,
                            std::nullopt};
   return resolve_sampling_defaults(base, request, model_defaults);
+}
+
+// Writes rows x cols float32 values as a NumPy .npy file (format 1.0, little-endian, C order),
+// for comparing runs across devices and against other engines (scripts/gpu/).
+Status write_npy(const std::string& path, const std::vector<float>& values, size_t rows,
+                 size_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
+  // Magic (6) + version (2) + length (2) + header, padded with spaces to 64 bytes, then '\n'.
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) return invalid_argument("--logits-out: cannot write " + path);
+  std::string preamble("\x93NUMPY\x01\x00", 8);
+  preamble += static_cast<char>(header.size() & 0xff);
+  preamble += static_cast<char>(header.size() >> 8);
+  bool written = std::fwrite(preamble.data(), 1, preamble.size(), file) == preamble.size() &&
+                 std::fwrite(header.data(), 1, header.size(), file) == header.size() &&
+                 std::fwrite(values.data(), sizeof(float), values.size(), file) == values.size();
+  written = std::fclose(file) == 0 && written;
+  if (!written) return data_loss("--logits-out: writing " + path + " failed");
+  return {};
 }
 
 long peak_rss_mib() {
@@ -206,6 +229,10 @@ Status run(const Options& options) {
     }
   }
   PDS_ASSIGN_OR_RETURN(SamplingParams params, sampling_params(options, loaded.sampling_defaults()));
+  // A device-sampling runner copies a step's raw logits row back only for logprobs (or a row
+  // left to the host); --logits-out needs every sampled row, so it asks for logprobs. The
+  // tokens do not change: logprobs are computed beside the choice, from the raw row.
+  params.want_logprobs = !options.logits_out.empty();
   PDS_RETURN_IF_ERROR(params.validate(config.vocab_size));
   PDS_ASSIGN_OR_RETURN(StopChecker stop_checker,
                        StopChecker::create(params, loaded.eos_token_ids(), config.vocab_size));
@@ -271,6 +298,7 @@ Status run(const Options& options) {
   Sampler sampler;
   SamplerRng rng = SamplerRng::for_request(params, std::random_device{}());
   IncrementalDetokenizer detokenizer(tokenizer);
+  std::vector<float> sampled_logits;  // --logits-out: the row each output token came from
 
   const auto start = Clock::now();
   Clock::time_point first_token_time;
@@ -293,6 +321,9 @@ Status run(const Options& options) {
                          run_step(*runner, batch, sampler, rng, logits));
     seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
     if (!token) continue;
+    if (!options.logits_out.empty()) {
+      sampled_logits.insert(sampled_logits.end(), logits.begin(), logits.end());
+    }
     const FinishReason finish = seq.append_output_token(*token);
     if (seq.num_output_tokens() == 1) first_token_time = Clock::now();
     if (!options.print_ids) {
@@ -311,6 +342,10 @@ Status run(const Options& options) {
     std::printf("%s\n", rest.c_str());
   }
   std::fflush(stdout);  // the answer ends before the stats line on a shared terminal
+  if (!options.logits_out.empty()) {
+    PDS_RETURN_IF_ERROR(
+        write_npy(options.logits_out, sampled_logits, output.size(), logits.size()));
+  }
 
   if (options.show_stats) {
     const double ttft_ms = elapsed_ms(start, first_token_time);
@@ -367,9 +402,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", options.seed, "Sampling seed (same seed, same output)");
   app.add_flag("--ignore-eos", options.ignore_eos, "Do not stop at EOS tokens");
   app.add_option("--device", options.device, "cpu or cuda")->capture_default_str();
-  app.add_option(
-      "--dtype", options.dtype,
-      "Weight dtype: bfloat16, float16 or float32 (default: the checkpoint's torch_dtype)");
+  app.add_option("--dtype", options.dtype,
+                 "cpu: the weights' dtype, bfloat16, float16 or float32 (default: the "
+                 "checkpoint's torch_dtype; it computes in float32). cuda: what it computes in, "
+                 "bfloat16 (default) or float32 (strict: float32 weights, activations and KV, "
+                 "no TF32)");
   app.add_option("--threads", options.threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("--block-size", options.block_size, "Tokens per KV-cache block")
       ->capture_default_str();
@@ -391,6 +428,9 @@ int main(int argc, char** argv) {
                "(decode), device, dtype, load_ms and peak_rss_mib to stderr");
   app.add_flag("--print-ids", options.print_ids,
                "Print the generated token ids as one JSON array instead of the text");
+  app.add_option("--logits-out", options.logits_out,
+                 "Write the float32 logits each generated token was sampled from to this "
+                 ".npy file (one row per token)");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);

@@ -1,0 +1,409 @@
+#!/usr/bin/env bash
+# run-gpu-tests.sh OUT [--skip S1,S2] [--only S1,S2] [--budget-s N] [--list] [--plumbing-check]
+#
+# The whole GPU session of issue #13 in one command, from a bundle made by scripts/gpu-bundle.sh
+# and placed at the root of the repository checkout (build-gpu-bundle/run-gpu-tests.sh OUT).
+# Every stage runs under its own `timeout`, inside one time budget (default 540 s, so the
+# command ends well inside a 10-minute limit); a stage that would not fit what is left is
+# skipped, not started. Everything goes to OUT/gpu-run.log; OUT ends with at most 4 files:
+#   gpu-run.log      every stage's output, with its command lines
+#   summary.txt      one line per stage (PASS / FAIL / TIMEOUT / SKIP, seconds, what it found)
+#   bench-gpu.md     pdserve-bench-gpu's tables (when the bench stage ran)
+#   details.tar.gz   comparison records, gtest XML, nvidia-smi, library resolution
+# Exit status: 0 when no stage failed, 1 when one did, 3 when there is no usable CUDA device
+# (the preflight fails in seconds and nothing else runs), 2 for bad arguments.
+#
+# --plumbing-check runs the stages' plumbing where there is no GPU (CPU test gpu_bundle_script):
+# the device runs become CPU runs on a 2-layer model, and stages that need the device or
+# PyTorch report SKIP instead of FAIL.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=${PDSERVE_REPO:-$(cd "$here/.." && pwd)}  # the checkout the bundle sits in
+started=$(date +%s)
+
+# ---- stages ---------------------------------------------------------------------------------
+# Order matters: model before the stages that read it; the bench and the sanitizer last (the
+# longest, and the ones a short budget can best lose). Seconds are each stage's own limit.
+STAGES=(preflight model gpu_tests generate hf bench sanitizer)
+declare -A STAGE_LIMIT=([preflight]=60 [model]=90 [gpu_tests]=300 [generate]=180 [hf]=150
+                        [bench]=240 [sanitizer]=200)
+declare -A STAGE_WHAT=(
+  [preflight]="device, driver, libraries resolve, the binaries start"
+  [model]="pdserve-make-model: full-depth synthetic Qwen3-0.6B (28 layers, bf16)"
+  [gpu_tests]="every gpu-label test binary (ctest -L gpu: cuda_backend, cuda_strict, cuda_engine, device_sampler)"
+  [generate]="pdserve-generate (the engine's runner) cuda float32 == cpu float32 greedy ids; bf16 margins"
+  [hf]="transformers Qwen3ForCausalLM vs pdserve cuda float32 / bf16 and cpu float32"
+  [bench]="pdserve-bench-gpu: peaks, decode 1/8/64/256, prefill 4k, 0.6B and 8B shapes"
+  [sanitizer]="compute-sanitizer memcheck + racecheck on the kernel tests"
+)
+# ---- LATER STAGES GO HERE -------------------------------------------------------------------
+# To add one (the PD tests of issue #14):
+# write a function stage_NAME below (it gets its time limit in $1, writes to "$work/NAME/",
+# returns 0 / 1 / 77 = skipped, and calls `finding "..."` for its summary line), put NAME into
+# STAGES where it belongs, give it a STAGE_LIMIT and a STAGE_WHAT, and list in gpu-bundle.sh's
+# BUNDLED_BINARIES any binary it needs (PD stages: pdserve-prefill, pdserve-decode,
+# pdserve-proxy; the bundle then carries UCX's transport modules too).
+# ----------------------------------------------------------------------------------------------
+
+usage() {
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+out=""
+budget=540
+skip=","
+only=""
+plumbing=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --skip) skip=",${2:?},"; shift 2 ;;
+    --only) only=",${2:?},"; shift 2 ;;
+    --budget-s) budget=${2:?}; shift 2 ;;
+    --plumbing-check) plumbing=1; shift ;;
+    --list)
+      for stage in "${STAGES[@]}"; do
+        printf '%-10s %4ss  %s\n' "$stage" "${STAGE_LIMIT[$stage]}" "${STAGE_WHAT[$stage]}"
+      done
+      exit 0 ;;
+    -h|--help) usage ;;
+    -*) echo "error: unknown option $1" >&2; usage ;;
+    *) [[ -z $out ]] || { echo "error: one OUT folder" >&2; usage; }; out=$1; shift ;;
+  esac
+done
+[[ -n $out ]] || { echo "error: name the OUT folder" >&2; usage; }
+[[ $budget =~ ^[0-9]+$ ]] || { echo "error: --budget-s takes seconds" >&2; exit 2; }
+for name in ${skip//,/ } ${only//,/ }; do
+  [[ -n ${STAGE_LIMIT[$name]:-} ]] || { echo "error: no stage '$name' (--list)" >&2; exit 2; }
+done
+if [[ ! -d $repo/configs/models || ! -x $here/bin/pdserve-generate ]]; then
+  echo "error: $here is not a GPU bundle at the root of a pdserve checkout" \
+       "(scripts/gpu-bundle.sh BUILD build-gpu-bundle)" >&2
+  exit 2
+fi
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log=$out/gpu-run.log
+summary=$out/summary.txt
+work=${PDSERVE_GPU_WORK:-${TMPDIR:-/tmp}/pdserve-gpu-run}
+rm -rf "$work"
+mkdir -p "$work/details"
+: >"$log"
+: >"$summary"
+exec 3>&1  # the terminal: stage lines and the summary; everything else goes to the log
+say() { echo "$*" | tee -a "$log" >&3; }
+
+# ---- the bundle's environment (bundle-env.sh: the libraries the binaries need) -----------------
+# shellcheck source=bundle-env.sh
+source "$here/bundle-env.sh"
+export PDSERVE_SOURCE_DIR=$repo
+export PDSERVE_ASSETS_DIR=$repo/configs/models
+export PDSERVE_BINARY_DIR=$work/binary
+export PYTHONUNBUFFERED=1
+mkdir -p "$PDSERVE_BINARY_DIR"
+bin=$here/bin
+model=$work/qwen3-0.6b-synthetic
+device=cuda
+new_tokens=64
+if [[ $plumbing -eq 1 ]]; then
+  device=cpu
+  new_tokens=12
+fi
+
+# The Python that has numpy (the comparisons), and the one with torch and transformers (hf):
+# the GPU machine's python3 has all of them.
+python_with() {
+  local python
+  for python in python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+    command -v "$python" >/dev/null 2>&1 || continue
+    if timeout 60 "$python" -c "import $1" >/dev/null 2>&1; then echo "$python"; return 0; fi
+  done
+  return 1
+}
+
+# ---- running stages --------------------------------------------------------------------------
+stage_finding=""
+finding() { stage_finding="${stage_finding:+$stage_finding; }$*"; }
+# run LIMIT COMMAND...: logs the command line, runs it under timeout with its output in the log.
+run() {
+  local limit=$1
+  shift
+  echo "\$ $*" >>"$log"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+}
+elapsed() { echo $(($(date +%s) - started)); }
+wanted() {
+  [[ $skip != *",$1,"* ]] && { [[ -z $only ]] || [[ $only == *",$1,"* ]]; }
+}
+
+stage_preflight() {
+  local limit=$1 code
+  if ! run 20 nvidia-smi; then
+    finding "nvidia-smi fails: no NVIDIA driver or GPU here"
+    [[ $plumbing -eq 1 ]] || return 3
+  else
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+      >"$work/details/gpu.txt" 2>&1
+    finding "$(head -1 "$work/details/gpu.txt")"
+  fi
+  local binary
+  for binary in "$bin"/*; do
+    ldd "$binary" 2>&1 | sed "s|^|$(basename "$binary"): |" >>"$work/details/ldd.txt"
+  done
+  if grep -q 'not found' "$work/details/ldd.txt"; then
+    finding "libraries not found: $(grep 'not found' "$work/details/ldd.txt" | awk '{print $1 $2}' | sort -u | tr '\n' ' ')(LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    return 3
+  fi
+  # The bundle's own device probe: a gpu test binary that runs no test but opens the device.
+  run "$limit" "$bin/cuda_strict_test" --gtest_filter=NoTestHasThisName
+  code=$?
+  [[ $code -eq 0 ]] && return 0
+  if [[ $plumbing -eq 1 && $code -eq 77 ]]; then
+    finding "no device (plumbing check)"
+    return 0
+  fi
+  finding "the CUDA device does not open (exit $code, see the log)"
+  return 3
+}
+
+stage_model() {
+  local layers=()
+  [[ $plumbing -eq 1 ]] && layers=(--layers 2)
+  run "$1" "$bin/pdserve-make-model" --config "$repo/configs/models/qwen3-0.6b/config.json" \
+    --out "$model" --seed 1 --dtype bfloat16 --tokenizer-dir "$repo/configs/models/qwen3-tokenizer" \
+    "${layers[@]}" || return 1
+  finding "$(du -sh "$model" | cut -f1) at $model"
+}
+
+stage_gpu_tests() {
+  local limit=$1 deadline=$(($(date +%s) + $1)) failed=0 ran=0 skipped=0 name left code
+  export PDSERVE_GPU_MODEL_DIR=$model  # the engine test reuses the model stage's checkpoint
+  while read -r name; do
+    [[ -n $name ]] || continue
+    left=$((deadline - $(date +%s)))
+    if [[ $left -lt 10 ]]; then finding "$name: no time left"; failed=1; continue; fi
+    run "$left" "$bin/$name" --gtest_output="xml:$work/details/$name.xml"
+    code=$?
+    case $code in
+      0) ran=$((ran + 1)) ;;
+      77) skipped=$((skipped + 1)); finding "$name skipped (no device)" ;;
+      124|137) failed=1; finding "$name TIMEOUT" ;;
+      *) failed=1; finding "$name FAILED (exit $code)" ;;
+    esac
+  done <"$here/gpu-tests.txt"
+  finding "$ran passed, $skipped skipped of $(grep -c . "$here/gpu-tests.txt")"
+  [[ $failed -eq 0 ]] || return 1
+  [[ $ran -gt 0 || $plumbing -eq 0 ]] || return 77
+}
+
+# Seeded prompts of 1, 9, 64 and 250 tokens (2 short ones in the plumbing check).
+write_prompts() {
+  python3 - "$1" "$plumbing" <<'PY'
+import json, random, sys
+rng = random.Random(13)
+lengths = [1, 9] if sys.argv[2] == "1" else [1, 9, 64, 250]
+json.dump([[rng.randrange(151000) for _ in range(n)] for n in lengths], open(sys.argv[1], "w"))
+PY
+}
+
+# generate_run DEADLINE LABEL ARGS...: every prompt through pdserve-generate into runs/LABEL/
+# (prompt-I.ids.json, prompt-I.logits.npy) before DEADLINE (epoch seconds); its commands and
+# errors go to runs/LABEL.log.
+generate_run() {
+  local deadline=$1 label=$2 index=0 ids left
+  shift 2
+  mkdir -p "$work/runs/$label"
+  while read -r ids; do
+    local target=$work/runs/$label/prompt-$index
+    left=$((deadline - $(date +%s)))
+    if [[ $left -lt 1 ]]; then
+      echo "error: no time left for prompt $index" >>"$work/runs/$label.log"
+      return 1
+    fi
+    echo "\$ pdserve-generate --model $model --prompt-ids ${ids:0:40}... $*" >>"$work/runs/$label.log"
+    timeout --kill-after=10 "$left" "$bin/pdserve-generate" --model "$model" \
+      --prompt-ids "$ids" --max-new-tokens "$new_tokens" --temperature 0 --ignore-eos \
+      --print-ids --logits-out "$target.logits.npy" "$@" >"$target.ids.json" \
+      2>>"$work/runs/$label.log" || return 1
+    index=$((index + 1))
+  done < <(python3 -c 'import json,sys; [print(",".join(map(str, p))) for p in json.load(open(sys.argv[1]))]' "$work/prompts.json")
+}
+
+stage_generate() {
+  local limit=$1 failed=0 index count label mode deadline python
+  deadline=$(($(date +%s) + limit - 20))  # 20 s kept for the comparisons
+  [[ -d $model ]] || { finding "no model (the model stage did not run)"; return 1; }
+  python=$(python_with numpy) || { finding "no python3 with numpy"; return 1; }
+  write_prompts "$work/prompts.json"
+  count=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$work/prompts.json")
+  # The CPU runs take the CPU's cores while the device runs take the GPU: side by side.
+  generate_run "$deadline" cpu32 --device cpu --dtype float32 &
+  local cpu_runs=$!
+  # bf16: the CUDA default (on the plumbing check's CPU: bf16 weights, float32 compute).
+  local bf16_args=(--device "$device")
+  [[ $plumbing -eq 1 ]] && bf16_args+=(--dtype bfloat16)
+  generate_run "$deadline" cuda32 --device "$device" --dtype float32 || failed=1
+  [[ $failed -eq 0 ]] && { generate_run "$deadline" cuda16 "${bf16_args[@]}" || failed=2; }
+  wait "$cpu_runs" || failed=3
+  cat "$work/runs/"*.log >>"$log"
+  case $failed in
+    1) finding "the $device float32 runs failed (see the log)"; return 1 ;;
+    2) finding "the $device bf16 runs failed (see the log)"; return 1 ;;
+    3) finding "the cpu float32 runs failed (see the log)"; return 1 ;;
+  esac
+  for label in cuda32 cuda16; do
+    mode=strict
+    [[ $label == cuda16 ]] && mode=report
+    for ((index = 0; index < count; index++)); do
+      run 30 "$python" "$repo/scripts/gpu/compare_runs.py" --mode "$mode" \
+        --label "$label vs cpu32, prompt $index" --json "$work/details/generate.jsonl" \
+        --reference "$work/runs/cpu32/prompt-$index.ids.json" "$work/runs/cpu32/prompt-$index.logits.npy" \
+        --candidate "$work/runs/$label/prompt-$index.ids.json" "$work/runs/$label/prompt-$index.logits.npy" ||
+        failed=1
+    done
+  done
+  finding "$("$python" - "$work/details/generate.jsonl" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+parts = []
+for label in ("cuda32", "cuda16"):
+    mine = [r for r in records if r["label"].startswith(label)]
+    equal = sum(r["equal_ids"] for r in mine)
+    worst = max((r["worst_row_error"] for r in mine), default=0)
+    margins = ", ".join(f"p{r['label'].rsplit(' ', 1)[1]}@{r['first_difference']}:"
+                        f"{r['reference_top2_margin']:.3g}" for r in mine if not r["equal_ids"])
+    parts.append(f"{label}: {equal}/{len(mine)} prompts equal ids, worst row error {worst:.2g}"
+                 + (f", first differences (cpu margin) {margins}" if margins else ""))
+print("; ".join(parts))
+PY
+)"
+  return $failed
+}
+
+stage_hf() {
+  local limit=$1
+  [[ -d $work/runs/cuda32 ]] || { finding "no pdserve runs (the generate stage did not run)"; return 1; }
+  local python
+  if ! python=$(python_with "numpy, torch, transformers"); then
+    finding "no python3 with numpy, torch and transformers"
+    [[ $plumbing -eq 1 ]] && return 77
+    return 1
+  fi
+  local hf_device=cuda
+  [[ $plumbing -eq 1 ]] && hf_device=cpu
+  run "$limit" "$python" "$repo/scripts/gpu/hf_compare.py" --model "$model" \
+    --prompts "$work/prompts.json" --device "$hf_device" --json "$work/details/hf.json" \
+    --run "float32:$work/runs/cuda32:pdserve $device float32" \
+    --run "bfloat16:$work/runs/cuda16:pdserve $device bf16" \
+    --run "float32:$work/runs/cpu32:pdserve cpu float32"
+  local code=$?
+  finding "$(grep -a 'transformers comparison:' "$log" | tail -1)"
+  return $code
+}
+
+stage_bench() {
+  local code
+  echo "\$ $bin/pdserve-bench-gpu ${PDSERVE_BENCH_ARGS:-}" >>"$log"
+  # shellcheck disable=SC2086  # PDSERVE_BENCH_ARGS: extra flags, split on spaces
+  timeout --kill-after=10 "$1" "$bin/pdserve-bench-gpu" ${PDSERVE_BENCH_ARGS:-} \
+    >"$out/bench-gpu.md" 2>>"$log"
+  code=$?
+  cat "$out/bench-gpu.md" >>"$log"
+  if [[ $plumbing -eq 1 && $code -eq 2 ]]; then
+    finding "exits 2 without a device"
+    rm -f "$out/bench-gpu.md"
+    return 77
+  fi
+  finding "$(grep -c '^| decode\|^| prefill' "$out/bench-gpu.md") rows in bench-gpu.md"
+  [[ $code -eq 0 ]]
+}
+
+stage_sanitizer() {
+  local limit=$1 sanitizer failed=0 share
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+              /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  if [[ -z $sanitizer ]]; then
+    finding "compute-sanitizer not found"
+    [[ $plumbing -eq 1 ]] && return 77
+    return 1
+  fi
+  share=$((limit / 5))  # each of the 5 runs below
+  # Every kernel and both element types on small shapes (no model, no 32k contexts: the tools
+  # slow kernels down 10-100x). The sampling kernel gets memcheck only: racecheck over its
+  # radix selections on 152k-token rows would take minutes.
+  local tool binary filter
+  while read -r tool binary filter; do
+    run "$share" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      "$bin/$binary" --gtest_filter="$filter"
+    case $? in
+      0) ;;
+      124|137) failed=1; finding "$tool on $binary: TIMEOUT" ;;
+      99) failed=1; finding "$tool on $binary reports errors (see the log)" ;;
+      *) failed=1; finding "$tool on $binary: the tests failed under it (see the log)" ;;
+    esac
+  done <<'RUNS'
+memcheck cuda_backend_test CudaVsCpu.*:*CudaPagedAttention*decode_gqa2*:*CudaPagedAttention*prefill_chunks*
+memcheck cuda_strict_test StrictFloat32.Norm*:Cases/PlantedAttention.*/decode_boundaries*:Cases/PlantedAttention.*/prefill_whole*
+memcheck device_sampler_test CudaSampler.*
+racecheck cuda_backend_test CudaVsCpu.RmsNorm*:*CudaPagedAttention*decode_mha_hd64*:*CudaPagedAttention*prefill_gqa16_hd256*
+racecheck cuda_strict_test Cases/PlantedAttention.*/prefill_whole_prompt_actf32_kvbf16:Cases/PlantedAttention.*/mha_hd64_actbf16_kvf32_Cuda
+RUNS
+  [[ $failed -eq 0 ]] && finding "memcheck and racecheck clean"
+  return $failed
+}
+
+# ---- the run ----------------------------------------------------------------------------------
+reserve=15  # seconds kept for packing the results
+status=0
+say "pdserve GPU run: $(date -u +%FT%TZ), budget ${budget}s, bundle $here, work $work"
+say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+for stage in "${STAGES[@]}"; do
+  if ! wanted "$stage"; then
+    echo "$stage SKIP 0s (not asked for)" >>"$summary"
+    continue
+  fi
+  left=$((budget - reserve - $(elapsed)))
+  limit=${STAGE_LIMIT[$stage]}
+  [[ $left -lt $limit ]] && limit=$left
+  if [[ $limit -lt 20 ]]; then
+    say "$stage SKIP (${left}s of the budget left)"
+    echo "$stage SKIP 0s (budget spent)" >>"$summary"
+    continue
+  fi
+  say "== $stage (limit ${limit}s): ${STAGE_WHAT[$stage]}"
+  echo "== $stage $(date -u +%T)" >>"$log"
+  stage_finding=""
+  mkdir -p "$work/$stage"
+  stage_started=$(date +%s)
+  "stage_$stage" "$limit"
+  code=$?
+  seconds=$(($(date +%s) - stage_started))
+  case $code in
+    0) result=PASS ;;
+    77) result=SKIP ;;
+    124|137) result=TIMEOUT; status=1 ;;
+    *) result=FAIL; status=1 ;;
+  esac
+  line="$stage $result ${seconds}s${stage_finding:+ ($stage_finding)}"
+  echo "$line" >>"$summary"
+  say "$line"
+  if [[ $stage == preflight && $code -eq 3 ]]; then
+    say "error: no usable CUDA device: $stage_finding"
+    status=3
+    break
+  fi
+done
+say "total $(elapsed)s"
+
+# ---- packing: at most 4 files in OUT ------------------------------------------------------------
+cp "$work/prompts.json" "$work/details/" 2>/dev/null
+find "$work/details" -name '*.npy' -delete
+tar -czf "$out/details.tar.gz" -C "$work" details >/dev/null 2>&1
+{
+  echo "== summary"
+  cat "$summary"
+} >>"$log"
+cat "$summary" >&3
+exit $status

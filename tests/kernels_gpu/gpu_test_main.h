@@ -1,0 +1,138 @@
+// Shared by the gpu-label test binaries written for issue #13 (cuda_strict_test,
+// cuda_engine_test): the backend under test, device-memory helpers and main().
+//
+// Without a CUDA device a binary prints "SKIPPED: no CUDA device" and exits 77 (CTest's skip),
+// unless PDSERVE_GPU_TESTS_ON_CPU=1: then the tests run with the CPU backend standing in for
+// the device, so that the tests' own logic (inputs, references, tolerances, comparisons) is
+// proven on every machine. Tests that only mean something on CUDA (bfloat16 activations,
+// CUDA graphs) have "Cuda" in their name; the CPU run filters them out, and they fail if run
+// there anyway.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/core/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/cuda_device.h"
+
+namespace pdserve::gpu_test {
+
+constexpr int kSkipExitCode = 77;
+
+// True when the tests run on the CPU backend instead of a device (set by run_main).
+inline bool& on_cpu() {
+  static bool value = false;
+  return value;
+}
+
+// The CUDA backend computing in `activation` (bf16 or float32), or on the CPU run the CPU
+// backend (float32 only).
+inline std::unique_ptr<Backend> backend_under_test(DType activation) {
+  BackendOptions options;
+  if (on_cpu()) {
+    EXPECT_EQ(activation, DType::kF32) << "the CPU run only has float32 activations";
+  } else {
+    options.device = DeviceKind::kCuda;
+    options.activation_dtype = activation;
+  }
+  Result<std::unique_ptr<Backend>> backend = create_backend(options);
+  EXPECT_TRUE(backend.ok()) << backend.status().to_string();
+  return backend.ok() ? std::move(backend).value() : nullptr;
+}
+
+inline std::unique_ptr<Backend> cpu_reference() {
+  return std::move(create_backend(BackendOptions{})).value();
+}
+
+// The compiled-in folders, unless the environment names others (a GPU bundle runs these
+// binaries on another machine, where run-gpu-tests.sh sets them).
+inline std::filesystem::path folder(const char* variable, const char* compiled) {
+  const char* value = std::getenv(variable);
+  return value != nullptr && *value != '\0' ? value : compiled;
+}
+
+// A matrix in the backend's memory, filled from host floats stored as `dtype`.
+class DeviceMatrix {
+ public:
+  DeviceMatrix(Backend& backend, const std::vector<float>& values, DType dtype, int64_t rows,
+               int64_t cols)
+      : backend_(&backend), dtype_(dtype), rows_(rows), cols_(cols) {
+    buffer_ = std::move(backend.allocate(values.size() * dtype_size(dtype))).value();
+    std::vector<std::byte> bytes(values.size() * dtype_size(dtype));
+    convert_elements(values.data(), DType::kF32, bytes.data(), dtype, values.size());
+    EXPECT_TRUE(backend.copy_to_device(buffer_.data(), bytes.data(), bytes.size()).ok());
+    EXPECT_TRUE(backend.synchronize().ok());
+  }
+  // Filled with NaN, so that an element a kernel forgets to write is seen.
+  static DeviceMatrix poisoned(Backend& backend, DType dtype, int64_t rows, int64_t cols) {
+    return DeviceMatrix(backend,
+                        std::vector<float>(static_cast<size_t>(rows * cols), std::nanf("")), dtype,
+                        rows, cols);
+  }
+  MatrixView view() const { return MatrixView::dense(buffer_.data(), dtype_, rows_, cols_); }
+  VectorView vector() const { return {buffer_.data(), dtype_, rows_ * cols_}; }
+  void* data() const { return buffer_.data(); }
+  std::vector<float> download() const {
+    std::vector<std::byte> bytes(buffer_.size());
+    EXPECT_TRUE(backend_->copy_to_host(bytes.data(), buffer_.data(), bytes.size()).ok());
+    std::vector<float> values(static_cast<size_t>(rows_ * cols_));
+    convert_elements(bytes.data(), dtype_, values.data(), DType::kF32, values.size());
+    return values;
+  }
+
+ private:
+  Backend* backend_;
+  DType dtype_;
+  int64_t rows_, cols_;
+  DeviceBuffer buffer_;
+};
+
+inline DeviceBuffer device_ints(Backend& backend, const std::vector<int32_t>& values) {
+  DeviceBuffer buffer =
+      std::move(backend.allocate(std::max<size_t>(1, values.size()) * sizeof(int32_t))).value();
+  EXPECT_TRUE(
+      backend.copy_to_device(buffer.data(), values.data(), values.size() * sizeof(int32_t)).ok());
+  EXPECT_TRUE(backend.synchronize().ok());
+  return buffer;
+}
+
+// Fails a CUDA-only test that the CPU run did not filter out.
+#define PDS_REQUIRE_CUDA()                                                                \
+  do {                                                                                    \
+    if (::pdserve::gpu_test::on_cpu()) FAIL() << "needs the CUDA device (filter it out)"; \
+  } while (0)
+
+inline int run_main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (::testing::GTEST_FLAG(list_tests)) return RUN_ALL_TESTS();
+  const Result<int> devices = cuda_device_count();
+  if (!devices.ok()) {
+    const char* on_cpu_flag = std::getenv("PDSERVE_GPU_TESTS_ON_CPU");
+    if (on_cpu_flag != nullptr && std::string(on_cpu_flag) == "1") {
+      std::fprintf(stderr,
+                   "no CUDA device (%s): running on the CPU backend "
+                   "(PDSERVE_GPU_TESTS_ON_CPU=1)\n",
+                   devices.status().to_string().c_str());
+      on_cpu() = true;
+      return RUN_ALL_TESTS();
+    }
+    std::fprintf(stderr,
+                 "\n**********************************************************************\n"
+                 "SKIPPED: no CUDA device (%s)\n"
+                 "**********************************************************************\n\n",
+                 devices.status().to_string().c_str());
+    return kSkipExitCode;
+  }
+  return RUN_ALL_TESTS();
+}
+
+}  // namespace pdserve::gpu_test
