@@ -92,8 +92,13 @@ struct QkNormRopeParams {
   int head_dim = 0;
 };
 
-class DeviceBuffer;
-class HostBuffer;
+// Which of a backend's memories an allocation lives in (device memory, or host memory that
+// device copies can use without staging).
+enum class MemorySpace { kDevice, kHost };
+template <MemorySpace kSpace>
+class BackendBuffer;
+using DeviceBuffer = BackendBuffer<MemorySpace::kDevice>;
+using HostBuffer = BackendBuffer<MemorySpace::kHost>;
 
 class Backend {
  public:
@@ -162,55 +167,15 @@ class Backend {
   virtual Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) = 0;
 };
 
-// Owns one allocation of a Backend; frees it on destruction.
-class DeviceBuffer {
+// Owns one allocation of a Backend (allocate() or allocate_host()); frees it on destruction.
+template <MemorySpace kSpace>
+class BackendBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend* owner, void* data, size_t bytes)
+  BackendBuffer() = default;
+  BackendBuffer(Backend* owner, void* data, size_t bytes)
       : owner_(owner), data_(data), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
-    if (this != &other) {
-      reset();
-      owner_ = other.owner_;
-      data_ = other.data_;
-      bytes_ = other.bytes_;
-      other.owner_ = nullptr;
-      other.data_ = nullptr;
-      other.bytes_ = 0;
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { reset(); }
-
-  void* data() const { return data_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  size_t size() const { return bytes_; }
-
- private:
-  void reset() {
-    if (owner_ != nullptr && data_ != nullptr) owner_->release(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  Backend* owner_ = nullptr;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Owns one allocation of Backend::allocate_host; frees it on destruction.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  HostBuffer(Backend* owner, void* data, size_t bytes)
-      : owner_(owner), data_(data), bytes_(bytes) {}
-  HostBuffer(HostBuffer&& other) noexcept { *this = std::move(other); }
-  HostBuffer& operator=(HostBuffer&& other) noexcept {
+  BackendBuffer(BackendBuffer&& other) noexcept { *this = std::move(other); }
+  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
     if (this != &other) {
       reset();
       owner_ = std::exchange(other.owner_, nullptr);
@@ -219,9 +184,9 @@ class HostBuffer {
     }
     return *this;
   }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { reset(); }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { reset(); }
 
   void* data() const { return data_; }
   template <typename T>
@@ -232,7 +197,13 @@ class HostBuffer {
 
  private:
   void reset() {
-    if (owner_ != nullptr && data_ != nullptr) owner_->release_host(data_);
+    if (owner_ != nullptr && data_ != nullptr) {
+      if constexpr (kSpace == MemorySpace::kDevice) {
+        owner_->release(data_);
+      } else {
+        owner_->release_host(data_);
+      }
+    }
     data_ = nullptr;
     bytes_ = 0;
   }
