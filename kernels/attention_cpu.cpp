@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 
+#include "kernels/attention_problem.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/vector_math.h"
 
@@ -19,9 +21,14 @@ constexpr int kMaxGroupHeads = 16;
 // blocks in position order. The block boundaries are those of the paged pool (multiples of
 // block_size), so the arithmetic for a query position is the same however the prompt was
 // chunked or batched, and however many heads are processed together.
+//
+// The portable and avx2 levels (the two agree bitwise: their dot and axpy do).
+template <bool kAvx2>
 void attend_heads(const float* q_row, int first_head, int num_heads, const AttentionBatch& batch,
                   const KvCacheView& cache, int64_t layer_offset, int seq, int position,
                   int kv_head, float scale, float* out_row) {
+  const auto dot = kAvx2 ? avx2::dot_f32 : portable::dot_f32;
+  const auto axpy = kAvx2 ? avx2::axpy_f32 : portable::axpy_f32;
   const int head_dim = cache.layout.head_dim;
   const int block_size = cache.layout.block_size;
   const DType dtype = cache.layout.dtype;
@@ -42,16 +49,16 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
   for (int block_start = 0; block_start < num_keys; block_start += block_size) {
     const int block_id = block_table[block_start / block_size];
     const int count = std::min(block_size, num_keys - block_start);
-    const int64_t base = layer_offset +
-                         static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
-                         static_cast<int64_t>(kv_head) * head_dim;
+    const int64_t base =
+        layer_offset + static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
+        static_cast<int64_t>(kv_head) * head_dim;
     for (int g = 0; g < num_heads; ++g) block_max[g] = running_max[g];
     for (int j = 0; j < count; ++j) {
       const auto* key = static_cast<const std::byte*>(cache.k) +
                         (base + j * cache.layout.token_elements()) * element_bytes;
       for (int g = 0; g < num_heads; ++g) {
         const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
-        scores[g][j] = dot_f32(q, key, dtype, head_dim) * scale;
+        scores[g][j] = dot(q, key, dtype, head_dim) * scale;
         block_max[g] = std::max(block_max[g], scores[g][j]);
       }
     }
@@ -66,7 +73,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
       for (int g = 0; g < num_heads; ++g) {
         const float weight = std::exp(scores[g][j] - block_max[g]);
         running_sum[g] += weight;
-        axpy_f32(weight, value, dtype, acc[g], head_dim);
+        axpy(weight, value, dtype, acc[g], head_dim);
       }
     }
     for (int g = 0; g < num_heads; ++g) running_max[g] = block_max[g];
@@ -111,11 +118,81 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
   return {};
 }
 
+// The AVX-512 levels: tiles of up to kMaxAttentionTileRows query rows (tokens x heads of one
+// KV head), handed out heaviest first (the last tokens of each prompt see the most keys) to
+// whichever thread is free.
+void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
+                      int layer, int num_heads, float scale, MatrixView out, int num_threads,
+                      CpuIsa isa) {
+  const KvLayout& layout = cache.layout;
+  const int64_t layer_offset = static_cast<int64_t>(layer) * layout.layer_elements() *
+                               static_cast<int64_t>(layout.element_bytes());
+  AttentionProblem problem;
+  problem.q = static_cast<const float*>(q.data);
+  problem.q_stride = q.row_stride;
+  problem.out = static_cast<float*>(out.data);
+  problem.out_stride = out.row_stride;
+  problem.k = static_cast<const std::byte*>(cache.k) + layer_offset;
+  problem.v = static_cast<const std::byte*>(cache.v) + layer_offset;
+  problem.kv_dtype = layout.dtype;
+  problem.block_size = layout.block_size;
+  problem.num_kv_heads = layout.num_kv_heads;
+  problem.head_dim = layout.head_dim;
+  problem.group = num_heads / layout.num_kv_heads;
+  problem.scale = scale;
+  problem.block_tables = batch.block_tables;
+  problem.max_blocks_per_seq = batch.max_blocks_per_seq;
+  problem.positions = batch.positions;
+  const auto attend = isa == CpuIsa::kAvx512Bf16 && layout.dtype == DType::kBF16
+                          ? attend_tile_avx512_bf16
+                          : attend_tile_avx512;
+  const int heads_per_tile = std::min(problem.group, kMaxAttentionTileRows);
+  const int head_chunks = (problem.group + heads_per_tile - 1) / heads_per_tile;
+  const int tokens_per_tile = std::max(1, kMaxAttentionTileRows / heads_per_tile);
+  std::atomic<int64_t> next_item{0};
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+  {
+    int64_t claimed = next_item.fetch_add(1, std::memory_order_relaxed);
+    int64_t item = 0;
+    for (int seq = 0; seq < batch.num_seqs; ++seq) {
+      const int begin = batch.query_start[seq];
+      const int tiles =
+          (batch.query_start[seq + 1] - begin + tokens_per_tile - 1) / tokens_per_tile;
+      for (int t = tiles - 1; t >= 0; --t) {
+        for (int kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
+          for (int chunk = 0; chunk < head_chunks; ++chunk, ++item) {
+            if (item != claimed) continue;
+            AttentionTile tile;
+            tile.seq = seq;
+            tile.kv_head = kv_head;
+            tile.first_head = chunk * heads_per_tile;
+            tile.num_heads = std::min(heads_per_tile, problem.group - tile.first_head);
+            tile.first_token = begin + t * tokens_per_tile;
+            tile.num_tokens =
+                std::min(tokens_per_tile, batch.query_start[seq + 1] - tile.first_token);
+            attend(problem, tile);
+            claimed = next_item.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
-                       int layer, int num_heads, float scale, MatrixView out, int num_threads) {
+                       int layer, int num_heads, float scale, MatrixView out, int num_threads,
+                       CpuIsa isa) {
   PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
+  const int head_dim = cache.layout.head_dim;
+  if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) && head_dim % 32 == 0 &&
+      head_dim <= kMaxVectorHeadDim) {
+    vector_attention(q, batch, cache, layer, num_heads, scale, out, num_threads, isa);
+    return {};
+  }
+  // Other head sizes run the avx2 kernel on AVX-512 CPUs.
+  const bool avx2 = isa != CpuIsa::kPortable;
   const int group = num_heads / cache.layout.num_kv_heads;
   const int chunks_per_kv_head = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
@@ -132,8 +209,9 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
     const int seq = static_cast<int>(
         std::upper_bound(batch.query_start + 1, batch.query_start + batch.num_seqs + 1, token) -
         (batch.query_start + 1));
-    attend_heads(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
-                 batch.positions[token], kv_head, scale, out.row<float>(token));
+    const auto attend = avx2 ? attend_heads<true> : attend_heads<false>;
+    attend(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
+           batch.positions[token], kv_head, scale, out.row<float>(token));
   }
   return {};
 }

@@ -26,7 +26,8 @@ MatrixView MatrixView::column_slice(int64_t first_col, int64_t num_cols) const {
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
-  if (options.device == DeviceKind::kCpu) return make_cpu_backend(options.num_threads);
+  if (options.device == DeviceKind::kCpu)
+    return make_cpu_backend(options.num_threads, options.cpu_isa);
   PDS_ASSIGN_OR_RETURN(int devices, cuda_device_count());
   if (options.device_index < 0 || options.device_index >= devices) {
     return unavailable("--device cuda: device index " + std::to_string(options.device_index) +

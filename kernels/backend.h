@@ -13,6 +13,7 @@
 #include "common/core/dtype.h"
 #include "common/core/kv_layout.h"
 #include "common/core/status.h"
+#include "kernels/cpu_isa.h"
 
 namespace pdserve {
 
@@ -175,8 +176,9 @@ class DeviceBuffer {
 
 struct BackendOptions {
   DeviceKind device = DeviceKind::kCpu;
-  int num_threads = 0;   // CPU: 0 = all cores
-  int device_index = 0;  // CUDA
+  int num_threads = 0;             // CPU: 0 = all cores
+  int device_index = 0;            // CUDA
+  CpuIsa cpu_isa = CpuIsa::kAuto;  // CPU: the kernels' instruction-set level (kernels/cpu_isa.h)
 };
 
 // Unavailable when the device is absent or this build lacks it (message says which).

@@ -26,12 +26,14 @@ Status require_f32(MatrixView m, const char* op) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads) : num_threads_(num_threads) {}
+  CpuBackend(int num_threads, CpuIsa isa) : num_threads_(num_threads), isa_(isa) {}
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string description() const override {
-    return "cpu (" + std::to_string(num_threads_) + " threads)";
+    return "cpu (" + std::to_string(num_threads_) + " threads, " + std::string(cpu_isa_name(isa_)) +
+           ")";
   }
+  CpuIsa isa() const { return isa_; }
 
   DType activation_dtype() const override { return DType::kF32; }
   bool shares_host_memory() const override { return true; }
@@ -65,13 +67,13 @@ class CpuBackend final : public Backend {
     PDS_RETURN_IF_ERROR(check_rms_norm(in, weight, out));
     PDS_RETURN_IF_ERROR(require_f32(in, "rms_norm"));
     PDS_RETURN_IF_ERROR(require_f32(out, "rms_norm"));
-    return cpu::rms_norm(in, weight, eps, out, num_threads_);
+    return cpu::rms_norm(in, weight, eps, out, num_threads_, isa_);
   }
   Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps) override {
     PDS_RETURN_IF_ERROR(check_rms_norm(x, weight, residual));
     PDS_RETURN_IF_ERROR(require_f32(x, "add_rms_norm"));
     PDS_RETURN_IF_ERROR(require_f32(residual, "add_rms_norm"));
-    return cpu::add_rms_norm(x, residual, weight, eps, num_threads_);
+    return cpu::add_rms_norm(x, residual, weight, eps, num_threads_, isa_);
   }
   Status linear(MatrixView in, MatrixView weight, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_linear(in, weight, out));
@@ -88,7 +90,7 @@ class CpuBackend final : public Backend {
     problem.m = in.rows;
     problem.n = weight.rows;
     problem.k = in.cols;
-    return linear_cpu(problem, num_threads_);
+    return linear_cpu(problem, num_threads_, isa_);
   }
   Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v,
                                const QkNormRopeParams& params, const AttentionBatch& batch,
@@ -97,19 +99,19 @@ class CpuBackend final : public Backend {
     PDS_RETURN_IF_ERROR(require_f32(q, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_f32(k, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_f32(v, "qk_norm_rope"));
-    return cpu::qk_norm_rope_kv_write(q, k, v, params, batch, cache, layer, num_threads_);
+    return cpu::qk_norm_rope_kv_write(q, k, v, params, batch, cache, layer, num_threads_, isa_);
   }
   Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                          int layer, int num_heads, float scale, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_attention(q, batch, cache, layer, num_heads, out));
     PDS_RETURN_IF_ERROR(require_f32(q, "paged_attention"));
-    return cpu::paged_attention(q, batch, cache, layer, num_heads, scale, out, num_threads_);
+    return cpu::paged_attention(q, batch, cache, layer, num_heads, scale, out, num_threads_, isa_);
   }
   Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_same_shape(gate, up, "silu_mul"));
     PDS_RETURN_IF_ERROR(check_same_shape(gate, out, "silu_mul"));
     PDS_RETURN_IF_ERROR(require_f32(out, "silu_mul"));
-    return cpu::silu_mul(gate, up, out, num_threads_);
+    return cpu::silu_mul(gate, up, out, num_threads_, isa_);
   }
   Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) override {
     if (in.cols != out.cols) return invalid_argument("gather_rows: width mismatch");
@@ -119,13 +121,20 @@ class CpuBackend final : public Backend {
 
  private:
   int num_threads_;
+  CpuIsa isa_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
+Result<std::unique_ptr<Backend>> make_cpu_backend(int num_threads, CpuIsa isa) {
   if (num_threads <= 0) num_threads = omp_get_num_procs();
-  return std::make_unique<CpuBackend>(num_threads);
+  PDS_ASSIGN_OR_RETURN(const CpuIsa level, resolve_cpu_isa(isa));
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(num_threads, level));
+}
+
+CpuIsa cpu_backend_isa(const Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return cpu == nullptr ? CpuIsa::kAuto : cpu->isa();
 }
 
 }  // namespace pdserve

@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "common/core/dtype.h"
 #include "kernels/cpu_kernels.h"
+#include "kernels/row_ops_avx512.h"
 
 namespace pdserve::cpu {
 
@@ -24,13 +26,20 @@ Status embedding(MatrixView table, const int32_t* ids, MatrixView out, int num_t
   return {};
 }
 
-Status silu_mul(MatrixView gate, MatrixView up, MatrixView out, int num_threads) {
-#pragma omp parallel for schedule(static) num_threads(num_threads)
+Status silu_mul(MatrixView gate, MatrixView up, MatrixView out, int num_threads, CpuIsa isa) {
+  const bool vector = uses_avx512(isa);
+  const int threads =
+      out.rows < num_threads ? static_cast<int>(std::max<int64_t>(1, out.rows)) : num_threads;
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < out.rows; ++i) {
     const float* g = gate.row<float>(i);
     const float* u = up.row<float>(i);
     float* o = out.row<float>(i);
-    for (int64_t j = 0; j < out.cols; ++j) o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+    if (vector) {
+      avx512::silu_mul_row(g, u, o, out.cols);
+    } else {
+      for (int64_t j = 0; j < out.cols; ++j) o[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+    }
   }
   return {};
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/core/dtype.h"
 
@@ -14,14 +15,44 @@ namespace {
 // Weight rows handled together so that their block stays in L2 while every activation row
 // streams past it.
 constexpr int64_t kColumnBlock = 48;
+// The AVX-512 kernels size the block to this many bytes of weights (tiles of 6 and 8 columns
+// divide its multiples of 24), and give a lone activation row (decode) smaller blocks so that
+// every thread streams an even share of the weights.
+constexpr int64_t kWeightBlockBytes = 384 * 1024;
+constexpr int64_t kGemvColumnBlock = 64;
+
+int64_t column_block(const LinearProblem& p, CpuIsa isa) {
+  if (isa != CpuIsa::kAvx512 && isa != CpuIsa::kAvx512Bf16) return kColumnBlock;
+  if (p.m == 1) return kGemvColumnBlock;
+  const int64_t row_bytes = std::max<int64_t>(1, p.k * static_cast<int64_t>(dtype_size(p.w_dtype)));
+  const int64_t rows =
+      std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 48, kMaxLinearColumnBlock);
+  return rows / 24 * 24;
+}
+
+void columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512Bf16:
+      if (p.w_dtype == DType::kBF16) {
+        linear_cpu_columns_avx512_bf16(p, begin, end);
+        return;
+      }
+      linear_cpu_columns_avx512(p, begin, end);  // the level's float32 products for f16/f32
+      return;
+    case CpuIsa::kAvx512:
+      linear_cpu_columns_avx512(p, begin, end);
+      return;
+    case CpuIsa::kAvx2:
+      linear_cpu_columns_avx2(p, begin, end);
+      return;
+    case CpuIsa::kAuto:
+    case CpuIsa::kPortable:
+      linear_cpu_columns_portable(p, begin, end);
+      return;
+  }
+}
 
 }  // namespace
-
-bool cpu_has_avx2_fma() {
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                                __builtin_cpu_supports("f16c");
-  return supported;
-}
 
 // The reference order that the AVX2 kernel reproduces lane for lane.
 void linear_cpu_columns_portable(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
@@ -48,24 +79,23 @@ void linear_cpu_columns_portable(const LinearProblem& p, int64_t n_begin, int64_
   }
 }
 
-Status linear_cpu(const LinearProblem& p, int num_threads) {
+Status linear_cpu(const LinearProblem& p, int num_threads, CpuIsa isa) {
   if (p.m < 0 || p.n < 0 || p.k < 0) return invalid_argument("linear: negative dimension");
   if (p.m == 0 || p.n == 0) return {};
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return invalid_argument("linear: null operand");
   }
-  const bool use_avx2 = cpu_has_avx2_fma();
-  const int64_t num_blocks = (p.n + kColumnBlock - 1) / kColumnBlock;
+  if (isa == CpuIsa::kAuto || !cpu_supports(isa)) {
+    return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +
+                            " is not a level this CPU runs");
+  }
+  const int64_t block_columns = column_block(p, isa);
+  const int64_t num_blocks = (p.n + block_columns - 1) / block_columns;
   const int threads = static_cast<int>(std::min<int64_t>(num_threads, num_blocks));
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t block = 0; block < num_blocks; ++block) {
-    const int64_t begin = block * kColumnBlock;
-    const int64_t end = std::min(p.n, begin + kColumnBlock);
-    if (use_avx2) {
-      linear_cpu_columns_avx2(p, begin, end);
-    } else {
-      linear_cpu_columns_portable(p, begin, end);
-    }
+    const int64_t begin = block * block_columns;
+    columns(p, begin, std::min(p.n, begin + block_columns), isa);
   }
   return {};
 }

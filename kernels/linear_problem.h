@@ -21,8 +21,14 @@ struct LinearProblem {
   int64_t k = 0;
 };
 
-// Computes output columns [n_begin, n_end) for all rows on the calling thread with AVX2+FMA;
-// only call when cpu_has_avx2_fma().
+// The most output columns one call of the per-level column kernels below may be given.
+constexpr int64_t kMaxLinearColumnBlock = 384;
+
+// Each computes output columns [n_begin, n_end) for all rows on the calling thread, at one
+// instruction-set level (kernels/cpu_isa.h); only call them when the CPU has that level.
 void linear_cpu_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+void linear_cpu_columns_avx512(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+// bf16 weights only.
+void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
 
 }  // namespace pdserve

@@ -120,7 +120,7 @@ Status run(const Options& options) {
       weight_bytes += t->nbytes();
     }
   }
-  auto backend = make_cpu_backend(threads);
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cpu_backend(threads));
   PDS_ASSIGN_OR_RETURN(auto model, Qwen3Model::create(*backend, std::move(weights)));
 
   const int max_batch = 8;
