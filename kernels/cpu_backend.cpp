@@ -36,6 +36,11 @@ class CpuBackend final : public Backend {
   CpuIsa isa() const { return isa_; }
 
   DType activation_dtype() const override { return DType::kF32; }
+  // bf16 at the level whose arithmetic is bf16-class anyway (its goldens' tolerance covers a
+  // bf16 cache: docs/PERF.md); the float32 levels stay exact against the reference.
+  DType default_kv_dtype() const override {
+    return isa_ == CpuIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32;
+  }
   bool shares_host_memory() const override { return true; }
 
   Result<DeviceBuffer> allocate(size_t bytes) override {
