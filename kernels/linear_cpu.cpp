@@ -15,19 +15,26 @@ namespace {
 // Weight rows handled together so that their block stays in L2 while every activation row
 // streams past it.
 constexpr int64_t kColumnBlock = 48;
-// The AVX-512 kernels size the block to this many bytes of weights (tiles of 6 and 8 columns
-// divide its multiples of 24), and give a lone activation row (decode) smaller blocks so that
-// every thread streams an even share of the weights.
+// The AVX-512 kernels' weight block for a batch (within the 1 MiB L2 of current cores) and
+// for a lone activation row.
 constexpr int64_t kWeightBlockBytes = 384 * 1024;
 constexpr int64_t kGemvColumnBlock = 64;
 
-int64_t column_block(const LinearProblem& p, CpuIsa isa) {
+// Columns per block: the AVX-512 kernels give a lone activation row (decode) small blocks so
+// that every thread streams an even share of the weights; a batch gets blocks of about
+// kWeightBlockBytes of weights, as many as a multiple of the thread count so that no thread
+// waits for another's last block. Blocks are multiples of 24 columns (the tiles are 6 and 8
+// wide) except the last. Only the speed depends on this: each element's order does not.
+int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
   if (isa != CpuIsa::kAvx512 && isa != CpuIsa::kAvx512Bf16) return kColumnBlock;
   if (p.m == 1) return kGemvColumnBlock;
   const int64_t row_bytes = std::max<int64_t>(1, p.k * static_cast<int64_t>(dtype_size(p.w_dtype)));
-  const int64_t rows =
-      std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 48, kMaxLinearColumnBlock);
-  return rows / 24 * 24;
+  const int64_t budget_rows =
+      std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 24, kMaxLinearColumnBlock);
+  int64_t blocks = (p.n + budget_rows - 1) / budget_rows;
+  blocks = (blocks + num_threads - 1) / num_threads * num_threads;
+  const int64_t rows = (p.n + blocks - 1) / blocks;
+  return std::min<int64_t>(kMaxLinearColumnBlock, (rows + 23) / 24 * 24);
 }
 
 void columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
@@ -89,7 +96,7 @@ Status linear_cpu(const LinearProblem& p, int num_threads, CpuIsa isa) {
     return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +
                             " is not a level this CPU runs");
   }
-  const int64_t block_columns = column_block(p, isa);
+  const int64_t block_columns = column_block(p, isa, std::max(1, num_threads));
   const int64_t num_blocks = (p.n + block_columns - 1) / block_columns;
   const int threads = static_cast<int>(std::min<int64_t>(num_threads, num_blocks));
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
