@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -15,6 +14,9 @@ constexpr int kMaxHeadDim = 512;
 constexpr int kMaxBlockSize = 256;
 
 constexpr int kMaxGroupHeads = 16;
+// Sequences whose attention tiles are items of one job (a table of their first items on the
+// stack); beyond, each sequence and KV head is one item.
+constexpr int kMaxTiledSeqs = 1024;
 
 // Query heads [first_head, first_head + num_heads) of one token, all reading kv_head: each key
 // and value vector is loaded once for the whole group. Per head: online softmax over the KV
@@ -122,7 +124,7 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
 // KV head), handed out heaviest first (the last tokens of each prompt see the most keys) to
 // whichever thread is free.
 void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
-                      int layer, int num_heads, float scale, MatrixView out, int num_threads,
+                      int layer, int num_heads, float scale, MatrixView out, CpuThreadPool& pool,
                       CpuIsa isa) {
   const KvLayout& layout = cache.layout;
   const int64_t layer_offset = static_cast<int64_t>(layer) * layout.layer_elements() *
@@ -149,46 +151,56 @@ void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheVi
   const int heads_per_tile = std::min(problem.group, kMaxAttentionTileRows);
   const int head_chunks = (problem.group + heads_per_tile - 1) / heads_per_tile;
   const int tokens_per_tile = std::max(1, kMaxAttentionTileRows / heads_per_tile);
-  std::atomic<int64_t> next_item{0};
-#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-  {
-    int64_t claimed = next_item.fetch_add(1, std::memory_order_relaxed);
-    int64_t item = 0;
-    for (int seq = 0; seq < batch.num_seqs; ++seq) {
-      const int begin = batch.query_start[seq];
-      const int tiles =
-          (batch.query_start[seq + 1] - begin + tokens_per_tile - 1) / tokens_per_tile;
-      for (int t = tiles - 1; t >= 0; --t) {
-        for (int kv_head = 0; kv_head < layout.num_kv_heads; ++kv_head) {
-          for (int chunk = 0; chunk < head_chunks; ++chunk, ++item) {
-            if (item != claimed) continue;
-            AttentionTile tile;
-            tile.seq = seq;
-            tile.kv_head = kv_head;
-            tile.first_head = chunk * heads_per_tile;
-            tile.num_heads = std::min(heads_per_tile, problem.group - tile.first_head);
-            tile.first_token = begin + t * tokens_per_tile;
-            tile.num_tokens =
-                std::min(tokens_per_tile, batch.query_start[seq + 1] - tile.first_token);
-            attend(problem, tile);
-            claimed = next_item.fetch_add(1, std::memory_order_relaxed);
-          }
-        }
-      }
-    }
+  const int groups = layout.num_kv_heads * head_chunks;  // tiles side by side per token range
+  const auto tiles_of = [&](int seq) {
+    return (batch.query_start[seq + 1] - batch.query_start[seq] + tokens_per_tile - 1) /
+           tokens_per_tile;
+  };
+  const auto run_tile = [&](int seq, int tile_index, int group) {
+    AttentionTile tile;
+    tile.seq = seq;
+    tile.kv_head = group / head_chunks;
+    tile.first_head = group % head_chunks * heads_per_tile;
+    tile.num_heads = std::min(heads_per_tile, problem.group - tile.first_head);
+    tile.first_token = batch.query_start[seq] + tile_index * tokens_per_tile;
+    tile.num_tokens = std::min(tokens_per_tile, batch.query_start[seq + 1] - tile.first_token);
+    attend(problem, tile);
+  };
+  if (batch.num_seqs > kMaxTiledSeqs) {
+    // Beyond the item table below: one item per sequence and group.
+    pool.run(static_cast<int64_t>(batch.num_seqs) * groups, [&](int64_t item) {
+      const int seq = static_cast<int>(item / groups);
+      for (int t = tiles_of(seq) - 1; t >= 0; --t)
+        run_tile(seq, t, static_cast<int>(item % groups));
+    });
+    return;
   }
+  // Item i: sequence s with first_item[s] <= i < first_item[s + 1], its tiles last (heaviest)
+  // first, the groups of one tile side by side.
+  int64_t first_item[kMaxTiledSeqs + 1];
+  first_item[0] = 0;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    first_item[s + 1] = first_item[s] + static_cast<int64_t>(tiles_of(s)) * groups;
+  }
+  pool.run(first_item[batch.num_seqs], [&](int64_t item) {
+    const int seq = static_cast<int>(
+        std::upper_bound(first_item + 1, first_item + batch.num_seqs + 1, item) - (first_item + 1));
+    const int64_t local = item - first_item[seq];
+    run_tile(seq, tiles_of(seq) - 1 - static_cast<int>(local / groups),
+             static_cast<int>(local % groups));
+  });
 }
 
 }  // namespace
 
 Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
-                       int layer, int num_heads, float scale, MatrixView out, int num_threads,
+                       int layer, int num_heads, float scale, MatrixView out, CpuThreadPool& pool,
                        CpuIsa isa) {
   PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
   const int head_dim = cache.layout.head_dim;
   if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) && head_dim % 32 == 0 &&
       head_dim <= kMaxVectorHeadDim) {
-    vector_attention(q, batch, cache, layer, num_heads, scale, out, num_threads, isa);
+    vector_attention(q, batch, cache, layer, num_heads, scale, out, pool, isa);
     return {};
   }
   // Other head sizes run the avx2 kernel on AVX-512 CPUs.
@@ -198,8 +210,7 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   const int64_t work_items =
       static_cast<int64_t>(batch.num_tokens) * cache.layout.num_kv_heads * chunks_per_kv_head;
-#pragma omp parallel for schedule(dynamic, 2) num_threads(num_threads)
-  for (int64_t item = 0; item < work_items; ++item) {
+  pool.run(work_items, [&](int64_t item) {
     const int per_token = cache.layout.num_kv_heads * chunks_per_kv_head;
     const int token = static_cast<int>(item / per_token);
     const int kv_head = static_cast<int>(item % per_token) / chunks_per_kv_head;
@@ -212,7 +223,7 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
     const auto attend = avx2 ? attend_heads<true> : attend_heads<false>;
     attend(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
            batch.positions[token], kv_head, scale, out.row<float>(token));
-  }
+  });
   return {};
 }
 

@@ -26,7 +26,8 @@ Status require_f32(MatrixView m, const char* op) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, CpuIsa isa) : num_threads_(num_threads), isa_(isa) {}
+  CpuBackend(int num_threads, CpuIsa isa)
+      : num_threads_(num_threads), isa_(isa), pool_(num_threads) {}
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string description() const override {
@@ -66,19 +67,19 @@ class CpuBackend final : public Backend {
   Status embedding(MatrixView table, const int32_t* ids, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_embedding(table, out));
     PDS_RETURN_IF_ERROR(require_f32(out, "embedding"));
-    return cpu::embedding(table, ids, out, num_threads_);
+    return cpu::embedding(table, ids, out, pool_);
   }
   Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_rms_norm(in, weight, out));
     PDS_RETURN_IF_ERROR(require_f32(in, "rms_norm"));
     PDS_RETURN_IF_ERROR(require_f32(out, "rms_norm"));
-    return cpu::rms_norm(in, weight, eps, out, num_threads_, isa_);
+    return cpu::rms_norm(in, weight, eps, out, pool_, isa_);
   }
   Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps) override {
     PDS_RETURN_IF_ERROR(check_rms_norm(x, weight, residual));
     PDS_RETURN_IF_ERROR(require_f32(x, "add_rms_norm"));
     PDS_RETURN_IF_ERROR(require_f32(residual, "add_rms_norm"));
-    return cpu::add_rms_norm(x, residual, weight, eps, num_threads_, isa_);
+    return cpu::add_rms_norm(x, residual, weight, eps, pool_, isa_);
   }
   Status linear(MatrixView in, MatrixView weight, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_linear(in, weight, out));
@@ -95,7 +96,7 @@ class CpuBackend final : public Backend {
     problem.m = in.rows;
     problem.n = weight.rows;
     problem.k = in.cols;
-    return linear_cpu(problem, num_threads_, isa_);
+    return linear_cpu(problem, pool_, isa_);
   }
   Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v,
                                const QkNormRopeParams& params, const AttentionBatch& batch,
@@ -104,19 +105,19 @@ class CpuBackend final : public Backend {
     PDS_RETURN_IF_ERROR(require_f32(q, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_f32(k, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_f32(v, "qk_norm_rope"));
-    return cpu::qk_norm_rope_kv_write(q, k, v, params, batch, cache, layer, num_threads_, isa_);
+    return cpu::qk_norm_rope_kv_write(q, k, v, params, batch, cache, layer, pool_, isa_);
   }
   Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
                          int layer, int num_heads, float scale, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_attention(q, batch, cache, layer, num_heads, out));
     PDS_RETURN_IF_ERROR(require_f32(q, "paged_attention"));
-    return cpu::paged_attention(q, batch, cache, layer, num_heads, scale, out, num_threads_, isa_);
+    return cpu::paged_attention(q, batch, cache, layer, num_heads, scale, out, pool_, isa_);
   }
   Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_same_shape(gate, up, "silu_mul"));
     PDS_RETURN_IF_ERROR(check_same_shape(gate, out, "silu_mul"));
     PDS_RETURN_IF_ERROR(require_f32(out, "silu_mul"));
-    return cpu::silu_mul(gate, up, out, num_threads_, isa_);
+    return cpu::silu_mul(gate, up, out, pool_, isa_);
   }
   Status gather_rows(MatrixView in, const int32_t* indices, MatrixView out) override {
     if (in.cols != out.cols) return invalid_argument("gather_rows: width mismatch");
@@ -127,6 +128,7 @@ class CpuBackend final : public Backend {
  private:
   int num_threads_;
   CpuIsa isa_;
+  CpuThreadPool pool_;
 };
 
 }  // namespace

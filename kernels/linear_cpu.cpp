@@ -1,7 +1,5 @@
 #include "kernels/linear_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -86,7 +84,7 @@ void linear_cpu_columns_portable(const LinearProblem& p, int64_t n_begin, int64_
   }
 }
 
-Status linear_cpu(const LinearProblem& p, int num_threads, CpuIsa isa) {
+Status linear_cpu(const LinearProblem& p, CpuThreadPool& pool, CpuIsa isa) {
   if (p.m < 0 || p.n < 0 || p.k < 0) return invalid_argument("linear: negative dimension");
   if (p.m == 0 || p.n == 0) return {};
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
@@ -96,14 +94,12 @@ Status linear_cpu(const LinearProblem& p, int num_threads, CpuIsa isa) {
     return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +
                             " is not a level this CPU runs");
   }
-  const int64_t block_columns = column_block(p, isa, std::max(1, num_threads));
+  const int64_t block_columns = column_block(p, isa, pool.num_threads());
   const int64_t num_blocks = (p.n + block_columns - 1) / block_columns;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads, num_blocks));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t block = 0; block < num_blocks; ++block) {
+  pool.run(num_blocks, [&](int64_t block) {
     const int64_t begin = block * block_columns;
     columns(p, begin, std::min(p.n, begin + block_columns), isa);
-  }
+  });
   return {};
 }
 

@@ -10,12 +10,14 @@
 
 #include "common/core/status.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/cpu_thread_pool.h"
 #include "kernels/linear_problem.h"
 
 namespace pdserve {
 
-// `isa` must be a level the CPU supports (resolve_cpu_isa), not kAuto.
-Status linear_cpu(const LinearProblem& problem, int num_threads, CpuIsa isa);
+// Column blocks are shared among the pool's threads. `isa` must be a level the CPU supports
+// (resolve_cpu_isa), not kAuto.
+Status linear_cpu(const LinearProblem& problem, CpuThreadPool& pool, CpuIsa isa);
 
 // Computes output columns [n_begin, n_end) for all rows on the calling thread.
 void linear_cpu_columns_portable(const LinearProblem& problem, int64_t n_begin, int64_t n_end);

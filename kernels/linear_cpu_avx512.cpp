@@ -12,8 +12,6 @@
 namespace pdserve {
 namespace {
 
-constexpr int kPrefetchBytes = 1024;
-
 template <DType W>
 constexpr int64_t weight_bytes() {
   return W == DType::kF32 ? 4 : 2;
@@ -41,8 +39,11 @@ inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride
   }
 }
 
+// `stream`: these weights come from memory (the first row tile of a block): the next tile's
+// are fetched into L2 meanwhile, in address order when the rows are contiguous (see
+// linear_cpu_avx512bf16.cpp).
 template <DType W, int MR, int NR>
-inline void tile(const LinearProblem& p, int64_t i0, int64_t j0) {
+inline void tile(const LinearProblem& p, int64_t i0, int64_t j0, bool stream) {
   __m512 acc[MR][NR];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i) {
@@ -50,18 +51,29 @@ inline void tile(const LinearProblem& p, int64_t i0, int64_t j0) {
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   const char* w_bytes = static_cast<const char*>(p.w);
+  constexpr int64_t kStepBytes = 16 * weight_bytes<W>();  // per row and k step
+  const char* next_tile = w_bytes + (j0 + NR) * p.w_stride * weight_bytes<W>();
+  const bool contiguous = p.w_stride == p.k;
   const int64_t k_vec = p.k - p.k % 16;
   for (int64_t kk = 0; kk < k_vec; kk += 16) {
+    if (stream) {
+      if (contiguous) {
+        const char* step = next_tile + kk / 16 * NR * kStepBytes;
+#pragma GCC unroll 32
+        for (int64_t line = 0; line < NR * kStepBytes; line += 64) {
+          _mm_prefetch(step + line, _MM_HINT_T1);
+        }
+      } else {
+#pragma GCC unroll 32
+        for (int j = 0; j < NR; ++j) {
+          _mm_prefetch(w_bytes + ((j0 + NR + j) * p.w_stride + kk) * weight_bytes<W>(),
+                       _MM_HINT_T1);
+        }
+      }
+    }
     __m512 w[NR];
 #pragma GCC unroll 32
-    for (int j = 0; j < NR; ++j) {
-      const int64_t index = (j0 + j) * p.w_stride + kk;
-      if constexpr (MR == 1) {
-        // One activation row: the weights stream from memory once; fetch them ahead.
-        _mm_prefetch(w_bytes + index * weight_bytes<W>() + kPrefetchBytes, _MM_HINT_T0);
-      }
-      w[j] = load16(p.w, W, index);
-    }
+    for (int j = 0; j < NR; ++j) w[j] = load16(p.w, W, (j0 + j) * p.w_stride + kk);
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) {
       const __m512 x = _mm512_loadu_ps(p.x + (i0 + i) * p.x_stride + kk);
@@ -88,8 +100,9 @@ template <DType W, int MR>
 void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end) {
   constexpr int kNr = MR == 1 ? 8 : 6;
   int64_t j = n_begin;
-  for (; j + kNr <= n_end; j += kNr) tile<W, MR, kNr>(p, i0, j);
-  for (; j < n_end; ++j) tile<W, MR, 1>(p, i0, j);
+  const bool stream = i0 == 0;
+  for (; j + kNr <= n_end; j += kNr) tile<W, MR, kNr>(p, i0, j, stream);
+  for (; j < n_end; ++j) tile<W, MR, 1>(p, i0, j, stream);
 }
 
 template <DType W>

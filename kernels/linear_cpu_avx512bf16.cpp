@@ -18,7 +18,6 @@ namespace {
 // its accumulators across chunks, so chunking changes nothing in the arithmetic.
 constexpr int64_t kChunk = 4096;
 constexpr int kMaxRows = 4;
-constexpr int kPrefetchBytes = 1024;
 
 // x[0, count) as bf16 into out, zero-padded to a multiple of 32.
 inline void convert_chunk(const float* x, int64_t count, uint16_t* out) {
@@ -56,11 +55,17 @@ inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride
 }
 
 // One chunk [k0, k0 + len) of an MR x NR tile. `xb` holds the chunk of the MR rows (row
-// stride kChunk). Accumulators live in `saved` between chunks of a long k.
+// stride kChunk). Accumulators live in `saved` between chunks of a long k. `stream`: these
+// weights come from memory (the first row tile of a block), so the next tile's are fetched
+// into L2 meanwhile, a line per row per step, in address order when the rows are contiguous:
+// one sequential stream instead of NR short ones (a lone activation row reads ~1.6x faster).
 template <int MR, int NR>
 inline void tile_chunk(const LinearProblem& p, const uint16_t (*xb)[kChunk], int64_t i0, int64_t j0,
-                       int64_t k0, int64_t len, bool first, bool last, __m512 (*saved)[kMaxRows]) {
+                       int64_t k0, int64_t len, bool first, bool last, bool stream,
+                       __m512 (*saved)[kMaxRows]) {
   const auto* w_base = static_cast<const uint16_t*>(p.w);
+  const char* next_tile = reinterpret_cast<const char*>(w_base + (j0 + NR) * p.w_stride + k0);
+  const bool contiguous = p.w_stride == p.k && len == p.k;
   __m512 acc[MR][NR];
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i) {
@@ -73,8 +78,10 @@ inline void tile_chunk(const LinearProblem& p, const uint16_t (*xb)[kChunk], int
 #pragma GCC unroll 32
     for (int j = 0; j < NR; ++j) {
       const uint16_t* row = w_base + (j0 + j) * p.w_stride + k0 + kk;
-      if constexpr (MR == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+      if (stream) {
+        _mm_prefetch(contiguous ? next_tile + (kk / 32 * NR + j) * 64
+                                : reinterpret_cast<const char*>(row + NR * p.w_stride),
+                     _MM_HINT_T1);
       }
       w[j] = (__m512bh)_mm512_loadu_si512(row);
     }
@@ -120,14 +127,15 @@ void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end
     const int64_t len = p.k - k0 < kChunk ? p.k - k0 : kChunk;
     const bool first = k0 == 0;
     const bool last = k0 + len == p.k;
+    const bool stream = i0 == 0;
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) convert_chunk(p.x + (i0 + i) * p.x_stride + k0, len, xb[i]);
     int64_t j = n_begin;
     for (; j + kNr <= n_end; j += kNr) {
-      tile_chunk<MR, kNr>(p, xb, i0, j, k0, len, first, last, saved + (j - n_begin));
+      tile_chunk<MR, kNr>(p, xb, i0, j, k0, len, first, last, stream, saved + (j - n_begin));
     }
     for (; j < n_end; ++j) {
-      tile_chunk<MR, 1>(p, xb, i0, j, k0, len, first, last, saved + (j - n_begin));
+      tile_chunk<MR, 1>(p, xb, i0, j, k0, len, first, last, stream, saved + (j - n_begin));
     }
   }
 }

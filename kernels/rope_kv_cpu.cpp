@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -48,7 +47,7 @@ void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int
 
 Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkNormRopeParams& p,
                              const AttentionBatch& batch, const KvCacheView& cache, int layer,
-                             int num_threads, CpuIsa isa) {
+                             CpuThreadPool& pool, CpuIsa isa) {
   const bool vector = uses_avx512(isa);
   if (p.head_dim > kMaxHeadDim) return unimplemented("head_dim above 512");
   const int64_t num_slots = static_cast<int64_t>(cache.layout.num_blocks) * cache.layout.block_size;
@@ -63,9 +62,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
   double inv_freq[kMaxHeadDim / 2];
   for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(p.rope_theta, -2.0 * j / p.head_dim);
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
-  const int threads = batch.num_tokens < num_threads ? std::max(1, batch.num_tokens) : num_threads;
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int t = 0; t < batch.num_tokens; ++t) {
+  pool.run(batch.num_tokens, [&](int64_t t) {
     double cos_table[kMaxHeadDim / 2];
     double sin_table[kMaxHeadDim / 2];
     for (int j = 0; j < half; ++j) {
@@ -89,7 +86,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
     store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements(), vector);
     store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements(),
              vector);
-  }
+  });
   return {};
 }
 

@@ -39,12 +39,13 @@ int main(int argc, char** argv) {
   std::printf("| level | threads | m | ms | weight GB/s | GFLOP/s |\n| --- | --- | --- | --- | --- | --- |\n");
   for (pdserve::CpuIsa isa : levels) {
     for (int threads : {1, cores}) {
+      pdserve::CpuThreadPool pool(threads);
       for (int64_t m : {int64_t{1}, int64_t{8}, int64_t{64}, max_m}) {
         pdserve::LinearProblem p{x.data(), k, w.data(), pdserve::DType::kBF16, k, y.data(), n, m, n, k};
-        if (!pdserve::linear_cpu(p, threads, isa).ok()) return 1;
+        if (!pdserve::linear_cpu(p, pool, isa).ok()) return 1;
         const int runs = m == max_m ? 1 : repeats;
         const auto start = std::chrono::steady_clock::now();
-        for (int r = 0; r < runs; ++r) (void)pdserve::linear_cpu(p, threads, isa);
+        for (int r = 0; r < runs; ++r) (void)pdserve::linear_cpu(p, pool, isa);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / runs;
         std::printf("| %s | %d | %lld | %.2f | %.1f | %.1f |\n", std::string(pdserve::cpu_isa_name(isa)).c_str(),

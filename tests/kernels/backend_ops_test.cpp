@@ -128,17 +128,18 @@ TEST_P(BackendOps, LinearRowsAreBitwiseIndependentOfBatchAndThreads) {
       TypedWeights w = make_weights(static_cast<size_t>(n * k), dtype, 22);
       std::vector<float> batched(static_cast<size_t>(m * n));
       LinearProblem p{x.data(), k, w.bytes.data(), dtype, k, batched.data(), n, m, n, k};
-      ASSERT_TRUE(linear_cpu(p, 2, GetParam()).ok());
+      CpuThreadPool one_thread(1), two_threads(2), three_threads(3);
+      ASSERT_TRUE(linear_cpu(p, two_threads, GetParam()).ok());
       for (int64_t i = 0; i < m; ++i) {
         std::vector<float> single(static_cast<size_t>(n));
         LinearProblem one{x.data() + i * k, k, w.bytes.data(), dtype, k, single.data(), n, 1, n, k};
-        ASSERT_TRUE(linear_cpu(one, 1, GetParam()).ok());
+        ASSERT_TRUE(linear_cpu(one, one_thread, GetParam()).ok());
         for (int64_t j = 0; j < n; ++j) ASSERT_EQ(single[j], batched[i * n + j]) << i << "," << j;
       }
       // Three rows at once on three threads: other row and column tiles, same bits.
       std::vector<float> three(static_cast<size_t>(3 * n));
       LinearProblem part{x.data() + 4 * k, k, w.bytes.data(), dtype, k, three.data(), n, 3, n, k};
-      ASSERT_TRUE(linear_cpu(part, 3, GetParam()).ok());
+      ASSERT_TRUE(linear_cpu(part, three_threads, GetParam()).ok());
       for (int64_t j = 0; j < 3 * n; ++j) ASSERT_EQ(three[j], batched[4 * n + j]) << j;
       if (GetParam() == CpuIsa::kPortable || GetParam() == CpuIsa::kAvx2) {
         // The portable path is the specification of the avx2 path's order.
@@ -155,7 +156,8 @@ TEST_P(BackendOps, LinearRowsAreBitwiseIndependentOfBatchAndThreads) {
 TEST(LinearCpu, RefusesALevelTheCpuDoesNotRun) {
   std::vector<float> x(8), y(1), w(8);
   LinearProblem p{x.data(), 8, w.data(), DType::kF32, 8, y.data(), 1, 1, 1, 8};
-  EXPECT_EQ(linear_cpu(p, 1, CpuIsa::kAuto).code(), StatusCode::kInvalidArgument);
+  CpuThreadPool pool(1);
+  EXPECT_EQ(linear_cpu(p, pool, CpuIsa::kAuto).code(), StatusCode::kInvalidArgument);
 }
 
 // The avx2 primitives follow the portable order exactly.
