@@ -261,7 +261,7 @@ def main():
     parser.add_argument("--out", default=None, help="folder for the tables and raw JSON (default: the work dir)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=2, help="alternations per row")
-    parser.add_argument("--rows", default="all", help="comma-separated row numbers (1-6) or all")
+    parser.add_argument("--rows", default="all", help="comma-separated row numbers (1-6), all or none")
     parser.add_argument("--agreement-config", default=CONFIG_06B, help="config.json of the agreement model")
     parser.add_argument("--agreement-layers", type=int, default=4)
     parser.add_argument("--agreement-only", action="store_true", help="only the greedy-token agreement check")
@@ -275,9 +275,10 @@ def main():
     if args.threads < 1 or args.repeats < 1 or args.agreement_layers < 1:
         fail("--threads, --repeats and --agreement-layers must be positive")
     try:
-        rows = ROWS if args.rows == "all" else [ROWS[int(r) - 1] for r in args.rows.split(",")]
+        rows = (ROWS if args.rows == "all" else [] if args.rows == "none"
+                else [ROWS[int(r) - 1] for r in args.rows.split(",")])
     except (ValueError, IndexError):
-        fail(f"--rows {args.rows!r}: expected all or numbers 1 to {len(ROWS)}")
+        fail(f"--rows {args.rows!r}: expected all, none or numbers 1 to {len(ROWS)}")
     tools = Tools(args)
     os.makedirs(args.work_dir, exist_ok=True)
     out_dir = args.out or args.work_dir
@@ -309,7 +310,7 @@ def main():
     ggufs = {"bf16": bf16_gguf}
 
     report["ceilings_before"] = measure_ceilings(tools, bf16_dir)
-    for repeat in range(args.repeats):
+    for repeat in range(args.repeats if rows else 0):
         for row in rows:
             order = ["llama.cpp", "pdserve"] if repeat % 2 == 0 else ["pdserve", "llama.cpp"]
             for engine in order:
