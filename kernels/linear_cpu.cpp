@@ -13,19 +13,27 @@ namespace {
 // Weight rows handled together so that their block stays in L2 while every activation row
 // streams past it.
 constexpr int64_t kColumnBlock = 48;
-// The AVX-512 kernels' weight block for a batch (within the 1 MiB L2 of current cores) and
-// for a lone activation row.
+// The AVX-512 kernels' weight block for a batch (within the 1 MiB L2 of current cores), and
+// how a lone activation row's weights are shared out.
 constexpr int64_t kWeightBlockBytes = 384 * 1024;
-constexpr int64_t kGemvColumnBlock = 64;
+constexpr int64_t kGemvItemsPerThread = 8;
+constexpr int64_t kGemvMinColumns = 64;
 
-// Columns per block: the AVX-512 kernels give a lone activation row (decode) small blocks so
-// that every thread streams an even share of the weights; a batch gets blocks of about
-// kWeightBlockBytes of weights, as many as a multiple of the thread count so that no thread
-// waits for another's last block. Blocks are multiples of 24 columns (the tiles are 6 and 8
-// wide) except the last. Only the speed depends on this: each element's order does not.
+// Columns per block. A lone activation row (decode) reads every weight once from memory: each
+// thread gets about kGemvItemsPerThread long contiguous blocks, so that its stream (and the
+// kernels' next-tile prefetch) stays sequential (64-column blocks handed out alternately made
+// two threads read slower than one). A batch gets blocks of about kWeightBlockBytes of
+// weights, as many as a multiple of the thread count so that no thread waits for another's
+// last block; multiples of 24 columns (the tiles are 6 and 8 wide) except the last. Only the
+// speed depends on this: each element's order does not.
 int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
   if (isa != CpuIsa::kAvx512 && isa != CpuIsa::kAvx512Bf16) return kColumnBlock;
-  if (p.m == 1) return kGemvColumnBlock;
+  if (p.m == 1) {
+    const int64_t items = num_threads * kGemvItemsPerThread;
+    int64_t rows = std::max(kGemvMinColumns, ((p.n + items - 1) / items + 7) / 8 * 8);
+    if (p.k > kLinearActivationChunk) rows = std::min(rows, kMaxLinearColumnBlock);
+    return rows;
+  }
   const int64_t row_bytes = std::max<int64_t>(1, p.k * static_cast<int64_t>(dtype_size(p.w_dtype)));
   const int64_t budget_rows =
       std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 24, kMaxLinearColumnBlock);

@@ -55,7 +55,19 @@ inline void tile(const LinearProblem& p, int64_t i0, int64_t j0, bool stream) {
   const char* next_tile = w_bytes + (j0 + NR) * p.w_stride * weight_bytes<W>();
   const bool contiguous = p.w_stride == p.k;
   const int64_t k_vec = p.k - p.k % 16;
-  for (int64_t kk = 0; kk < k_vec; kk += 16) {
+  if constexpr (MR == 1) {
+    // A lone activation row: weights row after row, in address order (see
+    // linear_cpu_avx512bf16.cpp).
+#pragma GCC unroll 32
+    for (int j = 0; j < NR; ++j) {
+#pragma GCC unroll 4
+      for (int64_t k = 0; k < k_vec; k += 16) {
+        acc[0][j] = _mm512_fmadd_ps(_mm512_loadu_ps(p.x + i0 * p.x_stride + k),
+                                    load16(p.w, W, (j0 + j) * p.w_stride + k), acc[0][j]);
+      }
+    }
+  }
+  for (int64_t kk = MR == 1 ? k_vec : 0; kk < k_vec; kk += 16) {
     if (stream) {
       if (contiguous) {
         const char* step = next_tile + kk / 16 * NR * kStepBytes;
@@ -100,7 +112,7 @@ template <DType W, int MR>
 void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end) {
   constexpr int kNr = MR == 1 ? 8 : 6;
   int64_t j = n_begin;
-  const bool stream = i0 == 0;
+  const bool stream = i0 == 0 && MR > 1;
   for (; j + kNr <= n_end; j += kNr) tile<W, MR, kNr>(p, i0, j, stream);
   for (; j < n_end; ++j) tile<W, MR, 1>(p, i0, j, stream);
 }

@@ -21,7 +21,10 @@ struct LinearProblem {
   int64_t k = 0;
 };
 
-// The most output columns one call of the per-level column kernels below may be given.
+// The bf16 kernel converts activations in chunks of this many k (a multiple of 32); when k is
+// longer it keeps each column's accumulators between chunks, for at most
+// kMaxLinearColumnBlock columns per call.
+constexpr int64_t kLinearActivationChunk = 4096;
 constexpr int64_t kMaxLinearColumnBlock = 384;
 
 // Each computes output columns [n_begin, n_end) for all rows on the calling thread, at one
