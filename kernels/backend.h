@@ -93,8 +93,12 @@ class Backend {
   virtual std::string description() const = 0;
   // The element type of activations (hidden states, q/k/v, logits are always float32).
   virtual DType activation_dtype() const = 0;
-  // The KV cache element type of --kv-cache-dtype auto.
-  virtual DType default_kv_dtype() const { return activation_dtype(); }
+  // The KV cache element type of --kv-cache-dtype auto for a model whose weights are
+  // `weight_dtype` (float32 weights ask for float32 arithmetic, so they keep a float32 cache).
+  virtual DType default_kv_dtype(DType weight_dtype) const {
+    (void)weight_dtype;
+    return activation_dtype();
+  }
   // True when device memory is host memory (weights can then be used in place).
   virtual bool shares_host_memory() const = 0;
 

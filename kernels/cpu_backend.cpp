@@ -37,10 +37,12 @@ class CpuBackend final : public Backend {
   CpuIsa isa() const { return isa_; }
 
   DType activation_dtype() const override { return DType::kF32; }
-  // bf16 at the level whose arithmetic is bf16-class anyway (its goldens' tolerance covers a
-  // bf16 cache: docs/PERF.md); the float32 levels stay exact against the reference.
-  DType default_kv_dtype() const override {
-    return isa_ == CpuIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32;
+  // bf16 where the arithmetic is bf16-class anyway: bf16 weights at the avx512_bf16 level (its
+  // goldens' tolerance covers a bf16 cache: kernels/README.md). Float32 weights (the reference
+  // the CUDA strict float32 mode is compared with) and the float32 levels keep float32.
+  DType default_kv_dtype(DType weight_dtype) const override {
+    return isa_ == CpuIsa::kAvx512Bf16 && weight_dtype == DType::kBF16 ? DType::kBF16
+                                                                         : DType::kF32;
   }
   bool shares_host_memory() const override { return true; }
 

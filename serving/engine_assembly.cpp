@@ -29,7 +29,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   }
   const int max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
-  const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->default_kv_dtype());
+  const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->default_kv_dtype(model.model->weight_dtype()));
   const double budget_bytes = config.kv_cache_memory_gib * static_cast<double>(1ull << 30);
   const int num_blocks = kv_blocks_for_memory(model_config, static_cast<size_t>(budget_bytes),
                                               config.block_size, kv_dtype);

@@ -191,8 +191,8 @@ Status run(const Options& options) {
   }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cpu_backend(threads, requested_isa));
   const CpuIsa isa = cpu_backend_isa(*backend);
-  const DType kv_dtype = kv_choice.value_or(backend->default_kv_dtype());
   PDS_ASSIGN_OR_RETURN(auto model, Qwen3Model::create(*backend, std::move(weights)));
+  const DType kv_dtype = kv_choice.value_or(backend->default_kv_dtype(model->weight_dtype()));
 
   // One pool and workspace large enough for every measurement.
   const int block_size = 16;

@@ -558,6 +558,19 @@ TEST_P(BackendOps, MalformedCallsAreRejected) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, BackendOps, ::testing::ValuesIn(supported_cpu_isas()), level_name);
 
+// --kv-cache-dtype auto: float32 weights keep a float32 cache at every level (the CPU float32
+// run is the reference of the CUDA strict float32 mode); only bf16 weights at the bf16 level,
+// whose linear layers already round activations to bf16, get a bf16 cache.
+TEST(CpuBackend, KvCacheAutoFollowsTheWeightsAndTheLevel) {
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    SCOPED_TRACE(cpu_isa_name(isa));
+    std::unique_ptr<Backend> backend = make_cpu_backend(1, isa).value();
+    EXPECT_EQ(backend->default_kv_dtype(DType::kF32), DType::kF32);
+    EXPECT_EQ(backend->default_kv_dtype(DType::kBF16),
+              isa == CpuIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32);
+  }
+}
+
 TEST(BackendFactory, CudaIsRefusedClearlyWithoutAGpu) {
   BackendOptions options;
   options.device = DeviceKind::kCuda;

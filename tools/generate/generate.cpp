@@ -166,7 +166,7 @@ Status run(const Options& options) {
   }
   PDS_ASSIGN_OR_RETURN(std::optional<DType> kv_choice,
                        parse_kv_cache_dtype(options.kv_cache_dtype));
-  const DType kv_dtype = kv_choice.value_or(loaded.backend->default_kv_dtype());
+  const DType kv_dtype = kv_choice.value_or(loaded.backend->default_kv_dtype(loaded.model->weight_dtype()));
   const int blocks_needed =
       static_cast<int>((context_len + options.block_size - 1) / options.block_size);
   const int blocks_available =
