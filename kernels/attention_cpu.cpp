@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/attention_problem.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/vector_math.h"
 
@@ -13,15 +14,23 @@ constexpr int kMaxHeadDim = 512;
 constexpr int kMaxBlockSize = 256;
 
 constexpr int kMaxGroupHeads = 16;
+// Sequences whose attention tiles are items of one job (a table of their first items on the
+// stack); beyond, each sequence and KV head is one item.
+constexpr int kMaxTiledSeqs = 1024;
 
 // Query heads [first_head, first_head + num_heads) of one token, all reading kv_head: each key
 // and value vector is loaded once for the whole group. Per head: online softmax over the KV
 // blocks in position order. The block boundaries are those of the paged pool (multiples of
 // block_size), so the arithmetic for a query position is the same however the prompt was
 // chunked or batched, and however many heads are processed together.
+//
+// The portable and avx2 levels (the two agree bitwise: their dot and axpy do).
+template <bool kAvx2>
 void attend_heads(const float* q_row, int first_head, int num_heads, const AttentionBatch& batch,
                   const KvCacheView& cache, int64_t layer_offset, int seq, int position,
                   int kv_head, float scale, float* out_row) {
+  const auto dot = kAvx2 ? avx2::dot_f32 : portable::dot_f32;
+  const auto axpy = kAvx2 ? avx2::axpy_f32 : portable::axpy_f32;
   const int head_dim = cache.layout.head_dim;
   const int block_size = cache.layout.block_size;
   const DType dtype = cache.layout.dtype;
@@ -42,16 +51,16 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
   for (int block_start = 0; block_start < num_keys; block_start += block_size) {
     const int block_id = block_table[block_start / block_size];
     const int count = std::min(block_size, num_keys - block_start);
-    const int64_t base = layer_offset +
-                         static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
-                         static_cast<int64_t>(kv_head) * head_dim;
+    const int64_t base =
+        layer_offset + static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
+        static_cast<int64_t>(kv_head) * head_dim;
     for (int g = 0; g < num_heads; ++g) block_max[g] = running_max[g];
     for (int j = 0; j < count; ++j) {
       const auto* key = static_cast<const std::byte*>(cache.k) +
                         (base + j * cache.layout.token_elements()) * element_bytes;
       for (int g = 0; g < num_heads; ++g) {
         const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
-        scores[g][j] = dot_f32(q, key, dtype, head_dim) * scale;
+        scores[g][j] = dot(q, key, dtype, head_dim) * scale;
         block_max[g] = std::max(block_max[g], scores[g][j]);
       }
     }
@@ -66,7 +75,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
       for (int g = 0; g < num_heads; ++g) {
         const float weight = std::exp(scores[g][j] - block_max[g]);
         running_sum[g] += weight;
-        axpy_f32(weight, value, dtype, acc[g], head_dim);
+        axpy(weight, value, dtype, acc[g], head_dim);
       }
     }
     for (int g = 0; g < num_heads; ++g) running_max[g] = block_max[g];
@@ -111,18 +120,97 @@ Status validate_batch(const AttentionBatch& batch, const KvCacheView& cache) {
   return {};
 }
 
+// The AVX-512 levels: tiles of up to kMaxAttentionTileRows query rows (tokens x heads of one
+// KV head), handed out heaviest first (the last tokens of each prompt see the most keys) to
+// whichever thread is free.
+void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
+                      int layer, int num_heads, float scale, MatrixView out, CpuThreadPool& pool,
+                      CpuIsa isa) {
+  const KvLayout& layout = cache.layout;
+  const int64_t layer_offset = static_cast<int64_t>(layer) * layout.layer_elements() *
+                               static_cast<int64_t>(layout.element_bytes());
+  AttentionProblem problem;
+  problem.q = static_cast<const float*>(q.data);
+  problem.q_stride = q.row_stride;
+  problem.out = static_cast<float*>(out.data);
+  problem.out_stride = out.row_stride;
+  problem.k = static_cast<const std::byte*>(cache.k) + layer_offset;
+  problem.v = static_cast<const std::byte*>(cache.v) + layer_offset;
+  problem.kv_dtype = layout.dtype;
+  problem.block_size = layout.block_size;
+  problem.num_kv_heads = layout.num_kv_heads;
+  problem.head_dim = layout.head_dim;
+  problem.group = num_heads / layout.num_kv_heads;
+  problem.scale = scale;
+  problem.block_tables = batch.block_tables;
+  problem.max_blocks_per_seq = batch.max_blocks_per_seq;
+  problem.positions = batch.positions;
+  const auto attend = isa == CpuIsa::kAvx512Bf16 && layout.dtype == DType::kBF16
+                          ? attend_tile_avx512_bf16
+                          : attend_tile_avx512;
+  const int heads_per_tile = std::min(problem.group, kMaxAttentionTileRows);
+  const int head_chunks = (problem.group + heads_per_tile - 1) / heads_per_tile;
+  const int tokens_per_tile = std::max(1, kMaxAttentionTileRows / heads_per_tile);
+  const int groups = layout.num_kv_heads * head_chunks;  // tiles side by side per token range
+  const auto tiles_of = [&](int seq) {
+    return (batch.query_start[seq + 1] - batch.query_start[seq] + tokens_per_tile - 1) /
+           tokens_per_tile;
+  };
+  const auto run_tile = [&](int seq, int tile_index, int group) {
+    AttentionTile tile;
+    tile.seq = seq;
+    tile.kv_head = group / head_chunks;
+    tile.first_head = group % head_chunks * heads_per_tile;
+    tile.num_heads = std::min(heads_per_tile, problem.group - tile.first_head);
+    tile.first_token = batch.query_start[seq] + tile_index * tokens_per_tile;
+    tile.num_tokens = std::min(tokens_per_tile, batch.query_start[seq + 1] - tile.first_token);
+    attend(problem, tile);
+  };
+  if (batch.num_seqs > kMaxTiledSeqs) {
+    // Beyond the item table below: one item per sequence and group.
+    pool.run(static_cast<int64_t>(batch.num_seqs) * groups, [&](int64_t item) {
+      const int seq = static_cast<int>(item / groups);
+      for (int t = tiles_of(seq) - 1; t >= 0; --t)
+        run_tile(seq, t, static_cast<int>(item % groups));
+    });
+    return;
+  }
+  // Item i: sequence s with first_item[s] <= i < first_item[s + 1], its tiles last (heaviest)
+  // first, the groups of one tile side by side.
+  int64_t first_item[kMaxTiledSeqs + 1];
+  first_item[0] = 0;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    first_item[s + 1] = first_item[s] + static_cast<int64_t>(tiles_of(s)) * groups;
+  }
+  pool.run(first_item[batch.num_seqs], [&](int64_t item) {
+    const int seq = static_cast<int>(
+        std::upper_bound(first_item + 1, first_item + batch.num_seqs + 1, item) - (first_item + 1));
+    const int64_t local = item - first_item[seq];
+    run_tile(seq, tiles_of(seq) - 1 - static_cast<int>(local / groups),
+             static_cast<int>(local % groups));
+  });
+}
+
 }  // namespace
 
 Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
-                       int layer, int num_heads, float scale, MatrixView out, int num_threads) {
+                       int layer, int num_heads, float scale, MatrixView out, CpuThreadPool& pool,
+                       CpuIsa isa) {
   PDS_RETURN_IF_ERROR(validate_batch(batch, cache));
+  const int head_dim = cache.layout.head_dim;
+  if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) && head_dim % 32 == 0 &&
+      head_dim <= kMaxVectorHeadDim) {
+    vector_attention(q, batch, cache, layer, num_heads, scale, out, pool, isa);
+    return {};
+  }
+  // Other head sizes run the avx2 kernel on AVX-512 CPUs.
+  const bool avx2 = isa != CpuIsa::kPortable;
   const int group = num_heads / cache.layout.num_kv_heads;
   const int chunks_per_kv_head = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   const int64_t work_items =
       static_cast<int64_t>(batch.num_tokens) * cache.layout.num_kv_heads * chunks_per_kv_head;
-#pragma omp parallel for schedule(dynamic, 2) num_threads(num_threads)
-  for (int64_t item = 0; item < work_items; ++item) {
+  pool.run(work_items, [&](int64_t item) {
     const int per_token = cache.layout.num_kv_heads * chunks_per_kv_head;
     const int token = static_cast<int>(item / per_token);
     const int kv_head = static_cast<int>(item % per_token) / chunks_per_kv_head;
@@ -132,9 +220,10 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
     const int seq = static_cast<int>(
         std::upper_bound(batch.query_start + 1, batch.query_start + batch.num_seqs + 1, token) -
         (batch.query_start + 1));
-    attend_heads(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
-                 batch.positions[token], kv_head, scale, out.row<float>(token));
-  }
+    const auto attend = avx2 ? attend_heads<true> : attend_heads<false>;
+    attend(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
+           batch.positions[token], kv_head, scale, out.row<float>(token));
+  });
   return {};
 }
 

@@ -70,7 +70,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       return invalid_argument("the CPU backend computes in float32, not " +
                               std::string(dtype_name(*options.activation_dtype)));
     }
-    return make_cpu_backend(options.num_threads);
+    return make_cpu_backend(options.num_threads, options.cpu_isa);
   }
   const DType cuda_dtype = options.activation_dtype.value_or(DType::kBF16);
   if (cuda_dtype != DType::kBF16 && cuda_dtype != DType::kF32) {

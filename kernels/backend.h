@@ -15,6 +15,7 @@
 #include "common/core/dtype.h"
 #include "common/core/kv_layout.h"
 #include "common/core/status.h"
+#include "kernels/cpu_isa.h"
 
 namespace pdserve {
 
@@ -108,6 +109,12 @@ class Backend {
   virtual std::string description() const = 0;
   // The element type of activations (hidden states, q/k/v, logits are always float32).
   virtual DType activation_dtype() const = 0;
+  // The KV cache element type of --kv-cache-dtype auto for a model whose weights are
+  // `weight_dtype` (float32 weights ask for float32 arithmetic, so they keep a float32 cache).
+  virtual DType default_kv_dtype(DType weight_dtype) const {
+    (void)weight_dtype;
+    return activation_dtype();
+  }
   // True when device memory is host memory (weights can then be used in place).
   virtual bool shares_host_memory() const = 0;
 
@@ -214,8 +221,9 @@ class BackendBuffer {
 
 struct BackendOptions {
   DeviceKind device = DeviceKind::kCpu;
-  int num_threads = 0;   // CPU: 0 = all cores
-  int device_index = 0;  // CUDA
+  int num_threads = 0;             // CPU: 0 = all cores
+  int device_index = 0;            // CUDA
+  CpuIsa cpu_isa = CpuIsa::kAuto;  // CPU: the kernels' instruction-set level (kernels/cpu_isa.h)
   // The element type the backend computes in (--dtype); unset: the device's default. The CPU
   // computes in float32 only. CUDA: bfloat16 (the default; float32 accumulation) or float32,
   // the strict mode: float32 weights, activations and logits, and cuBLAS without TF32 or

@@ -1,10 +1,9 @@
 #include "kernels/linear_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "common/core/dtype.h"
 
@@ -14,14 +13,59 @@ namespace {
 // Weight rows handled together so that their block stays in L2 while every activation row
 // streams past it.
 constexpr int64_t kColumnBlock = 48;
+// The AVX-512 kernels' weight block for a batch (within the 1 MiB L2 of current cores), and
+// how a lone activation row's weights are shared out.
+constexpr int64_t kWeightBlockBytes = 384 * 1024;
+constexpr int64_t kGemvItemsPerThread = 8;
+constexpr int64_t kGemvMinColumns = 64;
+
+// Columns per block. A lone activation row (decode) reads every weight once from memory: each
+// thread gets about kGemvItemsPerThread long contiguous blocks, so that its stream (and the
+// kernels' next-tile prefetch) stays sequential (64-column blocks handed out alternately made
+// two threads read slower than one). A batch gets blocks of about kWeightBlockBytes of
+// weights, as many as a multiple of the thread count so that no thread waits for another's
+// last block; multiples of 24 columns (the tiles are 6 and 8 wide) except the last. Only the
+// speed depends on this: each element's order does not.
+int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
+  if (isa != CpuIsa::kAvx512 && isa != CpuIsa::kAvx512Bf16) return kColumnBlock;
+  if (p.m == 1) {
+    const int64_t items = num_threads * kGemvItemsPerThread;
+    int64_t rows = std::max(kGemvMinColumns, ((p.n + items - 1) / items + 7) / 8 * 8);
+    if (p.k > kLinearActivationChunk) rows = std::min(rows, kMaxLinearColumnBlock);
+    return rows;
+  }
+  const int64_t row_bytes = std::max<int64_t>(1, p.k * static_cast<int64_t>(dtype_size(p.w_dtype)));
+  const int64_t budget_rows =
+      std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 24, kMaxLinearColumnBlock);
+  int64_t blocks = (p.n + budget_rows - 1) / budget_rows;
+  blocks = (blocks + num_threads - 1) / num_threads * num_threads;
+  const int64_t rows = (p.n + blocks - 1) / blocks;
+  return std::min<int64_t>(kMaxLinearColumnBlock, (rows + 23) / 24 * 24);
+}
+
+void columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512Bf16:
+      if (p.w_dtype == DType::kBF16) {
+        linear_cpu_columns_avx512_bf16(p, begin, end);
+        return;
+      }
+      linear_cpu_columns_avx512(p, begin, end);  // the level's float32 products for f16/f32
+      return;
+    case CpuIsa::kAvx512:
+      linear_cpu_columns_avx512(p, begin, end);
+      return;
+    case CpuIsa::kAvx2:
+      linear_cpu_columns_avx2(p, begin, end);
+      return;
+    case CpuIsa::kAuto:
+    case CpuIsa::kPortable:
+      linear_cpu_columns_portable(p, begin, end);
+      return;
+  }
+}
 
 }  // namespace
-
-bool cpu_has_avx2_fma() {
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                                __builtin_cpu_supports("f16c");
-  return supported;
-}
 
 // The reference order that the AVX2 kernel reproduces lane for lane.
 void linear_cpu_columns_portable(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
@@ -48,25 +92,22 @@ void linear_cpu_columns_portable(const LinearProblem& p, int64_t n_begin, int64_
   }
 }
 
-Status linear_cpu(const LinearProblem& p, int num_threads) {
+Status linear_cpu(const LinearProblem& p, CpuThreadPool& pool, CpuIsa isa) {
   if (p.m < 0 || p.n < 0 || p.k < 0) return invalid_argument("linear: negative dimension");
   if (p.m == 0 || p.n == 0) return {};
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return invalid_argument("linear: null operand");
   }
-  const bool use_avx2 = cpu_has_avx2_fma();
-  const int64_t num_blocks = (p.n + kColumnBlock - 1) / kColumnBlock;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads, num_blocks));
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t block = 0; block < num_blocks; ++block) {
-    const int64_t begin = block * kColumnBlock;
-    const int64_t end = std::min(p.n, begin + kColumnBlock);
-    if (use_avx2) {
-      linear_cpu_columns_avx2(p, begin, end);
-    } else {
-      linear_cpu_columns_portable(p, begin, end);
-    }
+  if (isa == CpuIsa::kAuto || !cpu_supports(isa)) {
+    return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +
+                            " is not a level this CPU runs");
   }
+  const int64_t block_columns = column_block(p, isa, pool.num_threads());
+  const int64_t num_blocks = (p.n + block_columns - 1) / block_columns;
+  pool.run(num_blocks, [&](int64_t block) {
+    const int64_t begin = block * block_columns;
+    columns(p, begin, std::min(p.n, begin + block_columns), isa);
+  });
   return {};
 }
 

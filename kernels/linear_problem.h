@@ -21,8 +21,17 @@ struct LinearProblem {
   int64_t k = 0;
 };
 
-// Computes output columns [n_begin, n_end) for all rows on the calling thread with AVX2+FMA;
-// only call when cpu_has_avx2_fma().
+// The bf16 kernel converts activations in chunks of this many k (a multiple of 32); when k is
+// longer it keeps each column's accumulators between chunks, for at most
+// kMaxLinearColumnBlock columns per call.
+constexpr int64_t kLinearActivationChunk = 4096;
+constexpr int64_t kMaxLinearColumnBlock = 384;
+
+// Each computes output columns [n_begin, n_end) for all rows on the calling thread, at one
+// instruction-set level (kernels/cpu_isa.h); only call them when the CPU has that level.
 void linear_cpu_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+void linear_cpu_columns_avx512(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+// bf16 weights only.
+void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
 
 }  // namespace pdserve

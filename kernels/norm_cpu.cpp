@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/row_ops_avx512.h"
 
 namespace pdserve::cpu {
 namespace {
@@ -17,22 +18,33 @@ void normalize_row(const float* in, const VectorView& weight, float eps, int64_t
 
 }  // namespace
 
-Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out, int num_threads) {
-#pragma omp parallel for schedule(static) num_threads(num_threads)
-  for (int64_t i = 0; i < in.rows; ++i)
-    normalize_row(in.row<float>(i), weight, eps, in.cols, out.row<float>(i));
+Status rms_norm(MatrixView in, VectorView weight, float eps, MatrixView out, CpuThreadPool& pool,
+                CpuIsa isa) {
+  const bool vector = uses_avx512(isa);
+  pool.run(in.rows, [&](int64_t i) {
+    if (vector) {
+      avx512::rms_norm_row(in.row<float>(i), weight.data, weight.dtype, eps, in.cols,
+                           out.row<float>(i));
+    } else {
+      normalize_row(in.row<float>(i), weight, eps, in.cols, out.row<float>(i));
+    }
+  });
   return {};
 }
 
 Status add_rms_norm(MatrixView x, MatrixView residual, VectorView weight, float eps,
-                    int num_threads) {
-#pragma omp parallel for schedule(static) num_threads(num_threads)
-  for (int64_t i = 0; i < x.rows; ++i) {
+                    CpuThreadPool& pool, CpuIsa isa) {
+  const bool vector = uses_avx512(isa);
+  pool.run(x.rows, [&](int64_t i) {
     float* xr = x.row<float>(i);
     float* rr = residual.row<float>(i);
-    for (int64_t j = 0; j < x.cols; ++j) rr[j] += xr[j];
-    normalize_row(rr, weight, eps, x.cols, xr);
-  }
+    if (vector) {
+      avx512::add_rms_norm_row(xr, rr, weight.data, weight.dtype, eps, x.cols);
+    } else {
+      for (int64_t j = 0; j < x.cols; ++j) rr[j] += xr[j];
+      normalize_row(rr, weight, eps, x.cols, xr);
+    }
+  });
   return {};
 }
 

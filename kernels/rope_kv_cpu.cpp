@@ -4,6 +4,7 @@
 
 #include "common/core/dtype.h"
 #include "kernels/cpu_kernels.h"
+#include "kernels/row_ops_avx512.h"
 
 namespace pdserve::cpu {
 namespace {
@@ -30,9 +31,12 @@ void norm_and_rotate_head(float* head, const VectorView& norm_weight, float eps,
   }
 }
 
-void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int64_t n) {
+void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int64_t n,
+              bool vector) {
   if (dtype == DType::kF32) {
     std::memcpy(static_cast<float*>(dst_base) + offset, src, static_cast<size_t>(n) * 4);
+  } else if (dtype == DType::kBF16 && vector) {
+    avx512::store_bf16(src, static_cast<uint16_t*>(dst_base) + offset, n);
   } else {
     convert_elements(src, DType::kF32, static_cast<std::byte*>(dst_base) + offset * 2, dtype,
                      static_cast<size_t>(n));
@@ -43,7 +47,8 @@ void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int
 
 Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkNormRopeParams& p,
                              const AttentionBatch& batch, const KvCacheView& cache, int layer,
-                             int num_threads) {
+                             CpuThreadPool& pool, CpuIsa isa) {
+  const bool vector = uses_avx512(isa);
   if (p.head_dim > kMaxHeadDim) return unimplemented("head_dim above 512");
   const int64_t num_slots = static_cast<int64_t>(cache.layout.num_blocks) * cache.layout.block_size;
   for (int t = 0; t < batch.num_tokens; ++t) {
@@ -57,8 +62,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
   double inv_freq[kMaxHeadDim / 2];
   for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(p.rope_theta, -2.0 * j / p.head_dim);
   const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
-#pragma omp parallel for schedule(static) num_threads(num_threads)
-  for (int t = 0; t < batch.num_tokens; ++t) {
+  pool.run(batch.num_tokens, [&](int64_t t) {
     double cos_table[kMaxHeadDim / 2];
     double sin_table[kMaxHeadDim / 2];
     for (int j = 0; j < half; ++j) {
@@ -66,20 +70,23 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
       cos_table[j] = std::cos(angle);
       sin_table[j] = std::sin(angle);
     }
+    const auto rotate = [&](float* head, const VectorView& weight) {
+      if (vector) {
+        avx512::norm_rope_head(head, weight.data, weight.dtype, p.rms_norm_eps, p.head_dim,
+                               cos_table, sin_table);
+      } else {
+        norm_and_rotate_head(head, weight, p.rms_norm_eps, p.head_dim, cos_table, sin_table);
+      }
+    };
     float* q_row = q.row<float>(t);
-    for (int h = 0; h < p.num_heads; ++h) {
-      norm_and_rotate_head(q_row + h * p.head_dim, p.q_norm_weight, p.rms_norm_eps, p.head_dim,
-                           cos_table, sin_table);
-    }
+    for (int h = 0; h < p.num_heads; ++h) rotate(q_row + h * p.head_dim, p.q_norm_weight);
     float* k_row = k.row<float>(t);
-    for (int h = 0; h < p.num_kv_heads; ++h) {
-      norm_and_rotate_head(k_row + h * p.head_dim, p.k_norm_weight, p.rms_norm_eps, p.head_dim,
-                           cos_table, sin_table);
-    }
+    for (int h = 0; h < p.num_kv_heads; ++h) rotate(k_row + h * p.head_dim, p.k_norm_weight);
     const int64_t offset = layer_offset + batch.slot_mapping[t] * cache.layout.token_elements();
-    store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements());
-    store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements());
-  }
+    store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements(), vector);
+    store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements(),
+             vector);
+  });
   return {};
 }
 

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "common/core/dtype.h"
-#include "kernels/linear_cpu.h"
 
 namespace pdserve {
 
@@ -29,17 +28,5 @@ void axpy_f32(float alpha, const void* x, DType x_dtype, float* y, int64_t n) {
 }
 
 }  // namespace portable
-
-float dot_f32(const float* a, const void* b, DType b_dtype, int64_t n) {
-  return cpu_has_avx2_fma() ? avx2::dot_f32(a, b, b_dtype, n) : portable::dot_f32(a, b, b_dtype, n);
-}
-
-void axpy_f32(float alpha, const void* x, DType x_dtype, float* y, int64_t n) {
-  if (cpu_has_avx2_fma()) {
-    avx2::axpy_f32(alpha, x, x_dtype, y, n);
-  } else {
-    portable::axpy_f32(alpha, x, x_dtype, y, n);
-  }
-}
 
 }  // namespace pdserve

@@ -34,7 +34,8 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   }
   const int max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
-  const DType kv_dtype = config.kv_cache_dtype.value_or(model.backend->activation_dtype());
+  const DType kv_dtype =
+      config.kv_cache_dtype.value_or(model.backend->default_kv_dtype(model.model->weight_dtype()));
 
   ModelRunnerConfig runner_config;
   runner_config.block_size = config.block_size;

@@ -61,7 +61,8 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
       ->capture_default_str();
   app.add_option(
          "--kv-cache-dtype", options.kv_cache_dtype,
-         "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+         "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
+         "avx512_bf16 level and on CUDA, else float32), bfloat16 or float32")
       ->capture_default_str();
   app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")
       ->capture_default_str();

@@ -18,7 +18,7 @@ KvLayout kv_layout_for(const ModelConfig& config, int num_blocks, int block_size
 int kv_blocks_for_memory(const ModelConfig& config, size_t memory_bytes, int block_size,
                          DType dtype);
 
-// A --kv-cache-dtype value: "auto" (nullopt: the backend's activation dtype), "bfloat16" or
+// A --kv-cache-dtype value: "auto" (nullopt: Backend::default_kv_dtype()), "bfloat16" or
 // "float32" (float16 is refused: the kernels do not store it).
 Result<std::optional<DType>> parse_kv_cache_dtype(std::string_view name);
 

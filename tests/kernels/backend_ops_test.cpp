@@ -9,10 +9,12 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/core/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/cpu_backend.h"
 #include "kernels/linear_cpu.h"
 #include "kernels/model/model_loader.h"
 #include "kernels/vector_math.h"
@@ -57,71 +59,122 @@ void expect_close(const std::vector<float>& actual, const std::vector<double>& e
   }
 }
 
-class BackendOps : public ::testing::Test {
+// The avx512_bf16 level rounds a linear layer's activations (bf16 weights) and the attention's
+// queries (bf16 KV) to bf16 before multiplying: its references round the same inputs, so the
+// comparison stays as tight as for the float32 levels.
+bool rounds_to_bf16(CpuIsa isa, DType operand) {
+  return isa == CpuIsa::kAvx512Bf16 && operand == DType::kBF16;
+}
+
+float round_bf16(float value) {
+  return bf16_to_float(float_to_bf16(value));
+}
+
+std::string level_name(const ::testing::TestParamInfo<CpuIsa>& info) {
+  return std::string(cpu_isa_name(info.param));
+}
+
+// Every test runs at every instruction-set level this CPU has (kernels/cpu_isa.h).
+class BackendOps : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
     BackendOptions options;
     options.device = DeviceKind::kCpu;
+    options.cpu_isa = GetParam();
     backend_ = std::move(create_backend(options)).value();
+    ASSERT_EQ(cpu_backend_isa(*backend_), GetParam());
   }
   std::unique_ptr<Backend> backend_;
 };
 
-TEST_F(BackendOps, LinearMatchesDoubleReferenceForEveryWeightType) {
+TEST_P(BackendOps, LinearMatchesDoubleReferenceForEveryWeightType) {
   struct Shape { int64_t m, n, k; };
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const bool rounded = rounds_to_bf16(GetParam(), dtype);
     for (Shape s : {Shape{1, 1, 8}, Shape{1, 97, 64}, Shape{5, 50, 13}, Shape{7, 130, 1024},
-                    Shape{33, 49, 200}}) {
+                    Shape{33, 49, 200}, Shape{2, 7, 4100}, Shape{6, 390, 48}}) {
       std::vector<float> x = random_floats(static_cast<size_t>(s.m * s.k), 11);
       TypedWeights w = make_weights(static_cast<size_t>(s.n * s.k), dtype, 12);
       std::vector<float> y(static_cast<size_t>(s.m * s.n), kPoison);
       ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, s.m, s.k),
                                    MatrixView::dense(w.bytes.data(), dtype, s.n, s.k),
                                    MatrixView::dense(y.data(), DType::kF32, s.m, s.n)).ok());
-      std::vector<double> expected(y.size());
+      std::vector<double> expected(y.size()), unrounded(y.size());
       for (int64_t i = 0; i < s.m; ++i) {
         for (int64_t j = 0; j < s.n; ++j) {
-          double sum = 0;
-          for (int64_t kk = 0; kk < s.k; ++kk) sum += double{x[i * s.k + kk]} * w.values[j * s.k + kk];
+          double sum = 0, exact = 0;
+          for (int64_t kk = 0; kk < s.k; ++kk) {
+            const float xv = x[i * s.k + kk];
+            sum += double{rounded ? round_bf16(xv) : xv} * w.values[j * s.k + kk];
+            exact += double{xv} * w.values[j * s.k + kk];
+          }
           expected[static_cast<size_t>(i * s.n + j)] = sum;
+          unrounded[static_cast<size_t>(i * s.n + j)] = exact;
         }
       }
-      expect_close(y, expected, 2e-5 * std::sqrt(static_cast<double>(s.k)),
-                   "linear " + std::string(dtype_name(dtype)));
+      const std::string what = "linear " + std::string(dtype_name(dtype)) + " " +
+                               std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                               std::to_string(s.k);
+      expect_close(y, expected, 2e-5 * std::sqrt(static_cast<double>(s.k)), what);
+      // Rounding the activations moves a product by at most 2^-9 of it.
+      if (rounded)
+        expect_close(y, unrounded, 4e-3 * std::sqrt(static_cast<double>(s.k)), what + " unrounded");
     }
   }
 }
 
-TEST_F(BackendOps, LinearRowsAreBitwiseIndependentOfBatchAndThreads) {
-  const int64_t m = 9, n = 300, k = 1000;  // k % 8 != 0 exercises the tail
-  std::vector<float> x = random_floats(static_cast<size_t>(m * k), 21);
-  TypedWeights w = make_weights(static_cast<size_t>(n * k), DType::kBF16, 22);
-  std::vector<float> batched(static_cast<size_t>(m * n));
-  LinearProblem p{x.data(), k, w.bytes.data(), DType::kBF16, k, batched.data(), n, m, n, k};
-  ASSERT_TRUE(linear_cpu(p, 2).ok());
-  for (int64_t i = 0; i < m; ++i) {
-    std::vector<float> single(static_cast<size_t>(n));
-    LinearProblem one{x.data() + i * k, k, w.bytes.data(), DType::kBF16, k, single.data(), n, 1, n, k};
-    ASSERT_TRUE(linear_cpu(one, 1).ok());
-    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(single[j], batched[i * n + j]) << i << "," << j;
+TEST_P(BackendOps, LinearRowsAreBitwiseIndependentOfBatchAndThreads) {
+  // k % 8, k % 16 and k % 32 != 0 exercise every level's tail; 5000 > the bf16 level's 4096-wide
+  // activation chunks; n = 300 leaves partial column tiles.
+  for (int64_t k : {int64_t{1000}, int64_t{5000}}) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      const int64_t m = 9, n = 300;
+      std::vector<float> x = random_floats(static_cast<size_t>(m * k), 21);
+      TypedWeights w = make_weights(static_cast<size_t>(n * k), dtype, 22);
+      std::vector<float> batched(static_cast<size_t>(m * n));
+      LinearProblem p{x.data(), k, w.bytes.data(), dtype, k, batched.data(), n, m, n, k};
+      CpuThreadPool one_thread(1), two_threads(2), three_threads(3);
+      ASSERT_TRUE(linear_cpu(p, two_threads, GetParam()).ok());
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> single(static_cast<size_t>(n));
+        LinearProblem one{x.data() + i * k, k, w.bytes.data(), dtype, k, single.data(), n, 1, n, k};
+        ASSERT_TRUE(linear_cpu(one, one_thread, GetParam()).ok());
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(single[j], batched[i * n + j]) << i << "," << j;
+      }
+      // Three rows at once on three threads: other row and column tiles, same bits.
+      std::vector<float> three(static_cast<size_t>(3 * n));
+      LinearProblem part{x.data() + 4 * k, k, w.bytes.data(), dtype, k, three.data(), n, 3, n, k};
+      ASSERT_TRUE(linear_cpu(part, three_threads, GetParam()).ok());
+      for (int64_t j = 0; j < 3 * n; ++j) ASSERT_EQ(three[j], batched[4 * n + j]) << j;
+      if (GetParam() == CpuIsa::kPortable || GetParam() == CpuIsa::kAvx2) {
+        // The portable path is the specification of the avx2 path's order.
+        std::vector<float> portable(static_cast<size_t>(m * n));
+        LinearProblem q = p;
+        q.y = portable.data();
+        linear_cpu_columns_portable(q, 0, n);
+        EXPECT_EQ(portable, batched);
+      }
+    }
   }
-  // The portable path is the specification of the vector path's order.
-  std::vector<float> portable(static_cast<size_t>(m * n));
-  LinearProblem q = p;
-  q.y = portable.data();
-  linear_cpu_columns_portable(q, 0, n);
-  EXPECT_EQ(portable, batched);
 }
 
-// The dispatched (AVX2 where the CPU has it) primitives follow the portable order exactly.
-TEST_F(BackendOps, VectorPrimitivesMatchPortableBitwise) {
+TEST(LinearCpu, RefusesALevelTheCpuDoesNotRun) {
+  std::vector<float> x(8), y(1), w(8);
+  LinearProblem p{x.data(), 8, w.data(), DType::kF32, 8, y.data(), 1, 1, 1, 8};
+  CpuThreadPool pool(1);
+  EXPECT_EQ(linear_cpu(p, pool, CpuIsa::kAuto).code(), StatusCode::kInvalidArgument);
+}
+
+// The avx2 primitives follow the portable order exactly.
+TEST(VectorMath, Avx2PrimitivesMatchPortableBitwise) {
+  if (!cpu_supports(CpuIsa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   std::vector<float> a = random_floats(131, 31);
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     TypedWeights b = make_weights(131, dtype, 32);
-    EXPECT_EQ(dot_f32(a.data(), b.bytes.data(), dtype, 131),
+    EXPECT_EQ(avx2::dot_f32(a.data(), b.bytes.data(), dtype, 131),
               portable::dot_f32(a.data(), b.bytes.data(), dtype, 131));
     std::vector<float> y1 = random_floats(131, 33), y2 = y1;
-    axpy_f32(0.37f, b.bytes.data(), dtype, y1.data(), 131);
+    avx2::axpy_f32(0.37f, b.bytes.data(), dtype, y1.data(), 131);
     portable::axpy_f32(0.37f, b.bytes.data(), dtype, y2.data(), 131);
     EXPECT_EQ(y1, y2);
   }
@@ -133,7 +186,7 @@ double reference_inv_rms(const float* x, int64_t n, double eps) {
   return 1.0 / std::sqrt(sum / static_cast<double>(n) + eps);
 }
 
-TEST_F(BackendOps, RmsNormAndFusedResidualAdd) {
+TEST_P(BackendOps, RmsNormAndFusedResidualAdd) {
   const int64_t rows = 6, cols = 72;
   const float eps = 1e-6f;
   std::vector<float> x = random_floats(static_cast<size_t>(rows * cols), 41);
@@ -164,7 +217,7 @@ TEST_F(BackendOps, RmsNormAndFusedResidualAdd) {
   expect_close(x, expected, 1e-6, "add_rms_norm");
 }
 
-TEST_F(BackendOps, EmbeddingSiluMulGather) {
+TEST_P(BackendOps, EmbeddingSiluMulGather) {
   const int64_t vocab = 20, width = 12;
   TypedWeights table = make_weights(static_cast<size_t>(vocab * width), DType::kF16, 51);
   std::vector<int32_t> ids = {3, 19, 0, 3};
@@ -221,6 +274,40 @@ struct AttentionFixture {
   int64_t token_elems() const { return int64_t{num_kv_heads} * head_dim; }
   int total_new() const { return std::accumulate(fresh.begin(), fresh.end(), 0); }
 
+  // A shape of its own: every sequence gets the blocks it needs, scattered over the pool.
+  static AttentionFixture shaped(int heads, int kv_heads, int dim, int block,
+                                 std::vector<int> cached_tokens, std::vector<int> fresh_tokens,
+                                 uint32_t seed) {
+    AttentionFixture f;
+    f.num_heads = heads;
+    f.num_kv_heads = kv_heads;
+    f.head_dim = dim;
+    f.block_size = block;
+    f.cached = std::move(cached_tokens);
+    f.fresh = std::move(fresh_tokens);
+    f.tables.clear();
+    f.max_blocks = 0;
+    int total_blocks = 0;
+    for (size_t s = 0; s < f.fresh.size(); ++s) {
+      const int blocks = (f.cached[s] + f.fresh[s] + block - 1) / block;
+      f.max_blocks = std::max(f.max_blocks, blocks);
+      total_blocks += blocks;
+    }
+    f.num_blocks = total_blocks + 3;
+    std::vector<int32_t> ids(static_cast<size_t>(f.num_blocks));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+    size_t next = 0;
+    for (size_t s = 0; s < f.fresh.size(); ++s) {
+      const int blocks = (f.cached[s] + f.fresh[s] + block - 1) / block;
+      f.tables.emplace_back(
+          ids.begin() + static_cast<std::ptrdiff_t>(next),
+          ids.begin() + static_cast<std::ptrdiff_t>(next + static_cast<size_t>(blocks)));
+      next += static_cast<size_t>(blocks);
+    }
+    return f;
+  }
+
   void build() {
     const size_t pool = static_cast<size_t>(num_blocks * block_size * token_elems());
     k_bytes.assign(pool * dtype_size(kv_dtype), std::byte{0});
@@ -274,58 +361,149 @@ struct AttentionFixture {
   }
 };
 
-TEST_F(BackendOps, PagedAttentionMatchesDenseSoftmaxReference) {
-  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
-    AttentionFixture f;
+// The fixture's new tokens' K/V written through the cache-write op (identity norms, so only
+// RoPE moves them), then attention of all new tokens in one call.
+struct AttentionRun {
+  std::vector<float> q;  // after RoPE
+  std::vector<float> out;
+};
+
+AttentionRun run_attention(Backend& backend, AttentionFixture& f, uint32_t seed) {
+  const int tokens = f.total_new();
+  const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
+  AttentionRun run;
+  run.q = random_floats(static_cast<size_t>(tokens * q_width), seed);
+  std::vector<float> k = random_floats(static_cast<size_t>(tokens * f.token_elems()), seed + 1);
+  std::vector<float> v = random_floats(k.size(), seed + 2);
+  std::vector<float> ones(static_cast<size_t>(f.head_dim), 1.0f);
+  QkNormRopeParams params{{ones.data(), DType::kF32, f.head_dim},
+                          {ones.data(), DType::kF32, f.head_dim},
+                          1e-6f,
+                          10000.0,
+                          f.num_heads,
+                          f.num_kv_heads,
+                          f.head_dim};
+  EXPECT_TRUE(
+      backend
+          .qk_norm_rope_kv_write(MatrixView::dense(run.q.data(), DType::kF32, tokens, q_width),
+                                 MatrixView::dense(k.data(), DType::kF32, tokens, f.token_elems()),
+                                 MatrixView::dense(v.data(), DType::kF32, tokens, f.token_elems()),
+                                 params, f.batch, f.cache, 0)
+          .ok());
+  run.out.assign(run.q.size(), kPoison);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(f.head_dim));
+  EXPECT_TRUE(backend
+                  .paged_attention(MatrixView::dense(run.q.data(), DType::kF32, tokens, q_width),
+                                   f.batch, f.cache, 0, f.num_heads, scale,
+                                   MatrixView::dense(run.out.data(), DType::kF32, tokens, q_width))
+                  .ok());
+  return run;
+}
+
+std::vector<AttentionFixture> attention_shapes(DType kv_dtype) {
+  std::vector<AttentionFixture> shapes;
+  shapes.emplace_back();  // head_dim 16: the avx2 kernel at every level above portable
+  // The Qwen3-0.6B head shape: a 45-token prompt (tiles of 16 tokens), a decode, a chunk.
+  shapes.push_back(AttentionFixture::shaped(16, 8, 128, 16, {0, 40, 17}, {45, 1, 3}, 1));
+  // Eight heads per KV head, 32-token blocks, a prompt chunk after 70 cached tokens.
+  shapes.push_back(AttentionFixture::shaped(8, 1, 64, 32, {0, 70}, {20, 1}, 2));
+  // 40 heads per KV head: more than one tile's worth of heads.
+  shapes.push_back(AttentionFixture::shaped(40, 1, 32, 8, {3}, {5}, 3));
+  shapes.push_back(AttentionFixture::shaped(4, 2, 256, 16, {10}, {30}, 4));
+  // A head size without its own kernel instance.
+  shapes.push_back(AttentionFixture::shaped(2, 1, 96, 16, {20}, {2}, 5));
+  for (AttentionFixture& f : shapes) {
     f.kv_dtype = kv_dtype;
     f.build();
     f.fill_cached(61);
-    // Write the new tokens' K/V too, through the cache-write op, with identity norms.
-    const int tokens = f.total_new();
-    const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
-    std::vector<float> q = random_floats(static_cast<size_t>(tokens * q_width), 62);
-    std::vector<float> k = random_floats(static_cast<size_t>(tokens * f.token_elems()), 63);
-    std::vector<float> v = random_floats(k.size(), 64);
-    std::vector<float> ones(static_cast<size_t>(f.head_dim), 1.0f);
-    QkNormRopeParams params{{ones.data(), DType::kF32, f.head_dim}, {ones.data(), DType::kF32, f.head_dim},
-                            1e-6f, 10000.0, f.num_heads, f.num_kv_heads, f.head_dim};
-    ASSERT_TRUE(backend_->qk_norm_rope_kv_write(MatrixView::dense(q.data(), DType::kF32, tokens, q_width),
-                                                MatrixView::dense(k.data(), DType::kF32, tokens, f.token_elems()),
-                                                MatrixView::dense(v.data(), DType::kF32, tokens, f.token_elems()),
-                                                params, f.batch, f.cache, 0).ok());
-    std::vector<float> out(q.size(), kPoison);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(f.head_dim));
-    ASSERT_TRUE(backend_->paged_attention(MatrixView::dense(q.data(), DType::kF32, tokens, q_width), f.batch,
-                                          f.cache, 0, f.num_heads, scale,
-                                          MatrixView::dense(out.data(), DType::kF32, tokens, q_width)).ok());
-    std::vector<double> expected(out.size());
-    const int group = f.num_heads / f.num_kv_heads;
-    for (int s = 0; s < f.batch.num_seqs; ++s) {
-      for (int t = f.query_start[s]; t < f.query_start[s + 1]; ++t) {
-        const int position = f.positions[static_cast<size_t>(t)];
-        for (int h = 0; h < f.num_heads; ++h) {
-          std::vector<double> scores;
-          for (int u = 0; u <= position; ++u) {
-            double dot = 0;
-            for (int d = 0; d < f.head_dim; ++d) dot += double{q[t * q_width + h * f.head_dim + d]} * f.k_at(s, u, h / group, d);
-            scores.push_back(dot * scale);
+  }
+  return shapes;
+}
+
+TEST_P(BackendOps, PagedAttentionMatchesDenseSoftmaxReference) {
+  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
+    for (AttentionFixture& f : attention_shapes(kv_dtype)) {
+      // The avx512_bf16 level scores a bf16 cache with bf16 queries (see rounds_to_bf16), with
+      // its vector kernel: head sizes that are multiples of 32 up to 256.
+      const bool rounded =
+          rounds_to_bf16(GetParam(), kv_dtype) && f.head_dim % 32 == 0 && f.head_dim <= 256;
+      const AttentionRun run = run_attention(*backend_, f, 62);
+      const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(f.head_dim));
+      std::vector<double> expected(run.out.size());
+      const int group = f.num_heads / f.num_kv_heads;
+      for (int s = 0; s < f.batch.num_seqs; ++s) {
+        for (int t = f.query_start[s]; t < f.query_start[s + 1]; ++t) {
+          const int position = f.positions[static_cast<size_t>(t)];
+          for (int h = 0; h < f.num_heads; ++h) {
+            std::vector<double> scores;
+            for (int u = 0; u <= position; ++u) {
+              double dot = 0;
+              for (int d = 0; d < f.head_dim; ++d) {
+                const float qv = run.q[t * q_width + h * f.head_dim + d];
+                dot += double{rounded ? round_bf16(qv) : qv} * f.k_at(s, u, h / group, d);
+              }
+              scores.push_back(dot * scale);
+            }
+            const double max_score = *std::max_element(scores.begin(), scores.end());
+            double total = 0;
+            for (double& sc : scores) total += (sc = std::exp(sc - max_score));
+            for (int d = 0; d < f.head_dim; ++d) {
+              double acc = 0;
+              for (int u = 0; u <= position; ++u)
+                acc += scores[static_cast<size_t>(u)] * f.v_at(s, u, h / group, d);
+              expected[static_cast<size_t>(t * q_width + h * f.head_dim + d)] = acc / total;
+            }
           }
-          const double max_score = *std::max_element(scores.begin(), scores.end());
-          double total = 0;
-          for (double& sc : scores) total += (sc = std::exp(sc - max_score));
-          for (int d = 0; d < f.head_dim; ++d) {
-            double acc = 0;
-            for (int u = 0; u <= position; ++u) acc += scores[static_cast<size_t>(u)] * f.v_at(s, u, h / group, d);
-            expected[static_cast<size_t>(t * q_width + h * f.head_dim + d)] = acc / total;
+        }
+      }
+      expect_close(run.out, expected, 1e-5,
+                   "paged_attention " + std::string(dtype_name(kv_dtype)) + " head_dim " +
+                       std::to_string(f.head_dim) + " group " + std::to_string(group));
+    }
+  }
+}
+
+// A token's attention output is the same bits whether it was computed with its whole prompt
+// (a tile of many tokens, other sequences in the batch) or alone as a decode step.
+TEST_P(BackendOps, PagedAttentionOfATokenDoesNotDependOnItsBatch) {
+  for (DType kv_dtype : {DType::kF32, DType::kBF16}) {
+    for (AttentionFixture& f : attention_shapes(kv_dtype)) {
+      const AttentionRun run = run_attention(*backend_, f, 81);
+      const int64_t q_width = int64_t{f.num_heads} * f.head_dim;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(f.head_dim));
+      for (int s = 0; s < f.batch.num_seqs; ++s) {
+        for (int t = f.query_start[s]; t < f.query_start[s + 1]; ++t) {
+          const int32_t position = f.positions[static_cast<size_t>(t)];
+          const int32_t query_start[2] = {0, 1};
+          const int32_t context = position + 1;
+          AttentionBatch one = f.batch;
+          one.num_seqs = 1;
+          one.num_tokens = 1;
+          one.query_start = query_start;
+          one.context_lens = &context;
+          one.block_tables = f.block_tables.data() + static_cast<ptrdiff_t>(s) * f.max_blocks;
+          one.positions = &position;
+          one.slot_mapping = f.slots.data() + t;
+          std::vector<float> out(static_cast<size_t>(q_width), kPoison);
+          ASSERT_TRUE(backend_
+                          ->paged_attention(
+                              MatrixView::dense(const_cast<float*>(run.q.data()) + t * q_width,
+                                                DType::kF32, 1, q_width),
+                              one, f.cache, 0, f.num_heads, scale,
+                              MatrixView::dense(out.data(), DType::kF32, 1, q_width))
+                          .ok());
+          for (int64_t e = 0; e < q_width; ++e) {
+            ASSERT_EQ(out[static_cast<size_t>(e)], run.out[static_cast<size_t>(t * q_width + e)])
+                << "head_dim " << f.head_dim << " token " << t << " element " << e;
           }
         }
       }
     }
-    expect_close(out, expected, 1e-5, "paged_attention " + std::string(dtype_name(kv_dtype)));
   }
 }
 
-TEST_F(BackendOps, QkNormRopeWritesRotatedKeysAtTheirSlots) {
+TEST_P(BackendOps, QkNormRopeWritesRotatedKeysAtTheirSlots) {
   AttentionFixture f;
   f.build();
   const int tokens = f.total_new();
@@ -378,7 +556,7 @@ TEST_F(BackendOps, QkNormRopeWritesRotatedKeysAtTheirSlots) {
   }
 }
 
-TEST_F(BackendOps, MalformedCallsAreRejected) {
+TEST_P(BackendOps, MalformedCallsAreRejected) {
   std::vector<float> a(16), b(16), c(16);
   EXPECT_EQ(backend_->linear(MatrixView::dense(a.data(), DType::kF32, 2, 8),
                              MatrixView::dense(b.data(), DType::kF32, 2, 4),
@@ -398,6 +576,21 @@ TEST_F(BackendOps, MalformedCallsAreRejected) {
                                       f.cache, 0, f.num_heads, 1.0f,
                                       MatrixView::dense(out.data(), DType::kF32, f.total_new(), width)).code(),
             StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, BackendOps, ::testing::ValuesIn(supported_cpu_isas()), level_name);
+
+// --kv-cache-dtype auto: float32 weights keep a float32 cache at every level (the CPU float32
+// run is the reference of the CUDA strict float32 mode); only bf16 weights at the bf16 level,
+// whose linear layers already round activations to bf16, get a bf16 cache.
+TEST(CpuBackend, KvCacheAutoFollowsTheWeightsAndTheLevel) {
+  for (const CpuIsa isa : supported_cpu_isas()) {
+    SCOPED_TRACE(cpu_isa_name(isa));
+    std::unique_ptr<Backend> backend = make_cpu_backend(1, isa).value();
+    EXPECT_EQ(backend->default_kv_dtype(DType::kF32), DType::kF32);
+    EXPECT_EQ(backend->default_kv_dtype(DType::kBF16),
+              isa == CpuIsa::kAvx512Bf16 ? DType::kBF16 : DType::kF32);
+  }
 }
 
 TEST(BackendFactory, CudaIsRefusedClearlyWithoutAGpu) {

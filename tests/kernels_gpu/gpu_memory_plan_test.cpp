@@ -150,7 +150,7 @@ TEST(GpuMemoryPlan, WorkspaceBytesMatchWhatForwardContextAllocates) {
   limits.max_model_len = 1000;
   // A backend that records each allocation (memory from the CPU backend) and claims bf16
   // activations, as the CUDA backend does.
-  std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  std::unique_ptr<Backend> cpu = std::move(make_cpu_backend(1)).value();
   size_t allocated = 0;
   class Recording final : public Backend {
    public:

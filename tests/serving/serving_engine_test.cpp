@@ -83,9 +83,10 @@ std::vector<int32_t> generate_alone(const Prompt& prompt) {
   constexpr int kBlockSize = 16;
   const int context_len = static_cast<int>(prompt.tokens.size()) + prompt.max_tokens;
   const int blocks = (context_len + kBlockSize - 1) / kBlockSize;
-  KvCache cache = KvCache::create(backend, kv_layout_for(config, blocks, kBlockSize,
-                                                              backend.activation_dtype()))
-                      .value();
+  KvCache cache =
+      KvCache::create(backend, kv_layout_for(config, blocks, kBlockSize,
+                                             backend.default_kv_dtype(qwen.weight_dtype())))
+          .value();
   ForwardLimits limits;
   limits.max_num_tokens = static_cast<int>(prompt.tokens.size());
   limits.max_num_seqs = 1;
@@ -189,8 +190,9 @@ class Results {
 
 double gib_for_blocks(int num_blocks, int block_size) {
   const LoadedModel& loaded = tiny_model().loaded;
-  const KvLayout shape = kv_layout_for(loaded.model->config(), num_blocks, block_size,
-                                                loaded.backend->activation_dtype());
+  const KvLayout shape =
+      kv_layout_for(loaded.model->config(), num_blocks, block_size,
+                    loaded.backend->default_kv_dtype(loaded.model->weight_dtype()));
   return static_cast<double>(shape.total_bytes()) / static_cast<double>(1ull << 30);
 }
 

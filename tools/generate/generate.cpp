@@ -252,7 +252,8 @@ Status run(const Options& options) {
   }
   PDS_ASSIGN_OR_RETURN(std::optional<DType> kv_choice,
                        parse_kv_cache_dtype(options.kv_cache_dtype));
-  const DType kv_dtype = kv_choice.value_or(loaded.backend->activation_dtype());
+  const DType kv_dtype =
+      kv_choice.value_or(loaded.backend->default_kv_dtype(loaded.model->weight_dtype()));
   const int blocks_needed =
       static_cast<int>((context_len + options.block_size - 1) / options.block_size);
 
@@ -417,9 +418,9 @@ int main(int argc, char** argv) {
                  "cuda: fraction of the device's total memory to use (weights, activations, "
                  "CUDA graphs and the KV cache), in (0, 1]")
       ->capture_default_str();
-  app.add_option(
-         "--kv-cache-dtype", options.kv_cache_dtype,
-         "KV cache element type: auto (the backend's activation dtype), bfloat16 or float32")
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                 "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
+                 "avx512_bf16 level and on CUDA, else float32), bfloat16 or float32")
       ->capture_default_str();
   app.add_option("--max-prefill-tokens", options.max_prefill_tokens, "Prefill chunk size in tokens")
       ->capture_default_str();
