@@ -1,4 +1,4 @@
-// The CPU backend: float32 activations, bf16/f16/f32 weights, OpenMP threads, kernels of one
+// The CPU backend: float32 activations, bf16/f16/f32 weights, a CpuThreadPool, kernels of one
 // instruction-set level (kernels/cpu_isa.h). It is the reference every other backend is
 // tested against, and a real serving backend.
 #pragma once
