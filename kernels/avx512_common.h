@@ -56,6 +56,29 @@ inline float sum_lanes(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 0x55)));
 }
 
+// Stores the lane sums (sum_lanes16's tree) of acc[MR][NR] at y (row stride y_stride): the
+// last step of every linear tile at the avx512 levels.
+template <int MR, int NR>
+inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride) {
+  constexpr int kCount = MR * NR;
+  alignas(64) float sums[(kCount + 15) / 16 * 16];
+#pragma GCC unroll 32
+  for (int group = 0; group < kCount; group += 16) {
+    __m512 v[16];
+#pragma GCC unroll 32
+    for (int t = 0; t < 16; ++t) {
+      const int index = group + t;
+      v[t] = index < kCount ? acc[index / NR][index % NR] : _mm512_setzero_ps();
+    }
+    _mm512_store_ps(sums + group, sum_lanes16(v));
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 32
+    for (int j = 0; j < NR; ++j) y[i * y_stride + j] = sums[i * NR + j];
+  }
+}
+
 // 16 bf16 / f16 / f32 values widened to float32 (`mask` selects lanes; others read as 0).
 inline __m512 load16(const void* base, DType dtype, int64_t index, __mmask16 mask = 0xFFFF) {
   if (dtype == DType::kF32) {

@@ -87,40 +87,14 @@ inline void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_
   for (; j < n_end; ++j) tile<W, MR, 1>(p, i0, j);
 }
 
-template <DType W>
-void columns(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  constexpr int kMr = 4;
-  int64_t i = 0;
-  for (; i + kMr <= p.m; i += kMr) row_tile<W, kMr>(p, i, n_begin, n_end);
-  switch (p.m - i) {
-    case 3:
-      row_tile<W, 3>(p, i, n_begin, n_end);
-      break;
-    case 2:
-      row_tile<W, 2>(p, i, n_begin, n_end);
-      break;
-    case 1:
-      row_tile<W, 1>(p, i, n_begin, n_end);
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 void linear_cpu_columns_avx2(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  switch (p.w_dtype) {
-    case DType::kBF16:
-      columns<DType::kBF16>(p, n_begin, n_end);
-      break;
-    case DType::kF16:
-      columns<DType::kF16>(p, n_begin, n_end);
-      break;
-    case DType::kF32:
-      columns<DType::kF32>(p, n_begin, n_end);
-      break;
-  }
+  with_weight_dtype(p.w_dtype, [&](auto w) {
+    for_each_row_tile(p.m, [&](auto rows, int64_t i) {
+      row_tile<decltype(w)::value, decltype(rows)::value>(p, i, n_begin, n_end);
+    });
+  });
 }
 
 }  // namespace pdserve

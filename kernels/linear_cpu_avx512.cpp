@@ -17,28 +17,6 @@ constexpr int64_t weight_bytes() {
   return W == DType::kF32 ? 4 : 2;
 }
 
-// Stores the lane sums of acc[MR][NR] at y (row stride y_stride).
-template <int MR, int NR>
-inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride) {
-  constexpr int kCount = MR * NR;
-  alignas(64) float sums[(kCount + 15) / 16 * 16];
-#pragma GCC unroll 32
-  for (int group = 0; group < kCount; group += 16) {
-    __m512 v[16];
-#pragma GCC unroll 32
-    for (int t = 0; t < 16; ++t) {
-      const int index = group + t;
-      v[t] = index < kCount ? acc[index / NR][index % NR] : _mm512_setzero_ps();
-    }
-    _mm512_store_ps(sums + group, sum_lanes16(v));
-  }
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 32
-    for (int j = 0; j < NR; ++j) y[i * y_stride + j] = sums[i * NR + j];
-  }
-}
-
 // `stream`: these weights come from memory (the first row tile of a block): the next tile's
 // are fetched into L2 meanwhile, in address order when the rows are contiguous (see
 // linear_cpu_avx512bf16.cpp).
@@ -117,40 +95,14 @@ void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end
   for (; j < n_end; ++j) tile<W, MR, 1>(p, i0, j, stream);
 }
 
-template <DType W>
-void columns(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  constexpr int kMr = 4;
-  int64_t i = 0;
-  for (; i + kMr <= p.m; i += kMr) row_tile<W, kMr>(p, i, n_begin, n_end);
-  switch (p.m - i) {
-    case 3:
-      row_tile<W, 3>(p, i, n_begin, n_end);
-      break;
-    case 2:
-      row_tile<W, 2>(p, i, n_begin, n_end);
-      break;
-    case 1:
-      row_tile<W, 1>(p, i, n_begin, n_end);
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 void linear_cpu_columns_avx512(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  switch (p.w_dtype) {
-    case DType::kBF16:
-      columns<DType::kBF16>(p, n_begin, n_end);
-      break;
-    case DType::kF16:
-      columns<DType::kF16>(p, n_begin, n_end);
-      break;
-    case DType::kF32:
-      columns<DType::kF32>(p, n_begin, n_end);
-      break;
-  }
+  with_weight_dtype(p.w_dtype, [&](auto w) {
+    for_each_row_tile(p.m, [&](auto rows, int64_t i) {
+      row_tile<decltype(w)::value, decltype(rows)::value>(p, i, n_begin, n_end);
+    });
+  });
 }
 
 }  // namespace pdserve

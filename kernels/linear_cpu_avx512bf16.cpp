@@ -17,7 +17,7 @@ namespace {
 // Activation elements per row converted to bf16 at a time (a multiple of 32); a tile keeps
 // its accumulators across chunks, so chunking changes nothing in the arithmetic.
 constexpr int64_t kChunk = kLinearActivationChunk;
-constexpr int kMaxRows = 4;
+constexpr int kMaxRows = kLinearRowTile;
 
 // x[0, count) as bf16 into out, zero-padded to a multiple of 32.
 inline void convert_chunk(const float* x, int64_t count, uint16_t* out) {
@@ -30,27 +30,6 @@ inline void convert_chunk(const float* x, int64_t count, uint16_t* out) {
     const __mmask16 mask = first_lanes16(count > i ? count - i : 0);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                         to_bf16x16(_mm512_maskz_loadu_ps(mask, x + i)));
-  }
-}
-
-template <int MR, int NR>
-inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride) {
-  constexpr int kCount = MR * NR;
-  alignas(64) float sums[(kCount + 15) / 16 * 16];
-#pragma GCC unroll 32
-  for (int group = 0; group < kCount; group += 16) {
-    __m512 v[16];
-#pragma GCC unroll 32
-    for (int t = 0; t < 16; ++t) {
-      const int index = group + t;
-      v[t] = index < kCount ? acc[index / NR][index % NR] : _mm512_setzero_ps();
-    }
-    _mm512_store_ps(sums + group, sum_lanes16(v));
-  }
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 32
-    for (int j = 0; j < NR; ++j) y[i * y_stride + j] = sums[i * NR + j];
   }
 }
 
@@ -158,21 +137,9 @@ void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end
 }  // namespace
 
 void linear_cpu_columns_avx512_bf16(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  int64_t i = 0;
-  for (; i + kMaxRows <= p.m; i += kMaxRows) row_tile<kMaxRows>(p, i, n_begin, n_end);
-  switch (p.m - i) {
-    case 3:
-      row_tile<3>(p, i, n_begin, n_end);
-      break;
-    case 2:
-      row_tile<2>(p, i, n_begin, n_end);
-      break;
-    case 1:
-      row_tile<1>(p, i, n_begin, n_end);
-      break;
-    default:
-      break;
-  }
+  for_each_row_tile(p.m, [&](auto rows, int64_t i) {
+    row_tile<decltype(rows)::value>(p, i, n_begin, n_end);
+  });
 }
 
 }  // namespace pdserve

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/core/dtype_enum.h"
 
@@ -26,6 +27,49 @@ struct LinearProblem {
 // kMaxLinearColumnBlock columns per call.
 constexpr int64_t kLinearActivationChunk = 4096;
 constexpr int64_t kMaxLinearColumnBlock = 384;
+
+// The most activation rows one tile of the vector kernels computes at once.
+constexpr int kLinearRowTile = 4;
+
+// Calls tile(std::integral_constant<int, ROWS>{}, first_row) for the row tiles of an m-row
+// problem: kLinearRowTile rows at a time, then one tile of the 1-3 rows left.
+template <typename RowTile>
+inline void for_each_row_tile(int64_t m, RowTile&& tile) {
+  static_assert(kLinearRowTile == 4, "the remainder below covers 1-3 rows");
+  int64_t i = 0;
+  for (; i + kLinearRowTile <= m; i += kLinearRowTile) {
+    tile(std::integral_constant<int, kLinearRowTile>{}, i);
+  }
+  switch (m - i) {
+    case 3:
+      tile(std::integral_constant<int, 3>{}, i);
+      break;
+    case 2:
+      tile(std::integral_constant<int, 2>{}, i);
+      break;
+    case 1:
+      tile(std::integral_constant<int, 1>{}, i);
+      break;
+    default:
+      break;
+  }
+}
+
+// Calls fn(std::integral_constant<DType, W>{}) for the weight element type W.
+template <typename Fn>
+inline void with_weight_dtype(DType w_dtype, Fn&& fn) {
+  switch (w_dtype) {
+    case DType::kBF16:
+      fn(std::integral_constant<DType, DType::kBF16>{});
+      break;
+    case DType::kF16:
+      fn(std::integral_constant<DType, DType::kF16>{});
+      break;
+    case DType::kF32:
+      fn(std::integral_constant<DType, DType::kF32>{});
+      break;
+  }
+}
 
 // Each computes output columns [n_begin, n_end) for all rows on the calling thread, at one
 // instruction-set level (kernels/cpu_isa.h); only call them when the CPU has that level.
