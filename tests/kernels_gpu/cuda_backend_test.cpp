@@ -2,7 +2,7 @@
 // of several shapes; CUDA outputs are poisoned with NaN first, so an element a kernel forgets
 // to write fails. Then a whole synthetic model: CUDA (bf16) logits and greedy tokens against
 // the CPU in float32. Without a CUDA device the binary prints "SKIPPED: no CUDA device" and
-// exits with kSkipExitCode, which CTest reports as skipped (label gpu only).
+// exits with 77, which CTest reports as skipped (label gpu only; gpu_test_main.h).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -29,20 +29,15 @@
 #include "kernels/model/gpu_graph_runner.h"
 #endif
 #include "kernels/model/qwen3_model.h"
+#include "tests/kernels_gpu/gpu_test_main.h"
 
 namespace pdserve {
 namespace {
 
-constexpr int kSkipExitCode = 77;
+using gpu_test::DeviceMatrix;
+using gpu_test::folder;
 
-// The compiled-in folders, unless the environment names others (a GPU bundle runs this
-// binary on another machine, where run-gpu-tests.sh sets them).
-std::filesystem::path folder(const char* variable, const char* compiled) {
-  const char* value = std::getenv(variable);
-  return value != nullptr && *value != '\0' ? value : compiled;
-}
 constexpr double kRelTol = 1e-2;
-constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 
 std::vector<float> random_floats(size_t count, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -56,12 +51,6 @@ std::vector<float> random_floats(size_t count, uint32_t seed, float scale = 1.0f
 std::vector<float> bf16_rounded(std::vector<float> values) {
   for (float& v : values) v = bf16_to_float(float_to_bf16(v));
   return values;
-}
-
-std::vector<std::byte> to_bytes(const std::vector<float>& values, DType dtype) {
-  std::vector<std::byte> bytes(values.size() * dtype_size(dtype));
-  convert_elements(values.data(), DType::kF32, bytes.data(), dtype, values.size());
-  return bytes;
 }
 
 // |actual - expected| <= tol * max(1, max |expected|), and no element left unwritten.
@@ -79,39 +68,6 @@ void expect_close(const std::vector<float>& actual, const std::vector<float>& ex
   }
   std::printf("  %-60s max abs error %.3g (scale %.3g)\n", what.c_str(), worst, scale);
 }
-
-// A matrix living on the CUDA device, filled from host floats in `dtype`.
-class DeviceMatrix {
- public:
-  DeviceMatrix(Backend& backend, const std::vector<float>& values, DType dtype, int64_t rows,
-               int64_t cols)
-      : backend_(&backend), dtype_(dtype), rows_(rows), cols_(cols) {
-    buffer_ = std::move(backend.allocate(values.size() * dtype_size(dtype))).value();
-    const std::vector<std::byte> bytes = to_bytes(values, dtype);
-    EXPECT_TRUE(backend.copy_to_device(buffer_.data(), bytes.data(), bytes.size()).ok());
-    EXPECT_TRUE(backend.synchronize().ok());
-  }
-  static DeviceMatrix poisoned(Backend& backend, DType dtype, int64_t rows, int64_t cols) {
-    return DeviceMatrix(backend, std::vector<float>(static_cast<size_t>(rows * cols), kPoison),
-                        dtype, rows, cols);
-  }
-  MatrixView view() const { return MatrixView::dense(buffer_.data(), dtype_, rows_, cols_); }
-  VectorView vector() const { return {buffer_.data(), dtype_, rows_ * cols_}; }
-  void* data() const { return buffer_.data(); }
-  std::vector<float> download() const {
-    std::vector<std::byte> bytes(buffer_.size());
-    EXPECT_TRUE(backend_->copy_to_host(bytes.data(), buffer_.data(), bytes.size()).ok());
-    std::vector<float> values(static_cast<size_t>(rows_ * cols_));
-    convert_elements(bytes.data(), dtype_, values.data(), DType::kF32, values.size());
-    return values;
-  }
-
- private:
-  Backend* backend_;
-  DType dtype_;
-  int64_t rows_, cols_;
-  DeviceBuffer buffer_;
-};
 
 class CudaVsCpu : public ::testing::Test {
  protected:
@@ -355,9 +311,9 @@ TEST_P(CudaPagedAttention, NormRopeKvWriteAndAttentionMatchTheCpu) {
 
     // CPU reference (float32 pool holding the bf16 values).
     std::vector<float> cpu_k_pool = k_pool, cpu_v_pool = v_pool, cpu_q = q, cpu_k = k, cpu_v = v;
-    KvCacheView cpu_cache{cpu_k_pool.data(), cpu_v_pool.data(),
-                          KvLayout{num_layers, b.num_blocks, s.block_size, s.num_kv_heads,
-                                   s.head_dim, DType::kF32}};
+    KvCacheView cpu_cache{
+        cpu_k_pool.data(), cpu_v_pool.data(),
+        KvLayout{num_layers, b.num_blocks, s.block_size, s.num_kv_heads, s.head_dim, DType::kF32}};
     rope.q_norm_weight = {q_norm.data(), DType::kF32, s.head_dim};
     rope.k_norm_weight = {k_norm.data(), DType::kF32, s.head_dim};
     const AttentionBatch cpu_batch = host_view(b, num_seqs);
@@ -569,15 +525,5 @@ TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
 }  // namespace pdserve
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const pdserve::Result<int> devices = pdserve::cuda_device_count();
-  if (!devices.ok() && !::testing::GTEST_FLAG(list_tests)) {
-    std::fprintf(stderr,
-                 "\n**********************************************************************\n"
-                 "SKIPPED: no CUDA device (%s)\n"
-                 "**********************************************************************\n\n",
-                 devices.status().to_string().c_str());
-    return pdserve::kSkipExitCode;
-  }
-  return RUN_ALL_TESTS();
+  return pdserve::gpu_test::run_main(argc, argv, pdserve::gpu_test::CpuStandIn::kNever);
 }

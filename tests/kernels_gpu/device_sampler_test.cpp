@@ -38,6 +38,7 @@
 #include "kernels/model/model_runner.h"
 #include "kernels/model/sampling_inputs.h"
 #include "tests/kernels/sampling_check.h"
+#include "tests/kernels_gpu/gpu_test_main.h"
 #ifdef PDSERVE_WITH_CUDA
 #include "kernels/cuda_backend.h"
 #include "kernels/sampling_cuda.h"
@@ -46,15 +47,10 @@
 namespace pdserve {
 namespace {
 
-constexpr int kSkipExitCode = 77;
-
 #ifdef PDSERVE_WITH_CUDA
-constexpr int kQwenVocab = 151936;
+using gpu_test::folder;
 
-std::filesystem::path folder(const char* variable, const char* compiled) {
-  const char* value = std::getenv(variable);
-  return value != nullptr && *value != '\0' ? value : compiled;
-}
+constexpr int kQwenVocab = 151936;
 
 std::unique_ptr<Backend> cuda_backend(DType activation = DType::kBF16) {
   BackendOptions options;
@@ -510,15 +506,5 @@ TEST_F(CudaRunner, AnEngineOnItsOwnThreadServesRequests) {
 }  // namespace pdserve
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const pdserve::Result<int> devices = pdserve::cuda_device_count();
-  if (!devices.ok() && !::testing::GTEST_FLAG(list_tests)) {
-    std::fprintf(stderr,
-                 "\n**********************************************************************\n"
-                 "SKIPPED: no CUDA device (%s)\n"
-                 "**********************************************************************\n\n",
-                 devices.status().to_string().c_str());
-    return pdserve::kSkipExitCode;
-  }
-  return RUN_ALL_TESTS();
+  return pdserve::gpu_test::run_main(argc, argv, pdserve::gpu_test::CpuStandIn::kNever);
 }

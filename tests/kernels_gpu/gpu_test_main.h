@@ -1,5 +1,5 @@
-// Shared by the gpu-label test binaries written for issue #13 (cuda_strict_test,
-// cuda_engine_test): the backend under test, device-memory helpers and main().
+// Shared by the gpu-label test binaries: the backend under test, device-memory helpers and
+// main().
 //
 // Without a CUDA device a binary prints "SKIPPED: no CUDA device" and exits 77 (CTest's skip),
 // unless PDSERVE_GPU_TESTS_ON_CPU=1: then the tests run with the CPU backend standing in for
@@ -111,13 +111,18 @@ inline DeviceBuffer device_ints(Backend& backend, const std::vector<int32_t>& va
     if (::pdserve::gpu_test::on_cpu()) FAIL() << "needs the CUDA device (filter it out)"; \
   } while (0)
 
-inline int run_main(int argc, char** argv) {
+// Whether a binary's tests can run with the CPU backend standing in for the device (those
+// written against backend_under_test); the others always skip without a device.
+enum class CpuStandIn { kAllowed, kNever };
+
+inline int run_main(int argc, char** argv, CpuStandIn stand_in = CpuStandIn::kAllowed) {
   ::testing::InitGoogleTest(&argc, argv);
   if (::testing::GTEST_FLAG(list_tests)) return RUN_ALL_TESTS();
   const Result<int> devices = cuda_device_count();
   if (!devices.ok()) {
     const char* on_cpu_flag = std::getenv("PDSERVE_GPU_TESTS_ON_CPU");
-    if (on_cpu_flag != nullptr && std::string(on_cpu_flag) == "1") {
+    if (stand_in == CpuStandIn::kAllowed && on_cpu_flag != nullptr &&
+        std::string(on_cpu_flag) == "1") {
       std::fprintf(stderr,
                    "no CUDA device (%s): running on the CPU backend "
                    "(PDSERVE_GPU_TESTS_ON_CPU=1)\n",
