@@ -56,15 +56,7 @@ class CudaPoolCopier final : public PoolCopier {
   }
 
   Result<CopyBatchId> start(CopyDirection direction, std::span<const PoolCopy> copies) override {
-    if (copies.empty()) return invalid_argument("pool copy: an empty batch");
-    for (const PoolCopy& copy : copies) {
-      if (copy.bytes == 0 || copy.host == nullptr || copy.pool_offset > pool_bytes_ ||
-          copy.bytes > pool_bytes_ - copy.pool_offset) {
-        return invalid_argument("pool copy: " + std::to_string(copy.bytes) +
-                                " bytes at pool offset " + std::to_string(copy.pool_offset) +
-                                " do not fit a pool of " + std::to_string(pool_bytes_) + " bytes");
-      }
-    }
+    PDS_RETURN_IF_ERROR(validate_pool_copies(copies, pool_bytes_));
     std::lock_guard lock(mutex_);
     PDS_RETURN_IF_ERROR(bind_thread());
     for (const PoolCopy& copy : copies) {

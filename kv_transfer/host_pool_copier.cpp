@@ -40,15 +40,7 @@ Result<StagingMemory> HostPoolCopier::allocate_staging(std::size_t bytes) {
 
 Result<CopyBatchId> HostPoolCopier::start(CopyDirection direction,
                                           std::span<const PoolCopy> copies) {
-  if (copies.empty()) return invalid_argument("pool copy: an empty batch");
-  for (const PoolCopy& copy : copies) {
-    if (copy.bytes == 0 || copy.host == nullptr || copy.pool_offset > pool_bytes_ ||
-        copy.bytes > pool_bytes_ - copy.pool_offset) {
-      return invalid_argument("pool copy: " + std::to_string(copy.bytes) +
-                              " bytes at pool offset " + std::to_string(copy.pool_offset) +
-                              " do not fit a pool of " + std::to_string(pool_bytes_) + " bytes");
-    }
-  }
+  PDS_RETURN_IF_ERROR(validate_pool_copies(copies, pool_bytes_));
   CopyBatchId id = 0;
   {
     std::lock_guard lock(mutex_);

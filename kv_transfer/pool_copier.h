@@ -34,6 +34,10 @@ using CopyBatchId = std::uint64_t;
 // Host memory from a PoolCopier (pinned for CUDA); freed with its deleter.
 using StagingMemory = std::unique_ptr<std::byte, std::function<void(std::byte*)>>;
 
+// The check every PoolCopier::start makes first: InvalidArgument for an empty batch, an empty
+// copy, no host memory, or a range outside a pool of pool_bytes.
+Status validate_pool_copies(std::span<const PoolCopy> copies, std::uint64_t pool_bytes);
+
 class PoolCopier {
  public:
   virtual ~PoolCopier() = default;
