@@ -53,7 +53,13 @@ void SendStaging::fill(int slot_index, std::vector<std::pair<std::uint64_t, Stat
     queue_.pop_front();
     --order.queued;
     segment.slot_offset = used;
-    copies.push_back({segment.pool_offset, base + used, segment.bytes});
+    // Segments land back to back in the slot, so pool-contiguous ones are one copy (runs that
+    // are consecutive here but not in the peer's pool are separate puts).
+    if (!copies.empty() && copies.back().pool_offset + copies.back().bytes == segment.pool_offset) {
+      copies.back().bytes += segment.bytes;
+    } else {
+      copies.push_back({segment.pool_offset, base + used, segment.bytes});
+    }
     slot.segments.push_back(segment);
     used += segment.bytes;
   }

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -250,6 +252,70 @@ TEST(SendStaging, HandsOutEachStreamsPiecesInOrderWithThePoolsBytesThroughABound
     }
     EXPECT_TRUE(ring.idle(stream));
   }
+}
+
+// Counts the copies of each batch it passes on to the host copier.
+class CountingCopier : public PoolCopier {
+ public:
+  explicit CountingCopier(PoolCopier& inner) : inner_(inner) {}
+  std::string description() const override { return inner_.description(); }
+  std::uint64_t pool_bytes() const override { return inner_.pool_bytes(); }
+  Result<StagingMemory> allocate_staging(std::size_t bytes) override {
+    return inner_.allocate_staging(bytes);
+  }
+  Result<CopyBatchId> start(CopyDirection direction, std::span<const PoolCopy> copies) override {
+    batch_sizes.push_back(copies.size());
+    return inner_.start(direction, copies);
+  }
+  Result<bool> finished(CopyBatchId batch) override { return inner_.finished(batch); }
+  void set_on_finished(std::function<void()> notify) override {
+    inner_.set_on_finished(std::move(notify));
+  }
+  std::vector<std::size_t> batch_sizes;
+
+ private:
+  PoolCopier& inner_;
+};
+
+// Puts whose pool ranges follow each other (a run the peer's pool splits) fill their slot with
+// one copy; a gap in the pool starts another.
+TEST(SendStaging, PoolContiguousPutsAreOneCopy) {
+  const std::uint64_t unit = 1024;
+  std::vector<std::byte> pool = random_bytes(64 * unit, 8);
+  HostPoolCopier host(pool.data(), pool.size());
+  CountingCopier copier(host);
+  std::vector<std::byte> ring_memory(2 * 16 * unit);
+  Result<std::unique_ptr<SendStaging>> created =
+      SendStaging::create(copier, ring_memory.data(), 0, ring_memory.size(), unit);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  SendStaging& ring = **created;
+  // Pool units 4-5, 6, 7-9 (contiguous; remote offsets scattered), then 20: two copies.
+  const std::vector<BlockCopy> puts = {{4 * unit, 100 * unit, 2 * unit},
+                                       {6 * unit, 50 * unit, unit},
+                                       {7 * unit, 10 * unit, 3 * unit},
+                                       {20 * unit, 0, unit}};
+  ASSERT_TRUE(ring.enqueue(1, puts).ok());
+  std::vector<std::pair<std::uint64_t, Status>> failed;
+  std::vector<SendStaging::Segment> seen;
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (seen.size() < puts.size() && Clock::now() < give_up) {
+    for (SendStaging::Filled& fill : ring.advance(failed)) {
+      const std::byte* data = ring.slot_data(fill.slot);
+      for (const SendStaging::Segment& segment : fill.segments) {
+        EXPECT_TRUE(std::equal(data + segment.slot_offset,
+                               data + segment.slot_offset + segment.bytes,
+                               pool.begin() + static_cast<std::ptrdiff_t>(segment.pool_offset)));
+        seen.push_back(segment);
+      }
+      ring.release(fill.slot);
+    }
+  }
+  EXPECT_TRUE(failed.empty());
+  ASSERT_EQ(seen.size(), puts.size()) << "each put stays its own segment (its own remote range)";
+  for (std::size_t i = 0; i < puts.size(); ++i) {
+    EXPECT_EQ(seen[i].remote_offset, puts[i].remote_offset);
+  }
+  EXPECT_EQ(copier.batch_sizes, std::vector<std::size_t>{2});
 }
 
 TEST(SendStaging, AStreamWaitsForAFreeBufferAndADroppedOneFreesItsBuffers) {
