@@ -91,11 +91,13 @@ def set_deadline(seconds):
 
 
 def run(argv, timeout=120):
-    """Runs a command to its end; returns stdout, raises with stderr on failure."""
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    """Runs a command to its end; returns its stdout as written (UTF-8, no newline translation:
+    a generated "\r\n" stays one), raises with stderr on failure."""
+    result = subprocess.run(argv, capture_output=True, timeout=timeout)
     if result.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n{result.stderr}")
-    return result.stdout
+        stderr = result.stderr.decode("utf-8", errors="replace")
+        raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n{stderr}")
+    return result.stdout.decode("utf-8")
 
 
 def make_model(name="model", config=TINY_CONFIG, seed=7, layers=None, untie=True):
