@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The peer benchmark in one command (issue #18): builds the pdserve binaries it needs (cpu
-# preset, or $PDSERVE_BUILD_DIR), the peer venv (setup_peer.sh), then runs peer_bench.py.
+# The peer benchmark in one command (issue #18), from a fresh clone too: installs pdserve's
+# dependencies (scripts/setup.sh: only what is missing), builds the pdserve binaries it needs
+# (cpu preset, or $PDSERVE_BUILD_DIR), the peer venv (setup_peer.sh), then runs peer_bench.py.
 # Usage: bench/peer/run.sh [peer_bench.py flags]   e.g. --serving, --repeats 3, --rows 1,4
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${PDSERVE_BUILD_DIR:-$root/build-cpu}
 venv=${PDSERVE_PEER_VENV:-$root/bench/peer/.venv}
+"$root/scripts/setup.sh"
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDSERVE_CUDA=OFF
 fi
