@@ -35,7 +35,6 @@ namespace pdserve {
 namespace {
 
 using gpu_test::DeviceMatrix;
-using gpu_test::folder;
 
 constexpr double kRelTol = 1e-2;
 
@@ -382,39 +381,22 @@ INSTANTIATE_TEST_SUITE_P(
 class CudaModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModel, GreedyTokensMatchTheCpuInFloat32) {
-  SyntheticCheckpointOptions options;
-  options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) / GetParam();
-  options.out_dir = folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
-                    ("cuda-model-" + std::to_string(::getpid()));
-  options.seed = 5;
-  options.num_layers = 2;
-  options.dtype = DType::kBF16;
-  options.tokenizer_dir = folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
-  ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
-  Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
+  const std::filesystem::path dir = gpu_test::write_test_model(GetParam(), "cuda-model", 2, 5);
+  Checkpoint checkpoint = Checkpoint::open(dir).value();
 
   BackendOptions cuda_options;
   cuda_options.device = DeviceKind::kCuda;
   std::unique_ptr<Backend> cuda = std::move(create_backend(cuda_options)).value();
   std::unique_ptr<Backend> cpu = std::move(create_backend(BackendOptions{})).value();
-  std::unique_ptr<Qwen3Model> cuda_model =
-      std::move(Qwen3Model::create(*cuda, load_qwen3_weights(checkpoint, DType::kBF16).value()))
-          .value();
-  std::unique_ptr<Qwen3Model> cpu_model =
-      std::move(Qwen3Model::create(*cpu, load_qwen3_weights(checkpoint, DType::kF32).value()))
-          .value();
-  const ModelConfig& config = cpu_model->config();
   ForwardLimits limits;
   limits.max_num_tokens = 256;
   limits.max_num_seqs = 4;
   limits.max_model_len = 512;
-  constexpr int kBlockSize = 16;
-  ForwardContext cuda_context = ForwardContext::create(*cuda, config, limits, kBlockSize).value();
-  ForwardContext cpu_context = ForwardContext::create(*cpu, config, limits, kBlockSize).value();
-  KvCache cuda_cache =
-      KvCache::create(*cuda, kv_layout_for(config, 40, kBlockSize, DType::kBF16)).value();
-  KvCache cpu_cache =
-      KvCache::create(*cpu, kv_layout_for(config, 40, kBlockSize, DType::kF32)).value();
+  gpu_test::PlacedModel on_cuda =
+      gpu_test::place_model(*cuda, checkpoint, DType::kBF16, DType::kBF16, limits, 40, 16);
+  gpu_test::PlacedModel on_cpu =
+      gpu_test::place_model(*cpu, checkpoint, DType::kF32, DType::kF32, limits, 40, 16);
+  const ModelConfig& config = on_cpu.model->config();
 
   std::vector<int32_t> table(32);
   std::iota(table.begin(), table.end(), 3);
@@ -428,8 +410,9 @@ TEST_P(CudaModel, GreedyTokensMatchTheCpuInFloat32) {
   int agreed = 0;
   for (int step = 0; step <= 24; ++step) {
     const SequenceSlice slice{input, cached, table};
-    ASSERT_TRUE(cpu_model->forward({&slice, 1}, cpu_cache, cpu_context, cpu_logits).ok());
-    const Status status = cuda_model->forward({&slice, 1}, cuda_cache, cuda_context, cuda_logits);
+    ASSERT_TRUE(on_cpu.model->forward({&slice, 1}, on_cpu.cache, on_cpu.context, cpu_logits).ok());
+    const Status status =
+        on_cuda.model->forward({&slice, 1}, on_cuda.cache, on_cuda.context, cuda_logits);
     ASSERT_TRUE(status.ok()) << status.to_string();
     expect_close(cuda_logits, cpu_logits, "step " + std::to_string(step) + " logits", 2e-2);
     std::vector<size_t> order(vocab);
@@ -448,7 +431,7 @@ TEST_P(CudaModel, GreedyTokensMatchTheCpuInFloat32) {
     input = {static_cast<int32_t>(order[0])};
   }
   std::printf("  greedy tokens compared with a clear margin: %d of 25\n", agreed);
-  std::filesystem::remove_all(options.out_dir);
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaModel,
@@ -459,16 +442,9 @@ INSTANTIATE_TEST_SUITE_P(Configs, CudaModel,
 // Decode steps replayed from CUDA graphs (3 sequences padded to the bucket of 4) give the
 // logits of eager steps, and a prefill step falls back to the eager path.
 TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
-  SyntheticCheckpointOptions options;
-  options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
-                        "tests/data/reference/configs/hd64_gqa4.json";
-  options.out_dir = folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
-                    ("cuda-graphs-" + std::to_string(::getpid()));
-  options.num_layers = 2;
-  options.dtype = DType::kBF16;
-  options.tokenizer_dir = folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
-  ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
-  Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
+  const std::filesystem::path dir = gpu_test::write_test_model(
+      "tests/data/reference/configs/hd64_gqa4.json", "cuda-graphs", 2, 0);
+  Checkpoint checkpoint = Checkpoint::open(dir).value();
   BackendOptions cuda_options;
   cuda_options.device = DeviceKind::kCuda;
   std::unique_ptr<Backend> cuda = std::move(create_backend(cuda_options)).value();
@@ -517,7 +493,7 @@ TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
     expect_close(graph, eager, "decode step " + std::to_string(step) + " replayed vs eager");
     for (int& c : cached) ++c;
   }
-  std::filesystem::remove_all(options.out_dir);
+  std::filesystem::remove_all(dir);
 }
 #endif
 

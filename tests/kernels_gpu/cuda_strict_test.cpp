@@ -439,19 +439,7 @@ INSTANTIATE_TEST_SUITE_P(StrictShapes, RealSizeGemm,
 // ---- a model in strict float32 --------------------------------------------------------------
 
 std::filesystem::path write_model(const std::string& tag, int layers) {
-  SyntheticCheckpointOptions options;
-  options.config_path = gpu_test::folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
-                        "configs/models/qwen3-0.6b/config.json";
-  options.out_dir = gpu_test::folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
-                    (tag + "-" + std::to_string(::getpid()));
-  options.seed = 5;
-  options.num_layers = layers;
-  options.dtype = DType::kBF16;
-  options.tokenizer_dir =
-      gpu_test::folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
-  const Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
-  EXPECT_TRUE(written.ok()) << written.status().to_string();
-  return options.out_dir;
+  return gpu_test::write_test_model("configs/models/qwen3-0.6b/config.json", tag, layers, 5);
 }
 
 // Two layers of the 0.6B shape: a 200-token prompt then 24 decode steps, teacher-forced with
@@ -463,26 +451,16 @@ TEST(StrictFloat32, SyntheticModelMatchesTheCpuBackend) {
   std::unique_ptr<Backend> device = gpu_test::backend_under_test(DType::kF32);
   std::unique_ptr<Backend> cpu = gpu_test::cpu_reference();
   ASSERT_NE(device, nullptr);
-  std::unique_ptr<Qwen3Model> device_model =
-      std::move(Qwen3Model::create(*device, load_qwen3_weights(checkpoint, DType::kF32).value()))
-          .value();
-  std::unique_ptr<Qwen3Model> cpu_model =
-      std::move(Qwen3Model::create(*cpu, load_qwen3_weights(checkpoint, DType::kF32).value()))
-          .value();
-  EXPECT_EQ(device_model->weight_dtype(), DType::kF32);
-  const ModelConfig& config = cpu_model->config();
   ForwardLimits limits;
   limits.max_num_tokens = 256;
   limits.max_num_seqs = 1;
   limits.max_model_len = 512;
-  constexpr int kBlockSize = 16;
-  ForwardContext device_context =
-      ForwardContext::create(*device, config, limits, kBlockSize).value();
-  ForwardContext cpu_context = ForwardContext::create(*cpu, config, limits, kBlockSize).value();
-  KvCache device_cache =
-      KvCache::create(*device, kv_layout_for(config, 40, kBlockSize, DType::kF32)).value();
-  KvCache cpu_cache =
-      KvCache::create(*cpu, kv_layout_for(config, 40, kBlockSize, DType::kF32)).value();
+  gpu_test::PlacedModel on_device =
+      gpu_test::place_model(*device, checkpoint, DType::kF32, DType::kF32, limits, 40, 16);
+  gpu_test::PlacedModel on_cpu =
+      gpu_test::place_model(*cpu, checkpoint, DType::kF32, DType::kF32, limits, 40, 16);
+  EXPECT_EQ(on_device.model->weight_dtype(), DType::kF32);
+  const ModelConfig& config = on_cpu.model->config();
   std::vector<int32_t> table(32);
   std::iota(table.begin(), table.end(), 3);
   std::vector<int32_t> input(200);
@@ -494,9 +472,9 @@ TEST(StrictFloat32, SyntheticModelMatchesTheCpuBackend) {
   double worst = 0.0;
   for (int step = 0; step <= 24; ++step) {
     const SequenceSlice slice{input, cached, table};
-    ASSERT_TRUE(cpu_model->forward({&slice, 1}, cpu_cache, cpu_context, cpu_logits).ok());
+    ASSERT_TRUE(on_cpu.model->forward({&slice, 1}, on_cpu.cache, on_cpu.context, cpu_logits).ok());
     const Status status =
-        device_model->forward({&slice, 1}, device_cache, device_context, device_logits);
+        on_device.model->forward({&slice, 1}, on_device.cache, on_device.context, device_logits);
     ASSERT_TRUE(status.ok()) << status.to_string();
     const RowErrors errors =
         kernel_check::row_errors(device_logits, cpu_logits, 1, config.vocab_size);

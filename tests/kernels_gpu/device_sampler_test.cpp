@@ -48,7 +48,6 @@ namespace pdserve {
 namespace {
 
 #ifdef PDSERVE_WITH_CUDA
-using gpu_test::folder;
 
 constexpr int kQwenVocab = 151936;
 
@@ -262,16 +261,8 @@ class CudaRunner : public ::testing::Test {
   virtual DType activation() const { return DType::kBF16; }
 
   void SetUp() override {
-    SyntheticCheckpointOptions options;
-    options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
-                          "tests/data/reference/configs/hd64_gqa4.json";
-    options.out_dir = folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
-                      ("cuda-runner-" + std::to_string(::getpid()));
-    options.num_layers = 2;
-    options.dtype = DType::kBF16;
-    options.tokenizer_dir = folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
-    ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
-    out_dir_ = options.out_dir;
+    out_dir_ = gpu_test::write_test_model("tests/data/reference/configs/hd64_gqa4.json",
+                                          "cuda-runner", 2, 0);
     Checkpoint checkpoint = Checkpoint::open(out_dir_).value();
     cuda_ = cuda_backend(activation());
     model_ =

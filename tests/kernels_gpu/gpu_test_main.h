@@ -10,6 +10,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,8 +22,13 @@
 #include <vector>
 
 #include "common/core/dtype.h"
+#include "common/model/checkpoint.h"
+#include "common/model/qwen3_weights.h"
+#include "common/model/synthetic_checkpoint.h"
 #include "kernels/backend.h"
 #include "kernels/cuda_device.h"
+#include "kernels/model/kv_cache.h"
+#include "kernels/model/qwen3_model.h"
 
 namespace pdserve::gpu_test {
 
@@ -58,6 +64,44 @@ inline std::unique_ptr<Backend> cpu_reference() {
 inline std::filesystem::path folder(const char* variable, const char* compiled) {
   const char* value = std::getenv(variable);
   return value != nullptr && *value != '\0' ? value : compiled;
+}
+
+// A synthetic bf16 checkpoint of `layers` layers of `config` (a path under the source tree),
+// written under the build's test-models folder (a name of `tag` and the process id); the
+// caller removes it.
+inline std::filesystem::path write_test_model(const std::string& config, const std::string& tag,
+                                              int layers, uint64_t seed) {
+  SyntheticCheckpointOptions options;
+  options.config_path = folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) / config;
+  options.out_dir = folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
+                    (tag + "-" + std::to_string(::getpid()));
+  options.seed = seed;
+  options.num_layers = layers;
+  options.dtype = DType::kBF16;
+  options.tokenizer_dir = folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  const Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  return options.out_dir;
+}
+
+// A checkpoint's model placed on a backend with what its forward needs.
+struct PlacedModel {
+  std::unique_ptr<Qwen3Model> model;
+  ForwardContext context;
+  KvCache cache;
+};
+
+// The weights read as `weights`, a forward context for `limits` and a pool of `blocks` KV
+// blocks of `block_size` tokens in `kv`.
+inline PlacedModel place_model(Backend& backend, Checkpoint& checkpoint, DType weights, DType kv,
+                               const ForwardLimits& limits, int blocks, int block_size) {
+  std::unique_ptr<Qwen3Model> model =
+      std::move(Qwen3Model::create(backend, load_qwen3_weights(checkpoint, weights).value()))
+          .value();
+  const ModelConfig& config = model->config();
+  ForwardContext context = ForwardContext::create(backend, config, limits, block_size).value();
+  KvCache cache = KvCache::create(backend, kv_layout_for(config, blocks, block_size, kv)).value();
+  return {std::move(model), std::move(context), std::move(cache)};
 }
 
 // A matrix in the backend's memory, filled from host floats stored as `dtype`.
