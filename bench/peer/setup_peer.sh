@@ -23,17 +23,22 @@ if [[ -e $venv && ! -f $venv/pyvenv.cfg ]]; then
   exit 2
 fi
 echo "setup_peer: building $venv (llama-cpp-python from source: minutes to tens of minutes)"
-python3 -m venv "$venv"
+# --clear: a venv that is not up to date is made anew (pip would keep an installed
+# llama-cpp-python and never make the tools).
+python3 -m venv --clear "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check pip==24.3.1
 start=$(date +%s)
-# The tools share the Python package's CMake build; the server's web UI is left out (it would be
-# downloaded) and so are OpenSSL, tests and examples.
+# pip passes --config-settings only to the requirements named on its command line, never to
+# those of a -r file: so the two packages are named here, and requirements.txt pins them and
+# their dependencies as constraints. The tools share the Python package's CMake build; the
+# server's web UI is left out (it would be downloaded) and so are OpenSSL, tests and examples.
 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
 CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
 -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_TOOLS_INSTALL=OFF" \
   "$venv/bin/python" -m pip install --disable-pip-version-check --no-cache-dir \
-  --no-binary llama-cpp-python --config-settings="build-dir=$venv/llama-build" -r "$requirements"
+  --no-binary llama-cpp-python --config-settings="build-dir=$venv/llama-build" \
+  -c "$requirements" llama-cpp-python gguf
 for tool in "${tools[@]}"; do
   if [[ ! -x $venv/llama-build/bin/$tool ]]; then
     echo "error: the llama-cpp-python build made no $venv/llama-build/bin/$tool" >&2
