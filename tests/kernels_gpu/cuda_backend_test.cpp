@@ -480,19 +480,10 @@ TEST(CudaDecodeGraphs, ReplayedStepsMatchEagerSteps) {
   ASSERT_TRUE(runner->forward(prefill, graph).ok());  // not decode-only: eager inside
   expect_close(graph, eager, "prefill through the runner");
   std::vector<int> cached = {5, 3, 4};
-  for (int step = 0; step < 5; ++step) {
-    std::vector<std::vector<int32_t>> tokens(3);
-    std::vector<SequenceSlice> decode;
-    for (int s = 0; s < 3; ++s) {
-      tokens[s] = {static_cast<int32_t>(step * 7 + s + 1)};
-      decode.push_back({tokens[s], cached[s], tables[s]});
-    }
-    ASSERT_TRUE(model->forward(decode, eager_cache, eager_context, eager).ok());
-    const Status status = runner->forward(decode, graph);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    expect_close(graph, eager, "decode step " + std::to_string(step) + " replayed vs eager");
-    for (int& c : cached) ++c;
-  }
+  gpu_test::decode_eager_and_replayed(
+      *model, eager_cache, eager_context, *runner, tables, cached, 5, eager, graph, [&](int step) {
+        expect_close(graph, eager, "decode step " + std::to_string(step) + " replayed vs eager");
+      });
   std::filesystem::remove_all(dir);
 }
 #endif

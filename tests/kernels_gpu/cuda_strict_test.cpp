@@ -550,21 +550,12 @@ TEST_P(CudaGraphReplay, ReplayedStepsMatchEagerStepsCuda) {
     cached[s] = lengths[s];
   }
   const double tolerance = activation == DType::kF32 ? 1e-5 : 2e-2;
-  for (int step = 0; step < 6; ++step) {
-    std::vector<std::vector<int32_t>> tokens(3);
-    std::vector<SequenceSlice> decode;
-    for (int s = 0; s < 3; ++s) {
-      tokens[s] = {static_cast<int32_t>(step * 7 + s + 1)};
-      decode.push_back({tokens[s], cached[s], tables[s]});
-    }
-    ASSERT_TRUE(model->forward(decode, eager_cache, eager_context, eager).ok());
-    const Status status = runner->forward(decode, graph);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    expect_rows(
-        kernel_check::row_errors(graph, eager, 3, config.vocab_size), tolerance,
-        "decode step " + std::to_string(step) + " replayed vs eager, " + dtype_label(activation));
-    for (int& c : cached) ++c;
-  }
+  gpu_test::decode_eager_and_replayed(
+      *model, eager_cache, eager_context, *runner, tables, cached, 6, eager, graph, [&](int step) {
+        expect_rows(kernel_check::row_errors(graph, eager, 3, config.vocab_size), tolerance,
+                    "decode step " + std::to_string(step) + " replayed vs eager, " +
+                        dtype_label(activation));
+      });
   std::filesystem::remove_all(dir);
 }
 

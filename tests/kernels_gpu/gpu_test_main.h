@@ -29,6 +29,9 @@
 #include "kernels/cuda_device.h"
 #include "kernels/model/kv_cache.h"
 #include "kernels/model/qwen3_model.h"
+#ifdef PDSERVE_WITH_CUDA
+#include "kernels/model/gpu_graph_runner.h"
+#endif
 
 namespace pdserve::gpu_test {
 
@@ -154,6 +157,33 @@ inline DeviceBuffer device_ints(Backend& backend, const std::vector<int32_t>& va
   do {                                                                                    \
     if (::pdserve::gpu_test::on_cpu()) FAIL() << "needs the CUDA device (filter it out)"; \
   } while (0)
+
+#ifdef PDSERVE_WITH_CUDA
+// `steps` decode steps of one token per sequence (token step * 7 + s + 1), each run eagerly by
+// `model` on its own pool and replayed by `runner`; compare(step) then judges `graph` against
+// `eager` (the steps' logits). `cached` holds each sequence's length and is advanced.
+template <typename Compare>
+void decode_eager_and_replayed(Qwen3Model& model, KvCache& eager_cache,
+                               ForwardContext& eager_context, DecodeGraphRunner& runner,
+                               const std::vector<std::vector<int32_t>>& tables,
+                               std::vector<int>& cached, int steps, std::vector<float>& eager,
+                               std::vector<float>& graph, Compare&& compare) {
+  const size_t num_seqs = tables.size();
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<int32_t>> tokens(num_seqs);
+    std::vector<SequenceSlice> decode;
+    for (size_t s = 0; s < num_seqs; ++s) {
+      tokens[s] = {static_cast<int32_t>(step * 7 + static_cast<int>(s) + 1)};
+      decode.push_back({tokens[s], cached[s], tables[s]});
+    }
+    ASSERT_TRUE(model.forward(decode, eager_cache, eager_context, eager).ok());
+    const Status status = runner.forward(decode, graph);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    compare(step);
+    for (int& c : cached) ++c;
+  }
+}
+#endif
 
 // Whether a binary's tests can run with the CPU backend standing in for the device (those
 // written against backend_under_test); the others always skip without a device.
