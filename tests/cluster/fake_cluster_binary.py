@@ -6,7 +6,9 @@ as), for testing pdserve-cluster's autoscaling loop without a model:
     ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool;
   * a node registers with --proxy, and with --exit-when-drained exits 0 once drained; it exits 1
     at once while the file $FAKE_FAIL exists (a node that fails to start); with $FAKE_ARGV_DIR
-    set it writes its command line there first (ROLE-PID.json).
+    set it writes its command line there first (ROLE-PID.json); $FAKE_ANNOUNCE_LATE_S: it prints
+    its address that long after it registered; $FAKE_ADVERTISE_HOST: it registers under that
+    host instead of 127.0.0.1 (as with --advertise-host).
 Each prints the line pdserve-cluster reads for its address.
 """
 import json
@@ -87,13 +89,20 @@ def run_node():
     if os.environ.get("FAKE_ARGV_DIR"):
         with open(os.path.join(os.environ["FAKE_ARGV_DIR"], f"{ROLE}-{os.getpid()}.json"), "w") as handle:
             json.dump(sys.argv[1:], handle)
-    if os.path.exists(os.environ["FAKE_FAIL"]):
+    if os.path.exists(os.environ.get("FAKE_FAIL", "")):
         sys.exit(1)
     proxy = sys.argv[sys.argv.index("--proxy") + 1]
     url = serve(BaseHTTPRequestHandler)
-    print(f"pdserve-{ROLE}: {'prefilling' if ROLE == 'prefill' else 'serving'} fake on {url} (device cpu)",
-          flush=True)
-    node_id = post(proxy + "/cluster/nodes", {"role": ROLE, "url": url})["id"]
+    announce = f"pdserve-{ROLE}: {'prefilling' if ROLE == 'prefill' else 'serving'} fake on {url} (device cpu)"
+    late = float(os.environ.get("FAKE_ANNOUNCE_LATE_S", "0"))
+    if late == 0:
+        print(announce, flush=True)
+    # Like a node given --advertise-host, it may register under another name than it announces.
+    registered = url.replace("127.0.0.1", os.environ.get("FAKE_ADVERTISE_HOST", "127.0.0.1"))
+    node_id = post(proxy + "/cluster/nodes", {"role": ROLE, "url": registered})["id"]
+    if late > 0:
+        time.sleep(late)
+        print(announce, flush=True)
     while True:
         time.sleep(0.1)
         with urllib.request.urlopen(proxy + "/cluster", timeout=5) as response:

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -101,19 +102,35 @@ class Cluster:
         with open(path, "w") as handle:
             json.dump(topology, handle)
         state_file = os.path.join(log_dir, f"state-{name}.json")
+        # The launcher's own lines (why it stopped, which node exited with which code) go to a
+        # log next to the nodes' logs, so a failure's report shows them.
+        self.launcher_log = open(os.path.join(log_dir, f"launcher-{name}.log"), "w")
         self.process = subprocess.Popen(
             [os.path.join(SOURCE, "tools/cluster/pdserve-cluster"), path, "--model", model,
              "--build-dir", BUILD, "--ucx-tls", ucx_tls, "--log-dir", os.path.join(log_dir, f"logs-{name}"),
              "--state-file", state_file],
-            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
         line = self.process.stdout.readline()
         while line and "ready" not in line:
+            self.launcher_log.write(line)
             line = self.process.stdout.readline()
+        self.launcher_log.write(line)
+        self.launcher_log.flush()
+        # The rest goes on being copied while the cluster runs: a launcher blocked on a full
+        # pipe would stop watching its nodes.
+        self.copier = threading.Thread(target=self._copy_launcher_output, daemon=True)
+        self.copier.start()
         if "ready" not in line:
             raise AssertionError(f"the cluster did not start; logs in {log_dir}")
         with open(state_file) as handle:
             self.state = json.load(handle)
         self.proxy = self.state["proxy"]["url"]
+
+    def _copy_launcher_output(self):
+        for line in self.process.stdout:
+            self.launcher_log.write(line)
+            self.launcher_log.flush()
 
     def url(self, role, index):
         return self.state[f"{role}-{index}"]["url"]
@@ -134,6 +151,7 @@ class Cluster:
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise AssertionError("the launcher did not stop within 30 s of Ctrl-C")
+        self.copier.join(timeout=5)
         return code
 
 
@@ -218,8 +236,9 @@ def phase_transport(model, log_dir, ucx_tls, kv_layerwise, staged=False):
             print("ok: both nodes moved their KV through staging buffers", flush=True)
         check_no_blocks_in_use(cluster)
     finally:
-        if cluster.stop() != 0:
-            raise AssertionError("the launcher did not stop cleanly")
+        code = cluster.stop()
+        if code != 0:
+            raise AssertionError(f"the launcher exited with code {code} after Ctrl-C (see launcher-{name}.log)")
     print("ok: the launcher stopped the cluster cleanly on Ctrl-C", flush=True)
 
 
@@ -435,13 +454,17 @@ def main():
                 phase_transport(model, directory, "sm", "off", staged=True)
             if phase in ("2p2d", "all"):
                 phase_2p2d(model, directory)
-        except Exception:
-            for root, _, files in os.walk(directory):
-                for name in files:
-                    if name.endswith(".log"):
-                        with open(os.path.join(root, name), errors="replace") as handle:
-                            tail = handle.read()[-3000:]
-                        print(f"---- {name}\n{tail}", file=sys.stderr)
+        except Exception as error:
+            # The failure first, then the logs (launcher and proxy before the nodes): a report
+            # cut to its start and end still shows why.
+            print(f"FAIL: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            logs = sorted((os.path.join(root, name) for root, _, files in os.walk(directory)
+                           for name in files if name.endswith(".log")),
+                          key=lambda path: (not os.path.basename(path).startswith(("launcher", "proxy")), path))
+            for path in logs:
+                with open(path, errors="replace") as handle:
+                    tail = handle.read()[-2000:]
+                print(f"---- {os.path.relpath(path, directory)}\n{tail}", file=sys.stderr)
             raise
 
 

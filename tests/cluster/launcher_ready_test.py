@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""pdserve-cluster says "ready" only once every node is up at the proxy *and* it has read the
+address each node announced, so the state file names every node's URL. The stand-in nodes
+(fake_cluster_binary.py) register first and print their address a second later, under another
+host name than they register with (as a node given --advertise-host does): a launcher that
+counted registrations alone said "ready" with URLs it did not know yet, and one that matched
+registered URLs to announced ones verbatim never became ready. Seconds, no model.
+
+Environment: PDSERVE_SOURCE_DIR.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    signal.alarm(50)  # below the CTest TIMEOUT
+    with tempfile.TemporaryDirectory(prefix="pdserve-launcher-ready-") as directory:
+        for sub, name in (("proxy", "pdserve-proxy"), ("prefill_node", "pdserve-prefill"),
+                          ("decode_node", "pdserve-decode")):
+            os.makedirs(os.path.join(directory, sub))
+            shutil.copy(os.path.join(HERE, "fake_cluster_binary.py"), os.path.join(directory, sub, name))
+        topology = os.path.join(directory, "topology.json")
+        with open(topology, "w") as handle:
+            json.dump({"proxy": {"port": 0}, "prefill": [{"port": 0}], "decode": [{"port": 0}, {"port": 0}]},
+                      handle)
+        state_path = os.path.join(directory, "state.json")
+        launcher = subprocess.Popen(
+            [os.path.join(SOURCE, "tools/cluster/pdserve-cluster"), topology, "--model", directory,
+             "--build-dir", directory, "--state-file", state_path, "--log-dir", os.path.join(directory, "logs")],
+            stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, FAKE_ANNOUNCE_LATE_S="1", FAKE_ADVERTISE_HOST="localhost",
+                     PDSERVE_CLUSTER_TOKEN="t"))
+        try:
+            line = launcher.stdout.readline()
+            while line and "ready" not in line:
+                line = launcher.stdout.readline()
+            expect("ready" in line, "the launcher exited before the cluster was ready")
+            with open(state_path) as handle:
+                state = json.load(handle)
+            expect(sorted(state) == ["decode-0", "decode-1", "prefill-0", "proxy"], f"state file: {state}")
+            missing = [name for name, entry in state.items() if not (entry["url"] or "").startswith("http://")]
+            expect(not missing, f"ready, but the state file names no URL for {missing}: {state}")
+            print(f"ok: ready with every node's URL in the state file: {sorted(state)}", flush=True)
+        finally:
+            launcher.send_signal(signal.SIGINT)
+            code = launcher.wait(timeout=30)
+        expect(code == 0, f"the launcher exited with {code} on Ctrl-C")
+        print("all checks passed", flush=True)
+
+
+def expect(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
