@@ -20,8 +20,15 @@ SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def on_deadline(_signum, _frame):
+    raise AssertionError("the launcher did not say ready within 50 s")
+
+
 def main():
-    signal.alarm(50)  # below the CTest TIMEOUT
+    # Below the CTest TIMEOUT, and raised here so that the finally below stops the launcher
+    # (which stops its nodes).
+    signal.signal(signal.SIGALRM, on_deadline)
+    signal.alarm(50)
     with tempfile.TemporaryDirectory(prefix="pdserve-launcher-ready-") as directory:
         for sub, name in (("proxy", "pdserve-proxy"), ("prefill_node", "pdserve-prefill"),
                           ("decode_node", "pdserve-decode")):
@@ -43,6 +50,7 @@ def main():
             while line and "ready" not in line:
                 line = launcher.stdout.readline()
             expect("ready" in line, "the launcher exited before the cluster was ready")
+            signal.alarm(0)
             with open(state_path) as handle:
                 state = json.load(handle)
             expect(sorted(state) == ["decode-0", "decode-1", "prefill-0", "proxy"], f"state file: {state}")
