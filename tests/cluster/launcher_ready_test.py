@@ -4,7 +4,9 @@ address each node announced, so the state file names every node's URL. The stand
 (fake_cluster_binary.py) register first and print their address a second later, under another
 host name than they register with (as a node given --advertise-host does): a launcher that
 counted registrations alone said "ready" with URLs it did not know yet, and one that matched
-registered URLs to announced ones verbatim never became ready. Seconds, no model.
+registered URLs to announced ones verbatim never became ready. Then its stdout is closed
+before Ctrl-C: the launcher fails to print, and must still stop every process it started.
+Seconds, no model.
 
 Environment: PDSERVE_SOURCE_DIR.
 """
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,10 +61,29 @@ def main():
             expect(not missing, f"ready, but the state file names no URL for {missing}: {state}")
             print(f"ok: ready with every node's URL in the state file: {sorted(state)}", flush=True)
         finally:
+            # Its reader gone, the launcher's "stopping" line fails (EPIPE); it must still stop
+            # every process it started, which run in sessions of their own.
+            launcher.stdout.close()
             launcher.send_signal(signal.SIGINT)
-            code = launcher.wait(timeout=30)
-        expect(code == 0, f"the launcher exited with {code} on Ctrl-C")
+            launcher.wait(timeout=30)
+        left = [name for name, entry in state.items() if alive(entry["pid"])]
+        expect(not left, f"a launcher that lost its stdout left these running: {left}")
+        print("ok: a launcher whose stdout was closed still stopped every process", flush=True)
         print("all checks passed", flush=True)
+
+
+def alive(pid, seconds=20):
+    """Whether `pid` still runs `seconds` from now (a zombie does not count)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except FileNotFoundError:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def expect(condition, message):
