@@ -7,15 +7,13 @@
 #include <new>
 #include <string>
 
+#include "common/model/host_buffer.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/linear_cpu.h"
 #include "kernels/op_checks.h"
 
 namespace pdserve {
 namespace {
-
-// Cache-line aligned so vector loads never straddle lines at row starts.
-constexpr size_t kAlignment = 64;
 
 Status require_f32(MatrixView m, const char* op) {
   if (m.dtype != DType::kF32) {
@@ -45,9 +43,10 @@ class CpuBackend final : public Backend {
   }
   bool shares_host_memory() const override { return true; }
 
+  // Cache-line aligned, so vector loads never straddle lines at row starts; large buffers (the
+  // KV pool) on transparent huge pages: attention reads the pool's blocks at scattered places.
   Result<DeviceBuffer> allocate(size_t bytes) override {
-    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    void* data = allocate_huge_page_aligned(bytes);
     if (data == nullptr) {
       return resource_exhausted("cannot allocate " + std::to_string(bytes) +
                                 " bytes of host memory");

@@ -16,12 +16,21 @@ struct FreeDeleter {
 
 }  // namespace
 
-std::shared_ptr<std::byte[]> allocate_host_buffer(size_t bytes) {
-  if (bytes < kHugePage) return std::shared_ptr<std::byte[]>(new std::byte[bytes == 0 ? 1 : bytes]);
-  size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+void* allocate_huge_page_aligned(size_t bytes) {
+  constexpr size_t kLineAlignment = 64;
+  if (bytes < kHugePage) {
+    const size_t rounded = (bytes + kLineAlignment - 1) / kLineAlignment * kLineAlignment;
+    return std::aligned_alloc(kLineAlignment, rounded == 0 ? kLineAlignment : rounded);
+  }
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* memory = std::aligned_alloc(kHugePage, rounded);
+  if (memory != nullptr) ::madvise(memory, rounded, MADV_HUGEPAGE);  // advisory: failure only costs speed
+  return memory;
+}
+
+std::shared_ptr<std::byte[]> allocate_host_buffer(size_t bytes) {
+  void* memory = allocate_huge_page_aligned(bytes);
   if (memory == nullptr) throw std::bad_alloc();
-  ::madvise(memory, rounded, MADV_HUGEPAGE);  // advisory: failure only costs speed
   return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(memory), FreeDeleter{});
 }
 
