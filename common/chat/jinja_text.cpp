@@ -180,22 +180,38 @@ std::string capitalize_first(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// The shortest decimal digits that round-trip |value| (finite, non-zero), without the point,
+// and the exponent of the first: |value| = d.ddd * 10^exponent. What both JavaScript's and
+// Python's float printing start from.
+struct ShortestDigits {
+  std::string digits;
+  int exponent;
+};
+
+ShortestDigits shortest_digits(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), std::fabs(value),
+                                    std::chars_format::scientific);
+  const std::string_view sci(buffer, static_cast<size_t>(result.ptr - buffer));
+  const size_t e_pos = sci.find('e');
+  ShortestDigits out{"", std::atoi(std::string(sci.substr(e_pos + 1)).c_str())};
+  for (char c : sci.substr(0, e_pos)) {
+    if (c != '.') out.digits += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string js_number_to_string(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
   if (value == 0) return "0";
   std::string out = value < 0 ? "-" : "";
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof(buffer), std::fabs(value),
-                              std::chars_format::scientific);
-  std::string_view sci(buffer, static_cast<size_t>(result.ptr - buffer));
-  size_t e_pos = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e_pos)) {
-    if (c != '.') digits += c;
-  }
-  int exponent = std::atoi(std::string(sci.substr(e_pos + 1)).c_str());
-  int k = static_cast<int>(digits.size());
+  const auto [digits, exponent] = shortest_digits(value);
+  const int k = static_cast<int>(digits.size());
   int n = exponent + 1;  // value = 0.digits * 10^n
   if (k <= n && n <= 21) {
     out += digits + std::string(static_cast<size_t>(n - k), '0');
@@ -214,17 +230,8 @@ std::string js_number_to_string(double value) {
 std::string python_float_repr(double value) {
   if (value == 0) return std::signbit(value) ? "-0.0" : "0.0";
   std::string out = value < 0 ? "-" : "";
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof(buffer), std::fabs(value),
-                              std::chars_format::scientific);
-  std::string_view sci(buffer, static_cast<size_t>(result.ptr - buffer));
-  size_t e_pos = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e_pos)) {
-    if (c != '.') digits += c;
-  }
-  int exponent = std::atoi(std::string(sci.substr(e_pos + 1)).c_str());
-  int k = static_cast<int>(digits.size());
+  const auto [digits, exponent] = shortest_digits(value);
+  const int k = static_cast<int>(digits.size());
   if (-4 <= exponent && exponent < 16) {
     int n = exponent + 1;  // digits before the point
     if (n <= 0) {

@@ -37,6 +37,29 @@ TEST(JinjaText, NumberToStringMatchesJavaScript) {
     EXPECT_EQ(js_number_to_string(value), expected) << value;
 }
 
+// Expected strings: Python 3.11's repr() of the same doubles.
+TEST(JinjaText, PythonFloatReprMatchesPython) {
+  const std::pair<double, const char*> cases[] = {
+      {0.1, "0.1"},
+      {1.0 / 3, "0.3333333333333333"},
+      {1e16, "1e+16"},
+      {1e15, "1000000000000000.0"},
+      {123456789.125, "123456789.125"},
+      {5e-324, "5e-324"},
+      {1.7976931348623157e308, "1.7976931348623157e+308"},
+      {-2.5e-6, "-2.5e-06"},
+      {100.0, "100.0"},
+      {0.0001, "0.0001"},
+      {0.00001, "1e-05"},
+      {-0.0, "-0.0"},
+      {9007199254740992.0, "9007199254740992.0"},
+      {1e22, "1e+22"},
+      {-1.5e-5, "-1.5e-05"},
+      {12345.678, "12345.678"},
+  };
+  for (const auto& [value, expected] : cases) EXPECT_EQ(python_float_repr(value), expected) << value;
+}
+
 TEST(JinjaText, NumberToStringRoundTripsRandomDoubles) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 20000; ++i) {
