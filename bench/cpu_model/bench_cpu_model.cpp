@@ -180,7 +180,8 @@ Status run(const Options& options) {
     PDS_RETURN_IF_ERROR(write_synthetic_checkpoint(make).status());
   }
   PDS_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(options.model_dir));
-  PDS_ASSIGN_OR_RETURN(Qwen3Weights weights, load_qwen3_weights(checkpoint, DType::kBF16));
+  PDS_ASSIGN_OR_RETURN(Qwen3Weights weights, load_qwen3_weights(checkpoint, DType::kBF16,
+                                                                   WeightPlacement::kHostHugePages));
   const ModelConfig config = weights.config;
   size_t weight_bytes = weights.lm_head.nbytes() + weights.final_norm.nbytes();
   for (const Qwen3LayerWeights& l : weights.layers) {

@@ -115,7 +115,8 @@ size_t HostTensor::nbytes() const {
 
 namespace {
 
-Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dtype) {
+Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dtype,
+                                  WeightPlacement placement) {
   const ModelConfig& config = checkpoint.config();
   const bool tied = config.tie_word_embeddings;
   const std::vector<TensorSpec> specs = qwen3_tensor_specs(config, /*with_lm_head=*/!tied);
@@ -145,7 +146,8 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
     HostTensor& tensor = *slots[i];
     tensor.dtype = compute_dtype;
     tensor.shape = view.shape;
-    if (view.dtype == compute_dtype && aligned_for(view.data, compute_dtype)) {
+    if (placement == WeightPlacement::kMapWhereTheFileAllows && view.dtype == compute_dtype &&
+        aligned_for(view.data, compute_dtype)) {
       tensor.data = view.data;
       tensor.keep_alive = std::move(view.keep_alive);
       continue;
@@ -163,9 +165,10 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
 
 }  // namespace
 
-Result<Qwen3Weights> load_qwen3_weights(const Checkpoint& checkpoint, DType compute_dtype) {
+Result<Qwen3Weights> load_qwen3_weights(const Checkpoint& checkpoint, DType compute_dtype,
+                                       WeightPlacement placement) {
   // Allocation failures surface as RESOURCE_EXHAUSTED instead of escaping.
-  return capture_status([&] { return load_weights(checkpoint, compute_dtype); });
+  return capture_status([&] { return load_weights(checkpoint, compute_dtype, placement); });
 }
 
 }  // namespace pdserve

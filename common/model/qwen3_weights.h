@@ -47,12 +47,25 @@ struct Qwen3Weights {
   HostTensor lm_head;     // [vocab, hidden]; shares embed_tokens' data when tied and absent
 };
 
-// Every tensor converted to `compute_dtype` (zero-copy view into the mmap when the file
-// already has that dtype and the data is aligned for it; otherwise converted, multithreaded),
+// Where the weights live once loaded.
+enum class WeightPlacement {
+  // A view into the checkpoint's mmap where the file already has the compute dtype and the
+  // data is aligned for it: nothing copied. For a backend that uploads them to its own memory.
+  kMapWhereTheFileAllows,
+  // Every tensor in memory of its own on transparent huge pages (allocate_host_buffer): for a
+  // backend that computes on the host. Streaming weights through 4 KiB pages of the page
+  // cache costs decode batch 1 up to a third of its speed (docs/PERF.md, the TLB).
+  kHostHugePages,
+};
+
+// Every tensor converted to `compute_dtype` (placed as `placement` says; a conversion or copy
+// is multithreaded),
 // every shape checked against the config (error names the tensor, expected and actual shape),
 // unexpected or missing tensors reported by name. Tied embeddings: lm_head.weight may be
 // present (shape-checked; lm_head then shares embed_tokens' data, as transformers ties them)
 // or absent; untied models must have it.
-Result<Qwen3Weights> load_qwen3_weights(const Checkpoint& checkpoint, DType compute_dtype);
+Result<Qwen3Weights> load_qwen3_weights(
+    const Checkpoint& checkpoint, DType compute_dtype,
+    WeightPlacement placement = WeightPlacement::kMapWhereTheFileAllows);
 
 }  // namespace pdserve

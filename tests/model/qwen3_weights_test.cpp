@@ -1,6 +1,7 @@
-// load_qwen3_weights: layout, zero-copy, exact conversions, tied heads and refusals.
+// load_qwen3_weights: layout, zero-copy, huge-page copies, exact conversions, tied heads and refusals.
 #include "common/model/qwen3_weights.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -74,6 +75,26 @@ TEST(Qwen3Weights, ZeroCopyWhenDtypesMatch) {
   // Tied and absent: lm_head is the embedding.
   EXPECT_EQ(weights->lm_head.data, weights->embed_tokens.data);
   EXPECT_EQ(weights->lm_head.shape, weights->embed_tokens.shape);
+}
+
+// For a backend computing on the host: every tensor copied out of the mmap, byte for byte,
+// large ones on their own 2 MiB-aligned (huge-page) memory.
+TEST(Qwen3Weights, HostHugePagesCopiesEveryTensor) {
+  TempDir dir;
+  Checkpoint checkpoint = Checkpoint::open(make_tiny(tiny_options(dir.path()))).value();
+  Result<Qwen3Weights> weights =
+      load_qwen3_weights(checkpoint, DType::kBF16, WeightPlacement::kHostHugePages);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  for (const auto& [name, tensor] : named_tensors(*weights)) {
+    TensorView view = checkpoint.tensor(name).value();
+    EXPECT_EQ(tensor->dtype, DType::kBF16) << name;
+    EXPECT_EQ(tensor->shape, view.shape) << name;
+    EXPECT_FALSE(inside_a_shard(checkpoint, tensor->data, tensor->nbytes())) << name;
+    EXPECT_EQ(std::memcmp(tensor->data, view.data, tensor->nbytes()), 0) << name;
+  }
+  ASSERT_GE(weights->embed_tokens.nbytes(), size_t{2} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(weights->embed_tokens.data) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(weights->lm_head.data, weights->embed_tokens.data);  // still tied
 }
 
 TEST(Qwen3Weights, Bf16ToF32IsExact) {
