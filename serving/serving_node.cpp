@@ -29,6 +29,10 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
   app.add_option("--dtype", options.dtype,
                  "cpu: the weights' dtype, bfloat16, float16 or float32 (default: the "
                  "checkpoint's). cuda: the compute dtype, bfloat16 (default) or float32 (strict)");
+  app.add_flag("--weights-mmap", options.weights_mmap,
+               "cpu: compute on the checkpoint's mmap, whose page cache the processes of this "
+               "machine loading the same files share, instead of a private copy of the weights "
+               "on huge pages (faster decode)");
   app.add_option("--threads", options.threads, "CPU compute threads (0: all cores)")
       ->capture_default_str();
   app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
@@ -171,8 +175,9 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   if (!options.proxy_url.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
   // Checked before the (slow) model load.
   PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(options.engine.gpu_memory_utilization));
-  PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
+  PDS_ASSIGN_OR_RETURN(ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
+  load_options.weights_mmap = options.weights_mmap;
   EngineConfig engine_config = options.engine;
   PDS_ASSIGN_OR_RETURN(engine_config.kv_cache_dtype, parse_kv_cache_dtype(options.kv_cache_dtype));
   PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));

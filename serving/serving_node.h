@@ -25,6 +25,7 @@ struct ServingNodeOptions {
   std::string model;
   std::string device = "cpu";
   std::string dtype;
+  bool weights_mmap = false;  // ModelLoadOptions::weights_mmap
   int threads = 0;
   std::string host = "127.0.0.1";
   int port = 8000;

@@ -51,11 +51,12 @@ Result<LoadedModel> load_model(std::string_view model_spec, const ModelLoadOptio
   const DType dtype = loaded.backend->shares_host_memory()
                           ? options.dtype.value_or(checkpoint.config().torch_dtype)
                           : loaded.backend->activation_dtype();
-  // The host computes on the weights themselves: on huge pages. A device copies them from
-  // the mmap.
-  const WeightPlacement placement = loaded.backend->shares_host_memory()
-                                        ? WeightPlacement::kHostHugePages
-                                        : WeightPlacement::kMapWhereTheFileAllows;
+  // The host computes on the weights themselves: on huge pages, unless asked to share the
+  // page cache. A device copies them from the mmap.
+  const WeightPlacement placement =
+      loaded.backend->shares_host_memory() && !options.weights_mmap
+          ? WeightPlacement::kHostHugePages
+          : WeightPlacement::kMapWhereTheFileAllows;
   PDS_ASSIGN_OR_RETURN(Qwen3Weights weights, load_qwen3_weights(checkpoint, dtype, placement));
   PDS_ASSIGN_OR_RETURN(loaded.model, Qwen3Model::create(*loaded.backend, std::move(weights)));
   return loaded;

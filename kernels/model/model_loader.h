@@ -19,6 +19,10 @@ struct ModelLoadOptions {
   // The weights' dtype on a backend that shares host memory (CPU); unset: the checkpoint's
   // torch_dtype. A device backend holds them in its activation dtype (backend options).
   std::optional<DType> dtype;
+  // A backend that shares host memory computes on a private copy of the weights on huge pages
+  // (faster decode); true: on the checkpoint's mmap instead, whose page cache every process on
+  // the machine that loads the same files shares (a prefill and a decode node on one host).
+  bool weights_mmap = false;
 };
 
 // The options from the command-line words every tool takes: `--device` (cpu, cuda, cuda:N),

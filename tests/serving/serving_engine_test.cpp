@@ -11,6 +11,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -310,6 +311,48 @@ TEST(ServingEngineTest, GpuMemoryUtilizationIsCheckedAndTheCpuKeepsItsKvFlags) {
   std::unique_ptr<LlmEngine> engine =
       std::move(make_llm_engine(model.loaded, *model.tokenizer, config)).value();
   EXPECT_EQ(engine->stats().kv_blocks_total, 40);
+}
+
+// Where the CPU weights live: a private copy (the checkpoint's files are no longer mapped once
+// load_model returns) or, with weights_mmap, the checkpoint's mmap (still mapped: the model
+// computes on it). /proc/self/maps is the oracle.
+bool safetensors_of_mapped(const std::filesystem::path& dir) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string prefix = std::filesystem::canonical(dir).string() + "/";
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(prefix) != std::string::npos && line.find(".safetensors") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(ServingLoad, CpuWeightsAreAPrivateCopyUnlessWeightsMmap) {
+  const std::filesystem::path dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" /
+                                    ("weights-mmap-" + std::to_string(::getpid()));
+  SyntheticCheckpointOptions options;
+  options.config_path =
+      std::filesystem::path(PDSERVE_TEST_DATA_DIR) / "reference" / "configs" / "tiny.json";
+  options.out_dir = dir;
+  options.seed = 3;
+  options.num_layers = 1;
+  options.dtype = DType::kBF16;
+  options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  ASSERT_TRUE(write_synthetic_checkpoint(options).ok());
+  {
+    const LoadedModel copied = load_model(dir.string(), ModelLoadOptions{}).value();
+    EXPECT_FALSE(safetensors_of_mapped(dir));
+  }
+  {
+    ModelLoadOptions load;
+    load.weights_mmap = true;
+    const LoadedModel mapped = load_model(dir.string(), load).value();
+    EXPECT_TRUE(safetensors_of_mapped(dir));
+  }
+  EXPECT_FALSE(safetensors_of_mapped(dir));  // released with the model
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
