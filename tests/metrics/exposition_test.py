@@ -215,6 +215,10 @@ def main():
             t.expect_equal(status, 200, f"HTTP status ({text[:300]})")
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
             list(pool.map(one, range(NUM_REQUESTS)))
+        # The engine publishes its token counters after each step, and a step streams its
+        # tokens before that: a scrape right after the last stream ends may miss that step's.
+        t.wait_until(lambda: value(scrape(decode_url), "vllm:generation_tokens", "_total")
+                     >= NUM_REQUESTS * OUTPUT_LEN, 10, "the last step's tokens published")
         decode = scrape(decode_url)
         prefill = scrape(prefill_url)
         t.expect_equal(value(decode, "vllm:request_success", "_total", finished_reason="length"),
