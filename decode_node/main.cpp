@@ -13,8 +13,8 @@
 #include "common/chat/chat_template.h"
 #include "common/core/cli.h"
 #include "common/http/http_client.h"
-#include "decode_node/api_server.h"
 #include "decode_node/remote_prefill_hook.h"
+#include "serving/openai/openai_server.h"
 #include "serving/serving_node.h"
 
 namespace pdserve {
@@ -26,11 +26,11 @@ struct Options {
   int local_prefill_max_tokens = 0;
   int prefill_timeout_ms = 120'000;
   std::string kv_checksum = "on";
-  ApiOptions api;
+  OpenAiOptions api;
 };
 
 // PDSERVE_TEST_SCRIPTED_OUTPUT=1 (tests only, decode_node/README.md): requests may script
-// their output (ApiOptions::test_scripted_output).
+// their output (OpenAiOptions::test_scripted_output).
 bool test_scripted_output_enabled() {
   const char* value = std::getenv("PDSERVE_TEST_SCRIPTED_OUTPUT");
   return value != nullptr && std::string_view(value) == "1";
@@ -47,11 +47,11 @@ Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(
       ChatTemplate chat_template,
       ChatTemplate::from_tokenizer_config(node->model.model_dir / "tokenizer_config.json"));
-  ApiOptions api_options = options.api;
+  OpenAiOptions api_options = options.api;
   api_options.access.cluster_token = options.node.cluster_token;
   api_options.test_scripted_output = test_scripted_output_enabled();
   api_options.draining = [&membership = node->membership] { return membership.draining(); };
-  ApiServer api(*node->engine, node->tokenizer, chat_template, api_options);
+  OpenAiServer api(*node->engine, node->tokenizer, chat_template, api_options);
   if (disaggregated) {
     RemotePrefillPolicy policy;
     policy.cluster_token = options.node.cluster_token;

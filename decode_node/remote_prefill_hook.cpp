@@ -7,7 +7,7 @@
 
 namespace pdserve {
 
-ApiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy) {
+OpenAiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy) {
   return [policy = std::move(policy)](const http::HttpRequest& http_request,
                                       InferenceRequest& request) -> Status {
     const std::optional<std::string_view> header = http_request.header(kPrefillHeader);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/protocol/pdserve_headers.h"
-#include "decode_node/api_server.h"
+#include "serving/openai/openai_server.h"
 
 namespace pdserve {
 
@@ -19,6 +19,6 @@ struct RemotePrefillPolicy {
   std::chrono::milliseconds prefill_timeout{120'000};
 };
 
-ApiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy);
+OpenAiServer::RequestHook make_remote_prefill_hook(RemotePrefillPolicy policy);
 
 }  // namespace pdserve

@@ -1,6 +1,6 @@
 // The OpenAI API server over a fake InferenceService with scripted output, through real
 // sockets; and sibling aborts over the real LlmEngine on a scripted model.
-#include "decode_node/api_server.h"
+#include "serving/openai/openai_server.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -292,14 +292,14 @@ std::string vllm_labels_and(const std::string& label) {
 
 class ApiServerTest : public ::testing::Test {
  protected:
-  void start(std::vector<std::string> script, ApiOptions options = {}) {
+  void start(std::vector<std::string> script, OpenAiOptions options = {}) {
     service_ = std::make_unique<FakeService>(std::move(script));
-    api_ = std::make_unique<ApiServer>(*service_, tokenizer(), chat_template(), options);
+    api_ = std::make_unique<OpenAiServer>(*service_, tokenizer(), chat_template(), options);
     http::Router router;
     api_->register_routes(router);
     server_ = http::HttpServer::start({}, std::move(router)).value();
   }
-  // The service delivers its last deltas (which reach the ApiServer) before the ApiServer
+  // The service delivers its last deltas (which reach the OpenAiServer) before the OpenAiServer
   // goes away.
   ~ApiServerTest() override {
     if (server_) server_->stop();
@@ -354,7 +354,7 @@ class ApiServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<FakeService> service_;
-  std::unique_ptr<ApiServer> api_;
+  std::unique_ptr<OpenAiServer> api_;
   std::unique_ptr<http::HttpServer> server_;
 };
 
@@ -586,7 +586,7 @@ TEST_F(ApiServerTest, UnknownTopLevelFieldIsServedUnlessStrict) {
   EXPECT_EQ(post("/v1/completions", body).result_int(), 200);
   EXPECT_EQ(service_->submitted().size(), 1u);
   server_->stop();
-  start({"x"}, ApiOptions{.strict_request_fields = true, .access = {}});
+  start({"x"}, OpenAiOptions{.strict_request_fields = true, .access = {}});
   auto refused = post("/v1/completions", body);
   EXPECT_EQ(refused.result_int(), 400);
   EXPECT_EQ(Json::parse(refused.body())["error"]["param"], "temprature") << refused.body();
@@ -990,7 +990,7 @@ TEST_F(ApiServerTest, TimelineOnlyWhenAsked) {
 // With API keys, the OpenAI routes need one of them (or the cluster token, which the proxy
 // presents); health and metrics stay open.
 TEST_F(ApiServerTest, ApiKeysGuardTheOpenAiRoutes) {
-  start({"a"}, ApiOptions{.strict_request_fields = false, .access = {"cluster-secret", {"key-1"}}});
+  start({"a"}, OpenAiOptions{.strict_request_fields = false, .access = {"cluster-secret", {"key-1"}}});
   const auto call = [&](const std::string& method, const std::string& path,
                         const std::string& headers) {
     TestClient client(server_->port());
@@ -1198,7 +1198,7 @@ TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
   std::unique_ptr<LlmEngine> engine =
       LlmEngine::create(std::move(executor), tokenizer(), std::move(config)).value();
   ASSERT_TRUE(engine->start().ok());
-  ApiServer api(*engine, tokenizer(), chat_template());
+  OpenAiServer api(*engine, tokenizer(), chat_template());
   http::Router router;
   api.register_routes(router);
   std::unique_ptr<http::HttpServer> server = http::HttpServer::start({}, std::move(router)).value();

@@ -1,6 +1,6 @@
 // The timeline's arithmetic against values worked out by hand: clock alignment, TPOT, spans per
 // choice, the prefill node's spans shifted onto the decode node's clock.
-#include "decode_node/request_timeline.h"
+#include "serving/openai/request_timeline.h"
 
 #include <gtest/gtest.h>
 

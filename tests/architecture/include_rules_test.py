@@ -14,10 +14,16 @@ CUDA_HEADER = re.compile(r"#\s*include\s*<(cuda|cublas|cudnn|nccl|cub/|thrust/|c
 QUOTED = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 
 
+# Top-level folders whose subfolders are modules of their own (common/ has no files of its own).
+SPLIT = ("common", "serving")
+
+
 def module_of(path):
     parts = path.replace(os.sep, "/").split("/")
     if parts[0] == "common":
         return "common/" + parts[1] if len(parts) > 2 else None
+    if parts[0] in SPLIT and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
     return parts[0] if parts[0] in TOP_LEVEL else None
 
 

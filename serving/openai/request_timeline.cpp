@@ -1,4 +1,4 @@
-#include "decode_node/request_timeline.h"
+#include "serving/openai/request_timeline.h"
 
 #include <algorithm>
 #include <cmath>

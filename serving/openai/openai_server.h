@@ -1,4 +1,6 @@
-// The OpenAI API over an InferenceService: POST /v1/completions, POST /v1/chat/completions
+// The OpenAI front end over an InferenceService (what a serving role composes; the request's
+// preparation is generation_request.h, its way to the client generation_stream.h, its series
+// request_metrics.h): POST /v1/completions, POST /v1/chat/completions
 // (streaming or not), GET /v1/models and /v1/models/{id}, POST /tokenize and /detokenize (vLLM's
 // shapes), GET /health, /ready and /version (common/http/service_routes.h), GET /metrics. A request
 // with n choices or several prompts fans out into one engine request per choice; a client that
@@ -28,7 +30,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,10 +44,11 @@
 #include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "serving/engine_metrics.h"
+#include "serving/openai/request_metrics.h"
 
 namespace pdserve {
 
-struct ApiOptions {
+struct OpenAiOptions {
   // Unknown request fields: a 400 (true) or ignored with one log line (false, as vLLM).
   bool strict_request_fields = false;
   AccessPolicy access;
@@ -57,14 +59,14 @@ struct ApiOptions {
   std::function<bool()> draining = {};
 };
 
-class ApiServer {
+class OpenAiServer {
  public:
   // The service, tokenizer and template must outlive the server and its routes, and the
   // service must be stopped (no sink running or left to run) before the server is destroyed:
   // the sinks of requests in flight call into it.
-  ApiServer(InferenceService& service, const Tokenizer& tokenizer,
-            const ChatTemplate& chat_template, ApiOptions options = {});
-  ~ApiServer();
+  OpenAiServer(InferenceService& service, const Tokenizer& tokenizer,
+               const ChatTemplate& chat_template, OpenAiOptions options = {});
+  ~OpenAiServer();
 
   void register_routes(http::Router& router);
 
@@ -73,8 +75,6 @@ class ApiServer {
   using RequestHook = std::function<Status(const http::HttpRequest&, InferenceRequest&)>;
   void set_request_hook(RequestHook hook) { request_hook_ = std::move(hook); }
   metrics::Registry& metrics() { return metrics_; }
-
-  struct Generation;  // one client request in flight (defined in api_server.cpp)
 
  private:
   void handle_generation(const http::HttpRequest& request,
@@ -88,29 +88,18 @@ class ApiServer {
                          const std::shared_ptr<http::ResponseChannel>& channel);
   nlohmann::ordered_json model_card() const;
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
-  void count_response(int status);
   // Counts and sends an OpenAI error body.
   void reply_error(http::ResponseChannel& channel, const ApiError& error);
-  void record_finished(const SequenceDelta& delta);
-  // Prefill, decode and inference times; for remotely prefilled requests the remote prefill,
-  // the wait for the KV and the transfer. `delta` is final and has timings.finished.
-  // One log line per finished choice: its id, token counts, TTFT, TPOT and end-to-end time.
-  void log_finished(const SequenceDelta& delta, std::optional<double> ttft_seconds,
-                    std::optional<double> tpot_seconds, double e2e_seconds) const;
-  void record_phases(const SequenceDelta& delta);
-  void record_inter_token_latency(double seconds);
   void abort_requests(const std::vector<std::string>& engine_ids);
+  // A new response's serial: id_prefix_ then the counter, in hex.
+  std::string next_serial();
 
   InferenceService& service_;
   const Tokenizer& tokenizer_;
   const ChatTemplate& chat_template_;
-  const ApiOptions options_;
+  const OpenAiOptions options_;
   metrics::Registry metrics_;
-  // Every request series, created with the server (a dashboard sees them at zero before the
-  // first request) and resolved once, so that recording never waits on the registry's lock,
-  // which a /metrics scrape holds while it renders.
-  struct RequestSeries;
-  std::unique_ptr<RequestSeries> series_;
+  RequestMetrics request_metrics_;
   EngineMetrics engine_metrics_;
   RequestHook request_hook_;
   http::TraceIdGenerator trace_ids_;
