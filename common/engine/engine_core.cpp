@@ -83,6 +83,7 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
     : scheduler_(std::move(scheduler)),
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
+      sampler_(executor),
       constraints_(std::make_unique<ConstraintCompiler>(
           tokenizer_, scheduler_.config().vocab_size, scheduler_.config().eos_token_ids)),
       connector_(connector),
@@ -521,19 +522,20 @@ bool EngineCore::step() {
   if (!exporting.empty())
     on_layer_written = [this](int layer) { connector_->layer_written(layer); };
 
-  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
-  logits_.resize(static_cast<size_t>(batch.num_samples) * vocab);
   // A device sampler's step is queued first; its sampling inputs are prepared while the
-  // device computes (sample_on_device).
+  // device computes (BatchSampler::sample_on_device).
   const bool on_device = executor_.samples_on_device();
+  const std::vector<SamplingSlot> slots = sampling_slots(batch);
+  const std::span<float> logits = sampler_.logits(batch.num_samples);
   const SteadyTime forward_start = now();
   Status executed = capture_status([&] {
-    if (!on_device) return executor_.execute(batch, logits_, on_layer_written);
-    return executor_.launch_step(batch, device_rows(batch), on_layer_written);
+    if (!on_device) return executor_.execute(batch, logits, on_layer_written);
+    return executor_.launch_step(batch, sampler_.device_rows(slots), on_layer_written);
   });
-  std::vector<int32_t> tokens;
-  if (executed.ok() && on_device) executed = sample_on_device(batch, failures, tokens);
+  std::vector<SlotSample> samples;
+  if (executed.ok() && on_device) executed = sampler_.sample_on_device(slots, samples);
   if (!executed.ok()) {
+    record_samples(slots, samples, failures);  // grammars that failed before the device step
     for (const auto& [request_id, seq_id] : exporting) connector_->abort_export(request_id);
     fail_batch(batch, executed);
     for (const auto& [seq_id, status] : failures) end_with_error(seq_id, status);
@@ -541,7 +543,8 @@ bool EngineCore::step() {
   }
   note_prefill_chunks(batch, forward_start, now());
 
-  if (!on_device) tokens = sample_batch(batch, failures);
+  if (!on_device) samples = sampler_.sample(slots);
+  const std::vector<int32_t> tokens = record_samples(slots, samples, failures);
   finish_exports(exporting);
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
@@ -577,26 +580,30 @@ void EngineCore::note_prefill_chunks(const ScheduledBatch& batch, SteadyTime sta
   }
 }
 
-std::vector<int32_t> EngineCore::sample_batch(const ScheduledBatch& batch,
-                                              std::vector<std::pair<SeqId, Status>>& failures) {
-  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
-  std::vector<int32_t> tokens(static_cast<size_t>(batch.num_samples), 0);
-  const std::vector<Status> masked = mask_constrained_rows(batch);
-  size_t row = 0;
+std::vector<SamplingSlot> EngineCore::sampling_slots(const ScheduledBatch& batch) {
+  std::vector<SamplingSlot> slots;
+  slots.reserve(static_cast<size_t>(batch.num_samples));
   for (const ScheduledSequence& entry : batch.entries) {
     if (!entry.samples) continue;
+    SamplingSlot& slot = slots.emplace_back();
     const Sequence& seq = *entry.sequence;
-    if (seq.status() == SequenceStatus::kAborted) {  // its export could not start
-      ++row;
-      continue;
-    }
+    if (seq.status() == SequenceStatus::kAborted) continue;  // its export could not start
     RequestState& state = requests_.at(seq.id());
-    Result<SampleResult> sampled =
-        masked[row].ok()
-            ? sample_entry(state, seq, std::span<const float>(logits_.data() + row * vocab, vocab))
-            : Result<SampleResult>(masked[row]);
-    record_sample(state, seq, std::move(sampled), tokens[row], failures);
-    ++row;
+    slot.sequence = &seq;
+    slot.rng = &state.rng;
+    if (state.grammar) slot.grammar = &*state.grammar;
+  }
+  return slots;
+}
+
+std::vector<int32_t> EngineCore::record_samples(std::span<const SamplingSlot> slots,
+                                                std::vector<SlotSample>& samples,
+                                                std::vector<std::pair<SeqId, Status>>& failures) {
+  std::vector<int32_t> tokens(slots.size(), 0);
+  for (size_t row = 0; row < samples.size(); ++row) {
+    if (!samples[row]) continue;
+    const Sequence& seq = *slots[row].sequence;
+    record_sample(requests_.at(seq.id()), seq, std::move(*samples[row]), tokens[row], failures);
   }
   return tokens;
 }
@@ -619,160 +626,6 @@ void EngineCore::record_sample(RequestState& state, const Sequence& seq,
                                                  "': " + sampled.status().message()));
   const Status aborted = scheduler_.abort(seq.id());
   PDS_CHECK(aborted.ok(), aborted.to_string());
-}
-
-std::span<const SamplingRow> EngineCore::device_rows(const ScheduledBatch& batch) {
-  device_rows_.assign(static_cast<size_t>(batch.num_samples), SamplingRow{});
-  size_t row = 0;
-  for (const ScheduledSequence& entry : batch.entries) {
-    if (!entry.samples) continue;
-    const Sequence& seq = *entry.sequence;
-    if (seq.status() != SequenceStatus::kAborted) {  // else its export could not start
-      SamplingRow& out = device_rows_[row];
-      out.params = &seq.sampling_params();
-      out.prompt_tokens = seq.prompt_tokens();
-      out.output_tokens = seq.output_tokens();
-      out.banned_token_ids =
-          seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens()));
-      out.rng = &requests_.at(seq.id()).rng;
-    }
-    ++row;
-  }
-  return device_rows_;
-}
-
-Status EngineCore::sample_on_device(const ScheduledBatch& batch,
-                                    std::vector<std::pair<SeqId, Status>>& failures,
-                                    std::vector<int32_t>& tokens) {
-  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
-  const size_t num_samples = static_cast<size_t>(batch.num_samples);
-  const size_t words = token_bitmask_words(executor_.vocab_size());
-  tokens.assign(num_samples, 0);
-  std::vector<const Sequence*> sequences(num_samples, nullptr);  // null: no token wanted
-  size_t row = 0;
-  for (const ScheduledSequence& entry : batch.entries) {
-    if (!entry.samples) continue;
-    if (device_rows_[row].params != nullptr) sequences[row] = entry.sequence;
-    ++row;
-  }
-
-  // The grammars' masks, all rows at once (ConstraintBatchMasker), while the device computes.
-  std::vector<ConstraintMatcher*> matchers;
-  std::vector<size_t> constrained_rows;
-  for (size_t r = 0; r < num_samples; ++r) {
-    if (sequences[r] == nullptr) continue;
-    RequestState& state = requests_.at(sequences[r]->id());
-    if (state.grammar) {
-      matchers.push_back(&*state.grammar);
-      constrained_rows.push_back(r);
-    }
-  }
-  bitmasks_.assign(constrained_rows.size() * words, 0);
-  std::vector<std::span<int32_t>> masks;
-  std::vector<std::span<const int32_t>> allowed(num_samples);
-  for (size_t i = 0; i < constrained_rows.size(); ++i) {
-    masks.emplace_back(bitmasks_.data() + i * words, words);
-  }
-  if (!matchers.empty()) {
-    const std::vector<Status> filled = grammar_masker_.allowed(matchers, masks);
-    for (size_t i = 0; i < constrained_rows.size(); ++i) {
-      const size_t r = constrained_rows[i];
-      if (filled[i].ok()) {
-        allowed[r] = masks[i];
-        continue;
-      }
-      // The grammar failed: its request fails; the device's token for it is ignored.
-      RequestState& state = requests_.at(sequences[r]->id());
-      record_sample(state, *sequences[r], filled[i], tokens[r], failures);
-      sequences[r] = nullptr;
-    }
-  }
-
-  std::vector<SampledRow> results(num_samples);
-  PDS_RETURN_IF_ERROR(
-      capture_status([&] { return executor_.sample_step(allowed, results, logits_); }));
-
-  for (size_t r = 0; r < num_samples; ++r) {
-    if (sequences[r] == nullptr) continue;
-    const Sequence& seq = *sequences[r];
-    RequestState& state = requests_.at(seq.id());
-    const std::span<float> logits(logits_.data() + r * vocab, vocab);
-    Result<SampleResult> sampled =
-        device_sample_result(device_rows_[r], allowed[r], results[r], logits);
-    if (sampled.ok() && state.grammar) {
-      const Status accepted = state.grammar->accept(sampled->token);
-      if (!accepted.ok()) sampled = accepted;
-    }
-    record_sample(state, seq, std::move(sampled), tokens[r], failures);
-  }
-  return Status::ok_status();
-}
-
-Result<SampleResult> EngineCore::device_sample_result(const SamplingRow& row,
-                                                      std::span<const int32_t> allowed,
-                                                      const SampledRow& result,
-                                                      std::span<float> logits) {
-  const SamplingParams& params = *row.params;
-  switch (result.outcome) {
-    case SampleOutcome::kSampled:
-      break;
-    case SampleOutcome::kLeftToHost:
-      // Nothing was drawn: the host sampler draws as it always does.
-      apply_token_bitmask(allowed, logits);
-      return sampler_.sample(logits, params, row.prompt_tokens, row.output_tokens, *row.rng,
-                             row.banned_token_ids);
-    case SampleOutcome::kInvalidLogits:
-      return invalid_argument("the logits hold a NaN or +inf");
-    case SampleOutcome::kAllMasked:
-      return invalid_argument("every token is masked: all logits are -inf");
-    case SampleOutcome::kPenaltyOverflow:
-      return invalid_argument("a penalty overflowed a logit to +inf");
-  }
-  if (result.token < 0 || result.token >= executor_.vocab_size()) {
-    return internal_error("the device sampler returned token " + std::to_string(result.token));
-  }
-  if (!params.want_logprobs) return SampleResult{result.token, 0.0f, {}};
-  // Logprobs come from the raw logits as the host path sees them: after the grammar's mask.
-  apply_token_bitmask(allowed, logits);
-  return sampler_.logprobs(logits, result.token, params.logprobs);
-}
-
-std::vector<Status> EngineCore::mask_constrained_rows(const ScheduledBatch& batch) {
-  const size_t vocab = static_cast<size_t>(executor_.vocab_size());
-  std::vector<Status> statuses(static_cast<size_t>(batch.num_samples), Status::ok_status());
-  std::vector<ConstraintMatcher*> matchers;
-  std::vector<std::span<float>> rows;
-  std::vector<size_t> row_indices;
-  size_t row = 0;
-  for (const ScheduledSequence& entry : batch.entries) {
-    if (!entry.samples) continue;
-    const Sequence& seq = *entry.sequence;
-    if (seq.status() != SequenceStatus::kAborted) {
-      RequestState& state = requests_.at(seq.id());
-      if (state.grammar) {
-        matchers.push_back(&*state.grammar);
-        rows.emplace_back(logits_.data() + row * vocab, vocab);
-        row_indices.push_back(row);
-      }
-    }
-    ++row;
-  }
-  if (matchers.empty()) return statuses;
-  std::vector<Status> masked = grammar_masker_.mask(matchers, rows);
-  for (size_t i = 0; i < row_indices.size(); ++i) statuses[row_indices[i]] = std::move(masked[i]);
-  return statuses;
-}
-
-Result<SampleResult> EngineCore::sample_entry(RequestState& state, const Sequence& seq,
-                                              std::span<const float> logits) {
-  PDS_ASSIGN_OR_RETURN(
-      SampleResult sampled,
-      sampler_.sample(logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(),
-                      state.rng,
-                      seq.stop_checker().min_tokens_banned_ids(
-                          static_cast<size_t>(seq.num_output_tokens()))));
-  if (state.grammar) PDS_RETURN_IF_ERROR(state.grammar->accept(sampled.token));
-  return sampled;
 }
 
 void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {

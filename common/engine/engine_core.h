@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/core/status.h"
+#include "common/engine/batch_sampler.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
 #include "common/engine/model_executor.h"
@@ -36,7 +37,6 @@
 #include "common/engine/scheduler.h"
 #include "common/engine/stop_strings.h"
 #include "common/grammar/constraint.h"
-#include "common/sampling/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace pdserve {
@@ -152,35 +152,15 @@ class EngineCore {
   void note_scheduled(const ScheduledBatch& batch);
   // Records the forward step in the timings of every request whose prompt it computed.
   void note_prefill_chunks(const ScheduledBatch& batch, SteadyTime start, SteadyTime end);
-  // Samples every sampling entry; a request whose sampling fails is aborted in the scheduler
-  // and recorded in `failures`. Returns one token per sampling entry (0 for the failed ones).
-  std::vector<int32_t> sample_batch(const ScheduledBatch& batch,
-                                    std::vector<std::pair<SeqId, Status>>& failures);
-  // Stores a sampling entry's result (its token and logprobs), or aborts its request and
-  // records the failure.
+  // One slot per sampling entry of the batch (none for an entry whose request failed).
+  std::vector<SamplingSlot> sampling_slots(const ScheduledBatch& batch);
+  // Stores each slot's result (its token and logprobs), or aborts its request in the scheduler
+  // and records the failure in `failures`. Returns one token per slot (0 for the failed ones).
+  std::vector<int32_t> record_samples(std::span<const SamplingSlot> slots,
+                                      std::vector<SlotSample>& samples,
+                                      std::vector<std::pair<SeqId, Status>>& failures);
   void record_sample(RequestState& state, const Sequence& seq, Result<SampleResult> sampled,
                      int32_t& token, std::vector<std::pair<SeqId, Status>>& failures);
-  // The device path (executor_.samples_on_device()). device_rows(): launch_step()'s rows, one
-  // per sampling entry (params null for an aborted entry). sample_on_device(), after
-  // launch_step(): the grammars' masks, sample_step(), then each entry's token, logprobs and
-  // grammar. Returns sample_step()'s error (the batch fails); a row's own failure aborts its
-  // request and is recorded in `failures`.
-  std::span<const SamplingRow> device_rows(const ScheduledBatch& batch);
-  Status sample_on_device(const ScheduledBatch& batch,
-                          std::vector<std::pair<SeqId, Status>>& failures,
-                          std::vector<int32_t>& tokens);
-  // One device row's result as the host sampler would give it: logprobs from its logits row
-  // (masked by `allowed`, its grammar's mask), a row left to the host sampled here, outcomes
-  // turned into errors.
-  Result<SampleResult> device_sample_result(const SamplingRow& row,
-                                            std::span<const int32_t> allowed,
-                                            const SampledRow& result, std::span<float> logits);
-  // Applies the grammars of the batch's constrained sampling rows to their logits, all at once
-  // (ConstraintBatchMasker); one status per sampling row, ok for the unconstrained ones.
-  std::vector<Status> mask_constrained_rows(const ScheduledBatch& batch);
-  // One sampling entry, its logits already masked: the draw, the grammar advanced over it.
-  Result<SampleResult> sample_entry(RequestState& state, const Sequence& seq,
-                                    std::span<const float> logits);
   void fail_batch(const ScheduledBatch& batch, const Status& status);
   void emit(RequestState& state, const SequenceUpdate& update);
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
@@ -191,19 +171,14 @@ class EngineCore {
   Scheduler scheduler_;
   ModelExecutor& executor_;
   Tokenizer tokenizer_;
-  Sampler sampler_;
+  BatchSampler sampler_;
   std::unique_ptr<ConstraintCompiler> constraints_;
-  ConstraintBatchMasker grammar_masker_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvConnector* connector_;
   // Blocks pinned for a transfer, by request id; they outlive the request itself.
   std::unordered_map<std::string, SeqId> exports_;
   std::unordered_map<std::string, SeqId> imports_;
-  std::vector<float> logits_;
-  // The device path's rows and grammar masks (one mask row per constrained entry).
-  std::vector<SamplingRow> device_rows_;
-  std::vector<int32_t> bitmasks_;
   SamplerRng seed_source_;  // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
