@@ -146,10 +146,9 @@ Result<SampleResult> BatchSampler::sample_slot(const SamplingSlot& slot,
   const Sequence& seq = *slot.sequence;
   PDS_ASSIGN_OR_RETURN(
       SampleResult sampled,
-      sampler_.sample(logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(),
-                      *slot.rng,
-                      seq.stop_checker().min_tokens_banned_ids(
-                          static_cast<size_t>(seq.num_output_tokens()))));
+      sampler_.sample(
+          logits, seq.sampling_params(), seq.prompt_tokens(), seq.output_tokens(), *slot.rng,
+          seq.stop_checker().min_tokens_banned_ids(static_cast<size_t>(seq.num_output_tokens()))));
   if (slot.grammar != nullptr) PDS_RETURN_IF_ERROR(slot.grammar->accept(sampled.token));
   return sampled;
 }

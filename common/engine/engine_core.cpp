@@ -31,39 +31,18 @@ SteadyTime now() {
   return std::chrono::steady_clock::now();
 }
 
-// Pushes tokens the client already has through a detokenizer and stop matcher; returns the
-// text they streamed.
-std::string replay_text(const Tokenizer& tokenizer, IncrementalDetokenizer& detokenizer,
-                        StopStringMatcher& matcher, std::span<const int32_t> tokens) {
-  std::string text;
-  for (const int32_t token : tokens) {
-    if (!tokenizer.token_bytes(token).has_value()) continue;
-    Result<std::string> piece = detokenizer.push(token);
-    PDS_CHECK(piece.ok(), piece.status().to_string());
-    text += matcher.push(*piece);
-  }
-  return text;
-}
-
 }  // namespace
 
-EngineCore::RequestState::RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq,
-                                       SamplerRng request_rng, const Tokenizer& tokenizer,
-                                       const InferenceRequest& request,
+EngineCore::RequestState::RequestState(DeltaSink delta_sink, SeqId seq, SamplerRng request_rng,
+                                       const Tokenizer& tokenizer, const InferenceRequest& request,
                                        std::optional<ConstraintMatcher> constraint)
-    : id(std::move(request_id)),
-      sink(std::move(delta_sink)),
+    : sink(std::move(delta_sink)),
       seq_id(seq),
-      include_stop_str_in_output(request.include_stop_str_in_output),
       rng(request_rng),
-      detokenizer(tokenizer, request.skip_special_tokens),
-      stop_matcher(request.stop, request.include_stop_str_in_output),
-      prompt_tokens(static_cast<int>(request.prompt_tokens.size())),
       kv_export(request.kv_export),
       report_sampler_state(request.report_sampler_state),
-      grammar(std::move(constraint)) {
-  timings.arrival = request.arrival;
-}
+      grammar(std::move(constraint)),
+      output(tokenizer, request) {}
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
                                                        ModelExecutor& executor, Tokenizer tokenizer,
@@ -84,8 +63,9 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
       sampler_(executor),
-      constraints_(std::make_unique<ConstraintCompiler>(
-          tokenizer_, scheduler_.config().vocab_size, scheduler_.config().eos_token_ids)),
+      outputs_(tokenizer_, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size),
+      constraints_(std::make_unique<ConstraintCompiler>(tokenizer_, scheduler_.config().vocab_size,
+                                                        scheduler_.config().eos_token_ids)),
       connector_(connector),
       seed_source_(std::random_device{}()) {}
 
@@ -152,7 +132,7 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
     return invalid_argument("request '" + request.id + "' is already in flight");
   }
   if (request.resume) {
-    if (std::optional<SequenceDelta> ended = resumed_output_end(request)) {
+    if (std::optional<SequenceDelta> ended = outputs_.resumed_output_end(request)) {
       deliver_delta(sink, std::move(*ended));
       return Status::ok_status();
     }
@@ -163,8 +143,8 @@ Status EngineCore::add(InferenceRequest request, DeltaSink sink) {
   if (request.resume) return add_resumed(request, rng, sink, grammar);
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
                        scheduler_.add_request(request.prompt_tokens, request.sampling));
-  requests_.emplace(seq_id, RequestState(request.id, std::move(sink), seq_id, rng, tokenizer_,
-                                         request, std::move(grammar)));
+  requests_.emplace(
+      seq_id, RequestState(std::move(sink), seq_id, rng, tokenizer_, request, std::move(grammar)));
   ids_.emplace(std::move(request.id), seq_id);
   return Status::ok_status();
 }
@@ -181,72 +161,24 @@ Result<std::optional<ConstraintMatcher>> EngineCore::make_grammar(
     const std::vector<int32_t>& tokens = request.resume->output_tokens;
     for (size_t i = 0; i < tokens.size(); ++i) {
       PDS_RETURN_IF_ERROR(grammar->accept(tokens[i]).with_context(
-          "request '" + request.id + "' resumes a stream whose output token " +
-          std::to_string(i) + " breaks its structured output"));
+          "request '" + request.id + "' resumes a stream whose output token " + std::to_string(i) +
+          " breaks its structured output"));
     }
   }
   return grammar;
 }
 
-std::optional<SequenceDelta> EngineCore::resumed_output_end(
-    const InferenceRequest& request) const {
-  const std::vector<int32_t>& output = request.resume->output_tokens;
-  // validate() created the same checker.
-  Result<StopChecker> checker = StopChecker::create(
-      request.sampling, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size);
-  PDS_CHECK(checker.ok(), checker.status().to_string());
-  FinishReason reason = checker->check(output);
-  if (reason == FinishReason::kNone && request.stop.empty()) return std::nullopt;
-  IncrementalDetokenizer detokenizer(tokenizer_, request.skip_special_tokens);
-  StopStringMatcher matcher(request.stop, request.include_stop_str_in_output);
-  std::string text = replay_text(tokenizer_, detokenizer, matcher, output);
-  if (reason == FinishReason::kNone) {
-    if (!matcher.match()) return std::nullopt;
-    reason = FinishReason::kStop;
-  }
-  // All the text the client has, held-back bytes included (the first node's final delta
-  // flushed them), for the front end's parsers to catch up on.
-  if (!matcher.match()) {
-    text += matcher.push(detokenizer.flush());
-    text += matcher.finish();
-  }
-  SequenceDelta delta;
-  delta.request_id = request.id;
-  delta.finished = true;
-  delta.finish_reason = reason;
-  delta.ended_before_resume = true;
-  delta.prompt_tokens = static_cast<int>(request.prompt_tokens.size());
-  delta.completion_tokens = static_cast<int>(output.size());
-  delta.timings.arrival = request.arrival;
-  delta.timings.finished = now();
-  delta.resumed_text = std::move(text);
-  return delta;
-}
-
 Status EngineCore::catch_up_resumed(RequestState& state, const ResumedOutput& resume) {
   PDS_ASSIGN_OR_RETURN(state.rng, SamplerRng::from_state(resume.sampler_state));
-  // The detokenizer and the stop-string matcher catch up on what was streamed before, so the
-  // next delta starts where the client's text ends (held-back bytes included).
-  std::string text =
-      replay_text(tokenizer_, state.detokenizer, state.stop_matcher, resume.output_tokens);
-  if (state.stop_matcher.match()) {
-    return invalid_argument("request '" + state.id +
-                            "' resumes a stream whose output already contains a stop string");
-  }
-  state.resumed = true;
-  state.completion_tokens = static_cast<int>(resume.output_tokens.size());
-  state.resumed_text = std::move(text);
-  return Status::ok_status();
+  return outputs_.catch_up(state.output, resume.output_tokens);
 }
 
 Status EngineCore::add_resumed(InferenceRequest& request, const SamplerRng& rng, DeltaSink& sink,
                                std::optional<ConstraintMatcher>& grammar) {
   PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
-                       scheduler_.add_resumed_request(request.prompt_tokens,
-                                                      request.resume->output_tokens,
-                                                      request.sampling));
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request,
-                     std::move(grammar));
+                       scheduler_.add_resumed_request(
+                           request.prompt_tokens, request.resume->output_tokens, request.sampling));
+  RequestState state(std::move(sink), seq_id, rng, tokenizer_, request, std::move(grammar));
   if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
     const Status aborted = scheduler_.abort(seq_id);
     PDS_CHECK(aborted.ok(), aborted.to_string());
@@ -262,9 +194,9 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
   const std::span<const int32_t> resumed_output =
       request.resume ? std::span<const int32_t>(request.resume->output_tokens)
                      : std::span<const int32_t>();
-  PDS_ASSIGN_OR_RETURN(const SeqId seq_id,
-                       scheduler_.add_imported_request(request.prompt_tokens, request.sampling,
-                                                       resumed_output));
+  PDS_ASSIGN_OR_RETURN(
+      const SeqId seq_id,
+      scheduler_.add_imported_request(request.prompt_tokens, request.sampling, resumed_output));
   const Sequence& seq = *scheduler_.find(seq_id);
   const auto abort_sequence = [&] {
     const Status aborted = scheduler_.abort(seq_id);
@@ -277,8 +209,7 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
     request.kv_import.reset();
     return add_resumed(request, rng, sink, grammar);
   }
-  RequestState state(request.id, std::move(sink), seq_id, rng, tokenizer_, request,
-                     std::move(grammar));
+  RequestState state(std::move(sink), seq_id, rng, tokenizer_, request, std::move(grammar));
   if (request.resume) {
     if (const Status caught = catch_up_resumed(state, *request.resume); !caught.ok()) {
       abort_sequence();
@@ -299,7 +230,7 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
     return started;
   }
   imports_.emplace(request.id, seq_id);
-  state.cached_prompt_tokens =
+  state.output.cached_prompt_tokens =
       std::min(seq.num_computed_tokens(), static_cast<int>(request.prompt_tokens.size()));
   requests_.emplace(seq_id, std::move(state));
   ids_.emplace(request.id, seq_id);
@@ -347,10 +278,10 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
   if (id == ids_.end()) return;  // aborted meanwhile
   const SeqId seq_id = id->second;
   RequestState& state = requests_.at(seq_id);
-  if (state.resumed) {
+  if (state.output.resumed) {
     // The stream goes on from its delivered tokens: the prefill node's token is not used.
-    result.stats.local_cached_tokens = state.cached_prompt_tokens;
-    state.remote_prefill = result.stats;
+    result.stats.local_cached_tokens = state.output.cached_prompt_tokens;
+    state.output.remote_prefill = result.stats;
     return;
   }
   Result<SamplerRng> rng = SamplerRng::from_state(result.rng_state);
@@ -372,12 +303,12 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
     return;
   }
   state.rng = *rng;
-  result.stats.local_cached_tokens = state.cached_prompt_tokens;
-  state.cached_prompt_tokens =
-      std::max(state.cached_prompt_tokens, result.stats.remote_cached_tokens);
-  state.remote_prefill = result.stats;
-  prompt_tokens_total_ += state.prompt_tokens;
-  if (result.first_logprobs) state.step_logprobs = std::move(result.first_logprobs);
+  result.stats.local_cached_tokens = state.output.cached_prompt_tokens;
+  state.output.cached_prompt_tokens =
+      std::max(state.output.cached_prompt_tokens, result.stats.remote_cached_tokens);
+  state.output.remote_prefill = result.stats;
+  prompt_tokens_total_ += state.output.prompt_tokens;
+  if (result.first_logprobs) state.output.step_logprobs = std::move(result.first_logprobs);
   emit(state, *update);
   // A stop string in the first token aborted the sequence: the KV is no longer wanted (its
   // blocks stay pinned until the connector says no put can still land). A first token that
@@ -407,9 +338,10 @@ void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats 
     abort(request_id, completed.with_context("the KV of request '" + request_id + "' landed"));
     return;
   }
-  state.timings.kv_ready = now();
-  if (state.remote_prefill) stats.local_cached_tokens = state.remote_prefill->local_cached_tokens;
-  state.remote_prefill = std::move(stats);
+  state.output.timings.kv_ready = now();
+  if (state.output.remote_prefill)
+    stats.local_cached_tokens = state.output.remote_prefill->local_cached_tokens;
+  state.output.remote_prefill = std::move(stats);
 }
 
 std::optional<SeqId> EngineCore::awaiting_after_finish(const std::string& request_id) const {
@@ -458,16 +390,17 @@ std::vector<std::pair<std::string, SeqId>> EngineCore::start_exports(
     PDS_CHECK(pinned.ok(), pinned.to_string());
     const std::vector<int32_t> table(entry.block_table.begin(), entry.block_table.end());
     const Status status = capture_status([&] {
-      return connector_->start_export(state.id, *state.kv_export, table, seq.num_prompt_tokens());
+      return connector_->start_export(state.output.request_id, *state.kv_export, table,
+                                      seq.num_prompt_tokens());
     });
     if (status.ok()) {
-      exports_.emplace(state.id, seq.id());
-      started.emplace_back(state.id, seq.id());
+      exports_.emplace(state.output.request_id, seq.id());
+      started.emplace_back(state.output.request_id, seq.id());
       continue;
     }
     unpin(seq.id());
-    failures.emplace_back(seq.id(),
-                          status.with_context("sending the KV of request '" + state.id + "'"));
+    failures.emplace_back(seq.id(), status.with_context("sending the KV of request '" +
+                                                        state.output.request_id + "'"));
     const Status aborted = scheduler_.abort(seq.id());
     PDS_CHECK(aborted.ok(), aborted.to_string());
   }
@@ -558,12 +491,12 @@ void EngineCore::note_scheduled(const ScheduledBatch& batch) {
   const SteadyTime time = now();
   for (const ScheduledSequence& entry : batch.entries) {
     RequestState& state = requests_.at(entry.sequence->id());
-    if (state.timings.first_scheduled) continue;
-    state.timings.first_scheduled = time;
+    if (state.output.timings.first_scheduled) continue;
+    state.output.timings.first_scheduled = time;
     // An imported request's prompt was counted when its first token came.
-    if (state.remote_prefill) continue;
-    state.cached_prompt_tokens = entry.num_cached_before;
-    prompt_tokens_total_ += state.prompt_tokens;
+    if (state.output.remote_prefill) continue;
+    state.output.cached_prompt_tokens = entry.num_cached_before;
+    prompt_tokens_total_ += state.output.prompt_tokens;
   }
 }
 
@@ -575,7 +508,7 @@ void EngineCore::note_prefill_chunks(const ScheduledBatch& batch, SteadyTime sta
     const int prompt_left = entry.sequence->num_prompt_tokens() - entry.num_cached_before;
     if (prompt_left <= 0) continue;
     requests_.at(entry.sequence->id())
-        .timings.prefill_chunks.push_back(
+        .output.timings.prefill_chunks.push_back(
             {start, end, std::min(prompt_left, entry.num_new_tokens), batch_tokens});
   }
 }
@@ -614,7 +547,7 @@ void EngineCore::record_sample(RequestState& state, const Sequence& seq,
   if (sampled.ok()) {
     token = sampled->token;
     if (seq.sampling_params().want_logprobs) {
-      state.step_logprobs =
+      state.output.step_logprobs =
           SampledTokenLogprobs{sampled->token, sampled->logprob, std::move(sampled->top_logprobs)};
     }
     return;
@@ -622,7 +555,7 @@ void EngineCore::record_sample(RequestState& state, const Sequence& seq,
   // The request's parameters were validated on admission, so a failure here means the model
   // produced logits the sampler refuses (NaN, +inf) or a grammar failed: a server fault, not
   // the client's.
-  failures.emplace_back(seq.id(), internal_error("sampling request '" + state.id +
+  failures.emplace_back(seq.id(), internal_error("sampling request '" + state.output.request_id +
                                                  "': " + sampled.status().message()));
   const Status aborted = scheduler_.abort(seq.id());
   PDS_CHECK(aborted.ok(), aborted.to_string());
@@ -645,58 +578,22 @@ void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {
 }
 
 void EngineCore::emit(RequestState& state, const SequenceUpdate& update) {
-  ++state.completion_tokens;
   ++generation_tokens_total_;
-  if (!state.timings.first_token) state.timings.first_token = now();
-  SequenceDelta delta = make_delta(state);
-  delta.token_ids.push_back(update.token);
+  SequenceDelta delta = outputs_.token_delta(state.output, update);
   if (state.kv_export || state.report_sampler_state) delta.sampler_state = state.rng.state();
-  if (state.resumed_text) {
-    delta.resumed_text = std::move(state.resumed_text);
-    state.resumed_text.reset();
-  }
-  if (state.step_logprobs) {
-    delta.logprobs.push_back(std::move(*state.step_logprobs));
-    state.step_logprobs.reset();
-  }
-
-  // An EOS or stop token ends the text without showing up in it (vLLM's rule).
-  const bool ended_by_stop_token = update.finish_reason == FinishReason::kStop;
-  const bool has_text = (!ended_by_stop_token || state.include_stop_str_in_output) &&
-                        tokenizer_.token_bytes(update.token).has_value();
-  std::string text;
-  if (has_text) {
-    // Only unknown ids fail, and those were filtered out above.
-    Result<std::string> piece = state.detokenizer.push(update.token);
-    PDS_CHECK(piece.ok(), piece.status().to_string());
-    text = state.stop_matcher.push(*piece);
-  }
-  FinishReason reason = update.finish_reason;
-  if (!state.stop_matcher.match() && reason != FinishReason::kNone) {
-    text += state.stop_matcher.push(state.detokenizer.flush());
-  }
-  if (const std::optional<StopMatch>& match = state.stop_matcher.match()) {
-    if (update.finish_reason == FinishReason::kNone) {
-      const Status aborted = scheduler_.abort(state.seq_id);
-      PDS_CHECK(aborted.ok(), aborted.to_string());
-    }
-    reason = FinishReason::kStop;
-    delta.matched_stop = match->stop;
-  } else if (reason != FinishReason::kNone) {
-    text += state.stop_matcher.finish();
-  }
-  delta.text = std::move(text);
-  if (reason == FinishReason::kNone) {
+  if (!delta.finished) {
     deliver_delta(state.sink, std::move(delta));
     return;
   }
-  delta.finished = true;
-  delta.finish_reason = reason;
+  if (update.finish_reason == FinishReason::kNone) {  // a stop string ended it
+    const Status aborted = scheduler_.abort(state.seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
   finish(state.seq_id, std::move(delta));
 }
 
 void EngineCore::end_with_error(SeqId seq_id, const Status& status) {
-  SequenceDelta delta = make_delta(requests_.at(seq_id));
+  SequenceDelta delta = OutputProcessor::make_delta(requests_.at(seq_id).output);
   delta.finished = true;
   delta.error = status;
   finish(seq_id, std::move(delta));
@@ -707,20 +604,9 @@ void EngineCore::finish(SeqId seq_id, SequenceDelta delta) {
   PDS_CHECK(it != requests_.end(), "finish() of an unknown sequence");
   delta.timings.finished = now();
   const DeltaSink sink = std::move(it->second.sink);
-  ids_.erase(it->second.id);
+  ids_.erase(it->second.output.request_id);
   requests_.erase(it);
   deliver_delta(sink, std::move(delta));
-}
-
-SequenceDelta EngineCore::make_delta(const RequestState& state) {
-  SequenceDelta delta;
-  delta.request_id = state.id;
-  delta.prompt_tokens = state.prompt_tokens;
-  delta.completion_tokens = state.completion_tokens;
-  delta.cached_prompt_tokens = state.cached_prompt_tokens;
-  delta.timings = state.timings;
-  delta.remote_prefill = state.remote_prefill;
-  return delta;
 }
 
 void deliver_delta(const DeltaSink& sink, SequenceDelta delta) {

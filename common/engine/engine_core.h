@@ -1,19 +1,14 @@
 // The single-threaded heart of the serving engine. Each step() schedules a batch, runs the
 // model, samples one token for every sequence whose context is complete, applies the tokens
-// to the scheduler and streams the result to each request's sink as a SequenceDelta:
-//  * text comes from an IncrementalDetokenizer (complete UTF-8 only) passed through a
-//    StopStringMatcher, so no partial stop string is ever streamed; a stop-string match ends
-//    the sequence at once (FinishReason kStop, matched_stop set);
-//  * the text of a token that ends the sequence as EOS or a stop token id is left out unless
-//    include_stop_str_in_output (vLLM's rule); ids the tokenizer does not know (a model's
-//    padded vocabulary rows) produce no text;
-//  * until min_tokens, the stop tokens are banned from sampling; logprobs come from the raw
-//    logits when requested;
-//  * a request with a structured output has a ConstraintMatcher that follows its output
-//    tokens: before each of its samples the logits the grammar forbids are set to -inf (so the
-//    logprobs are those of the masked logits, as in vLLM), and the sampled token, the prefill
-//    node's first token or a resumed stream's tokens advance it. Preemption keeps the output,
-//    so the matcher stays in step with it.
+// to the scheduler and streams the result to each request's sink as a SequenceDelta. The core
+// keeps the step, the request table and admission; it delegates
+//  * the draws to a BatchSampler (batch_sampler.h): host or device sampling (the stop tokens
+//    banned until min_tokens), logprobs, the structured outputs' grammar masks;
+//  * the deltas' text to an OutputProcessor (output_processor.h): detokenization, stop
+//    strings (a match ends the sequence at once), a resumed stream's catch-up.
+// A request with a structured output has a ConstraintMatcher that follows its output tokens:
+// the sampled token, the prefill node's first token or a resumed stream's tokens advance it.
+// Preemption keeps the output, so the matcher stays in step with it.
 // Every request added receives exactly one final delta: finished, aborted (kCancelled or the
 // given reason), or failed (the model or the sampler failed on it). Sinks are called on the
 // caller's thread; see inference_service.h for what a sink may do.
@@ -33,9 +28,9 @@
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
 #include "common/engine/model_executor.h"
+#include "common/engine/output_processor.h"
 #include "common/engine/prefix_cache_journal.h"
 #include "common/engine/scheduler.h"
-#include "common/engine/stop_strings.h"
 #include "common/grammar/constraint.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -85,28 +80,17 @@ class EngineCore {
 
  private:
   struct RequestState {
-    RequestState(std::string request_id, DeltaSink delta_sink, SeqId seq, SamplerRng request_rng,
+    RequestState(DeltaSink delta_sink, SeqId seq, SamplerRng request_rng,
                  const Tokenizer& tokenizer, const InferenceRequest& request,
                  std::optional<ConstraintMatcher> constraint);
 
-    std::string id;
     DeltaSink sink;
     SeqId seq_id;
-    bool include_stop_str_in_output;
     SamplerRng rng;
-    IncrementalDetokenizer detokenizer;
-    StopStringMatcher stop_matcher;
-    RequestTimings timings;
-    int prompt_tokens = 0;
-    int completion_tokens = 0;
-    int cached_prompt_tokens = 0;
-    std::optional<SampledTokenLogprobs> step_logprobs;  // of the token sampled this step
     std::optional<KvExportTarget> kv_export;
-    std::optional<RemotePrefillStats> remote_prefill;
     bool report_sampler_state = false;
-    std::optional<std::string> resumed_text;  // until the first delta carries it
-    bool resumed = false;                     // a stream resumed from another node
     std::optional<ConstraintMatcher> grammar;  // a structured output's state
+    RequestOutput output;                      // its text and what its deltas report
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
              KvConnector* connector);
@@ -121,11 +105,6 @@ class EngineCore {
   // A resumed stream's state: the sampler where it stopped, the text state caught up
   // (InferenceRequest::resume). InvalidArgument when its output already holds a stop string.
   Status catch_up_resumed(RequestState& state, const ResumedOutput& resume);
-  // When a resumed stream's delivered output already ends it (max_tokens, a stop token or a
-  // stop string: the first node was cut between its last token's event and its finish
-  // chunk), the final delta that ends it at once, without tokens (ended_before_resume);
-  // nullopt when there is more to generate.
-  std::optional<SequenceDelta> resumed_output_end(const InferenceRequest& request) const;
   // The matcher of a request with a structured output (its constraint compiled when the
   // request does not carry it), caught up on a resumed stream's tokens; nullopt without one.
   Result<std::optional<ConstraintMatcher>> make_grammar(const InferenceRequest& request) const;
@@ -166,12 +145,12 @@ class EngineCore {
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
   void end_with_error(SeqId seq_id, const Status& status);
   void finish(SeqId seq_id, SequenceDelta delta);
-  static SequenceDelta make_delta(const RequestState& state);
 
   Scheduler scheduler_;
   ModelExecutor& executor_;
   Tokenizer tokenizer_;
   BatchSampler sampler_;
+  OutputProcessor outputs_;
   std::unique_ptr<ConstraintCompiler> constraints_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;

@@ -91,8 +91,8 @@ TEST(BatchSampler, TheDevicePathGivesWhatTheHostPathGives) {
   SamplerRng host_a(1), host_b(2);
   std::span<float> host_logits = host_sampler.logits(2);
   std::copy(peaked.begin(), peaked.end(), host_logits.begin());
-  const std::vector<SlotSample> expected =
-      host_sampler.sample(std::vector<SamplingSlot>{{&a, &host_a, nullptr}, {&b, &host_b, nullptr}});
+  const std::vector<SlotSample> expected = host_sampler.sample(
+      std::vector<SamplingSlot>{{&a, &host_a, nullptr}, {&b, &host_b, nullptr}});
 
   // The device samples row 0 itself and leaves row 1 to the host.
   FixedExecutor device(true);
