@@ -26,7 +26,7 @@ namespace pdserve {
 struct SamplingSlot {
   // Null: the entry's token is not wanted (its request already failed); nothing is drawn.
   const Sequence* sequence = nullptr;
-  SamplerRng* rng = nullptr;              // the request's generator
+  SamplerRng* rng = nullptr;             // the request's generator
   ConstraintMatcher* grammar = nullptr;  // null: no structured output
 };
 

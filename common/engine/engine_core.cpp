@@ -12,21 +12,6 @@
 namespace pdserve {
 namespace {
 
-// What a resumed stream asks a prefill node for: the KV of its prompt and of its delivered
-// tokens but the last (whose KV its next decode step writes). The engine keeps its own sampler
-// and does not use the prefill node's token, so that token is sampled greedily.
-InferenceRequest resumed_import(const InferenceRequest& request) {
-  InferenceRequest work;
-  work.id = request.id;
-  work.prompt_tokens = request.prompt_tokens;
-  const std::vector<int32_t>& delivered = request.resume->output_tokens;
-  work.prompt_tokens.insert(work.prompt_tokens.end(), delivered.begin(), delivered.end() - 1);
-  work.sampling.temperature = 0.0f;
-  work.sampling.max_tokens = 1;
-  work.kv_import = request.kv_import;
-  return work;
-}
-
 SteadyTime now() {
   return std::chrono::steady_clock::now();
 }
@@ -66,14 +51,14 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
       outputs_(tokenizer_, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size),
       constraints_(std::make_unique<ConstraintCompiler>(tokenizer_, scheduler_.config().vocab_size,
                                                         scheduler_.config().eos_token_ids)),
-      connector_(connector),
+      kv_transfers_(connector, scheduler_),
       seed_source_(std::random_device{}()) {}
 
 Status EngineCore::validate(const InferenceRequest& request) const {
   const SchedulerConfig& config = scheduler_.config();
   const std::string where = "request '" + request.id + "'";
   if (request.id.empty()) return invalid_argument("the request id is empty");
-  if ((request.kv_export || request.kv_import) && connector_ == nullptr) {
+  if ((request.kv_export || request.kv_import) && !kv_transfers_.has_connector()) {
     return invalid_argument(where + " moves KV between nodes, but this node has no KV connector");
   }
   if (request.kv_export && request.kv_import) {
@@ -204,7 +189,7 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
   };
   if (request.resume && seq.num_computed_tokens() >= seq.num_tokens() - 1) {
     // Every token but the last is cached here: nothing to import.
-    ++remote_prefills_served_from_cache_total_;
+    kv_transfers_.count_served_from_cache();
     abort_sequence();
     request.kv_import.reset();
     return add_resumed(request, rng, sink, grammar);
@@ -216,20 +201,10 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
       return caught;
     }
   }
-  Status pinned = scheduler_.block_manager().pin(seq_id);
-  PDS_CHECK(pinned.ok(), pinned.to_string());
-  const std::vector<int32_t> table(scheduler_.block_manager().block_table(seq_id).begin(),
-                                   scheduler_.block_manager().block_table(seq_id).end());
-  const Status started = capture_status([&] {
-    return connector_->start_import(request.resume ? resumed_import(request) : request, table,
-                                    seq.num_computed_tokens());
-  });
-  if (!started.ok()) {
+  if (const Status started = kv_transfers_.start_import(request, seq_id); !started.ok()) {
     abort_sequence();
-    unpin(seq_id);
     return started;
   }
-  imports_.emplace(request.id, seq_id);
   state.output.cached_prompt_tokens =
       std::min(seq.num_computed_tokens(), static_cast<int>(request.prompt_tokens.size()));
   requests_.emplace(seq_id, std::move(state));
@@ -237,46 +212,14 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
   return Status::ok_status();
 }
 
-void EngineCore::unpin(const SeqId seq_id) {
-  const Status unpinned = scheduler_.block_manager().unpin(seq_id);
-  PDS_CHECK(unpinned.ok(), unpinned.to_string());
-}
-
-void EngineCore::apply_connector_events() {
-  if (connector_ == nullptr) return;
-  for (KvEvent& event : connector_->poll()) {
-    switch (event.kind) {
-      case KvEventKind::kExportReleased:
-        if (auto it = exports_.find(event.request_id); it != exports_.end()) {
-          unpin(it->second);
-          exports_.erase(it);
-        }
-        break;
-      case KvEventKind::kImportReleased:
-        if (auto it = imports_.find(event.request_id); it != imports_.end()) {
-          unpin(it->second);
-          imports_.erase(it);
-        }
-        break;
-      case KvEventKind::kFirstToken:
-        PDS_CHECK(event.result.has_value(), "a remote first token without its result");
-        import_first_token(event.request_id, std::move(*event.result));
-        break;
-      case KvEventKind::kImportReady:
-        PDS_CHECK(event.stats.has_value(), "an import is ready without its figures");
-        import_ready(event.request_id, std::move(*event.stats));
-        break;
-      case KvEventKind::kImportFailed:
-        import_failed(event.request_id, event.status, event.stats);
-        break;
-    }
-  }
-}
-
-void EngineCore::import_first_token(const std::string& request_id, RemotePrefillResult result) {
+std::optional<SeqId> EngineCore::live_sequence(const std::string& request_id) const {
   auto id = ids_.find(request_id);
-  if (id == ids_.end()) return;  // aborted meanwhile
-  const SeqId seq_id = id->second;
+  if (id == ids_.end()) return std::nullopt;
+  return id->second;
+}
+
+void EngineCore::import_first_token(const std::string& request_id, const SeqId seq_id,
+                                    RemotePrefillResult result) {
   RequestState& state = requests_.at(seq_id);
   if (state.output.resumed) {
     // The stream goes on from its delivered tokens: the prefill node's token is not used.
@@ -315,23 +258,12 @@ void EngineCore::import_first_token(const std::string& request_id, RemotePrefill
   // ended it otherwise (EOS, max_tokens 1) leaves the import running: the landed prompt
   // enters the prefix cache (import_ready).
   if (!ids_.contains(request_id) && scheduler_.find(seq_id) == nullptr) {
-    connector_->cancel_import(request_id);
+    kv_transfers_.cancel_import(request_id);
   }
 }
 
-void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats stats) {
-  kv_checksum_mismatches_total_ += stats.checksum_mismatches;
-  kv_refetches_total_ += stats.refetches;
-  auto id = ids_.find(request_id);
-  if (id == ids_.end()) {
-    // Finished by its first token: its prompt still enters the prefix cache.
-    if (const std::optional<SeqId> seq_id = awaiting_after_finish(request_id)) {
-      const Status completed = scheduler_.complete_import(*seq_id);
-      PDS_CHECK(completed.ok(), completed.to_string());
-    }
-    return;
-  }
-  const SeqId seq_id = id->second;
+void EngineCore::import_ready(const std::string& request_id, const SeqId seq_id,
+                              RemotePrefillStats stats) {
   RequestState& state = requests_.at(seq_id);
   const Status completed = scheduler_.complete_import(seq_id);
   if (!completed.ok()) {
@@ -344,77 +276,21 @@ void EngineCore::import_ready(const std::string& request_id, RemotePrefillStats 
   state.output.remote_prefill = std::move(stats);
 }
 
-std::optional<SeqId> EngineCore::awaiting_after_finish(const std::string& request_id) const {
-  auto it = imports_.find(request_id);
-  if (it == imports_.end() || ids_.contains(request_id)) return std::nullopt;
-  const Sequence* seq = scheduler_.find(it->second);
-  if (seq == nullptr || seq->status() != SequenceStatus::kAwaitingKv) return std::nullopt;
-  return it->second;
-}
-
-void EngineCore::import_failed(const std::string& request_id, const Status& status,
-                               const std::optional<RemotePrefillStats>& stats) {
-  if (stats) {
-    kv_checksum_mismatches_total_ += stats->checksum_mismatches;
-    kv_refetches_total_ += stats->refetches;
-  } else if (status.code() == StatusCode::kDataLoss) {
-    ++kv_checksum_mismatches_total_;
-  }
-  auto id = ids_.find(request_id);
-  if (id == ids_.end()) {
-    if (const std::optional<SeqId> seq_id = awaiting_after_finish(request_id)) {
-      const Status aborted = scheduler_.abort(*seq_id);
-      PDS_CHECK(aborted.ok(), aborted.to_string());
-    }
-    return;
-  }
-  const SeqId seq_id = id->second;
-  // The held blocks stay with the import (its kImportReleased unpins the holder); the sequence
-  // queues for a local prefill with new blocks.
-  Result<SeqId> holder = scheduler_.requeue_failed_import(seq_id);
-  PDS_CHECK(holder.ok(), holder.status().to_string());
-  if (auto it = imports_.find(request_id); it != imports_.end()) it->second = *holder;
-  ++remote_prefill_fallbacks_total_;
-  PDS_LOG_WARN("request '" + request_id + "': " + status.message() + "; prefilling it here");
-}
-
-std::vector<std::pair<std::string, SeqId>> EngineCore::start_exports(
-    const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures) {
-  std::vector<std::pair<std::string, SeqId>> started;
+void EngineCore::start_exports(const ScheduledBatch& batch,
+                               std::vector<std::pair<SeqId, Status>>& failures) {
   for (const ScheduledSequence& entry : batch.entries) {
     const Sequence& seq = *entry.sequence;
     if (!entry.samples || seq.num_output_tokens() > 0) continue;
     RequestState& state = requests_.at(seq.id());
     if (!state.kv_export) continue;
-    Status pinned = scheduler_.block_manager().pin(seq.id());
-    PDS_CHECK(pinned.ok(), pinned.to_string());
-    const std::vector<int32_t> table(entry.block_table.begin(), entry.block_table.end());
-    const Status status = capture_status([&] {
-      return connector_->start_export(state.output.request_id, *state.kv_export, table,
-                                      seq.num_prompt_tokens());
-    });
-    if (status.ok()) {
-      exports_.emplace(state.output.request_id, seq.id());
-      started.emplace_back(state.output.request_id, seq.id());
-      continue;
-    }
-    unpin(seq.id());
-    failures.emplace_back(seq.id(), status.with_context("sending the KV of request '" +
-                                                        state.output.request_id + "'"));
+    const std::string& request_id = state.output.request_id;
+    const Status status = kv_transfers_.start_export(request_id, *state.kv_export, seq.id(),
+                                                     entry.block_table, seq.num_prompt_tokens());
+    if (status.ok()) continue;
+    failures.emplace_back(seq.id(),
+                          status.with_context("sending the KV of request '" + request_id + "'"));
     const Status aborted = scheduler_.abort(seq.id());
     PDS_CHECK(aborted.ok(), aborted.to_string());
-  }
-  return started;
-}
-
-void EngineCore::finish_exports(const std::vector<std::pair<std::string, SeqId>>& started) {
-  for (const auto& [request_id, seq_id] : started) {
-    const Sequence* seq = scheduler_.find(seq_id);
-    if (seq != nullptr && seq->status() != SequenceStatus::kAborted) {
-      connector_->finish_export(request_id);
-    } else {
-      connector_->abort_export(request_id);
-    }
   }
 }
 
@@ -422,7 +298,7 @@ void EngineCore::abort(const std::string& request_id, const Status& reason) {
   auto it = ids_.find(request_id);
   if (it == ids_.end()) return;
   const SeqId seq_id = it->second;
-  if (imports_.contains(request_id)) connector_->cancel_import(request_id);
+  if (kv_transfers_.importing(request_id)) kv_transfers_.cancel_import(request_id);
   const Status status = scheduler_.abort(seq_id);
   PDS_CHECK(status.ok(), status.to_string());
   end_with_error(seq_id, reason);
@@ -436,7 +312,7 @@ void EngineCore::abort_all(const Status& reason) {
 }
 
 bool EngineCore::step() {
-  apply_connector_events();
+  kv_transfers_.apply_events(*this);
   if (!scheduler_.has_schedulable()) return false;
   ScheduledBatch batch = scheduler_.schedule();
   preemptions_total_ += static_cast<int64_t>(batch.preempted.size());
@@ -449,11 +325,8 @@ bool EngineCore::step() {
 
   // Exports start before the forward so that each layer's KV can leave as soon as it exists.
   std::vector<std::pair<SeqId, Status>> failures;
-  std::vector<std::pair<std::string, SeqId>> exporting;
-  if (connector_ != nullptr) exporting = start_exports(batch, failures);
-  LayerKvWritten on_layer_written;
-  if (!exporting.empty())
-    on_layer_written = [this](int layer) { connector_->layer_written(layer); };
+  if (kv_transfers_.has_connector()) start_exports(batch, failures);
+  const LayerKvWritten on_layer_written = kv_transfers_.layer_listener();
 
   // A device sampler's step is queued first; its sampling inputs are prepared while the
   // device computes (BatchSampler::sample_on_device).
@@ -469,7 +342,7 @@ bool EngineCore::step() {
   if (executed.ok() && on_device) executed = sampler_.sample_on_device(slots, samples);
   if (!executed.ok()) {
     record_samples(slots, samples, failures);  // grammars that failed before the device step
-    for (const auto& [request_id, seq_id] : exporting) connector_->abort_export(request_id);
+    kv_transfers_.abort_step_exports();
     fail_batch(batch, executed);
     for (const auto& [seq_id, status] : failures) end_with_error(seq_id, status);
     return true;
@@ -478,7 +351,7 @@ bool EngineCore::step() {
 
   if (!on_device) samples = sampler_.sample(slots);
   const std::vector<int32_t> tokens = record_samples(slots, samples, failures);
-  finish_exports(exporting);
+  kv_transfers_.finish_step_exports();
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
   PDS_CHECK(updates.ok(), updates.status().to_string());
@@ -641,10 +514,7 @@ ServiceStats EngineCore::stats() const {
   stats.prompt_tokens_total = prompt_tokens_total_;
   stats.generation_tokens_total = generation_tokens_total_;
   stats.preemptions_total = preemptions_total_;
-  stats.kv_checksum_mismatches_total = kv_checksum_mismatches_total_;
-  stats.remote_prefill_fallbacks_total = remote_prefill_fallbacks_total_;
-  stats.remote_prefills_served_from_cache_total = remote_prefills_served_from_cache_total_;
-  stats.kv_refetches_total = kv_refetches_total_;
+  kv_transfers_.fill_stats(stats);
   return stats;
 }
 

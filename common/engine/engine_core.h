@@ -5,7 +5,9 @@
 //  * the draws to a BatchSampler (batch_sampler.h): host or device sampling (the stop tokens
 //    banned until min_tokens), logprobs, the structured outputs' grammar masks;
 //  * the deltas' text to an OutputProcessor (output_processor.h): detokenization, stop
-//    strings (a match ends the sequence at once), a resumed stream's catch-up.
+//    strings (a match ends the sequence at once), a resumed stream's catch-up;
+//  * KV moving between nodes to a KvTransferCoordinator (kv_transfer_coordinator.h): imports
+//    and exports on the connector, their blocks pinned until the connector releases them.
 // A request with a structured output has a ConstraintMatcher that follows its output tokens:
 // the sampled token, the prefill node's first token or a resumed stream's tokens advance it.
 // Preemption keeps the output, so the matcher stays in step with it.
@@ -27,6 +29,7 @@
 #include "common/engine/batch_sampler.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
+#include "common/engine/kv_transfer_coordinator.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/output_processor.h"
 #include "common/engine/prefix_cache_journal.h"
@@ -39,7 +42,7 @@ namespace pdserve {
 // Calls `sink`; an exception from it (a front-end bug) is logged, never propagated.
 void deliver_delta(const DeltaSink& sink, SequenceDelta delta);
 
-class EngineCore {
+class EngineCore : private ImportListener {
  public:
   // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
   // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node) must
@@ -47,6 +50,9 @@ class EngineCore {
   static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
                                                     Tokenizer tokenizer,
                                                     KvConnector* connector = nullptr);
+  // Its units keep references into it.
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
 
   // The checks add() makes that do not depend on the engine's state (prompt, sampling
   // parameters, stop strings, context and KV pool limits). Thread-safe.
@@ -66,9 +72,7 @@ class EngineCore {
 
   bool has_unfinished() const { return !requests_.empty(); }
   // Requests or KV transfers (pinned blocks) still in flight.
-  bool has_pending_work() const {
-    return !requests_.empty() || !exports_.empty() || !imports_.empty();
-  }
+  bool has_pending_work() const { return !requests_.empty() || kv_transfers_.has_pinned(); }
   ServiceStats stats() const;
   // The block manager's prefix-cache journal and keys (BlockManager::take_prefix_cache_changes,
   // registered_keys).
@@ -108,25 +112,17 @@ class EngineCore {
   // The matcher of a request with a structured output (its constraint compiled when the
   // request does not carry it), caught up on a resumed stream's tokens; nullopt without one.
   Result<std::optional<ConstraintMatcher>> make_grammar(const InferenceRequest& request) const;
-  void apply_connector_events();
+  // ImportListener: the import events of the requests still running.
+  std::optional<SeqId> live_sequence(const std::string& request_id) const override;
   // Streams the remotely sampled first token; the sequence keeps awaiting its KV.
-  void import_first_token(const std::string& request_id, RemotePrefillResult result);
+  void import_first_token(const std::string& request_id, SeqId seq_id,
+                          RemotePrefillResult result) override;
   // The KV has landed: the sequence joins the decode batch.
-  void import_ready(const std::string& request_id, RemotePrefillStats stats);
-  // The remote prefill failed: a request still wanted is prefilled here instead.
-  // `stats`: the import's figures when it has some (its checksum mismatches and re-fetches).
-  void import_failed(const std::string& request_id, const Status& status,
-                     const std::optional<RemotePrefillStats>& stats);
-  // The sequence of a request that its first token finished while its KV is still coming.
-  std::optional<SeqId> awaiting_after_finish(const std::string& request_id) const;
-  // Before the forward: pins the blocks of the batch's requests whose prompt this step
-  // completes and that export their KV, and starts their exports; a request whose export
-  // cannot start is aborted and recorded in `failures`. Returns the exports started.
-  std::vector<std::pair<std::string, SeqId>> start_exports(
-      const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures);
-  // After sampling: the exports of requests still alive finish, the others are aborted.
-  void finish_exports(const std::vector<std::pair<std::string, SeqId>>& started);
-  void unpin(const SeqId seq_id);
+  void import_ready(const std::string& request_id, SeqId seq_id, RemotePrefillStats stats) override;
+  // Before the forward: starts the exports of the batch's requests whose prompt this step
+  // completes and that export their KV; a request whose export cannot start is aborted and
+  // recorded in `failures`.
+  void start_exports(const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures);
 
   void note_scheduled(const ScheduledBatch& batch);
   // Records the forward step in the timings of every request whose prompt it computed.
@@ -154,18 +150,11 @@ class EngineCore {
   std::unique_ptr<ConstraintCompiler> constraints_;
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
-  KvConnector* connector_;
-  // Blocks pinned for a transfer, by request id; they outlive the request itself.
-  std::unordered_map<std::string, SeqId> exports_;
-  std::unordered_map<std::string, SeqId> imports_;
+  KvTransferCoordinator kv_transfers_;
   SamplerRng seed_source_;  // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   int64_t preemptions_total_ = 0;
-  int64_t kv_checksum_mismatches_total_ = 0;
-  int64_t remote_prefill_fallbacks_total_ = 0;
-  int64_t remote_prefills_served_from_cache_total_ = 0;
-  int64_t kv_refetches_total_ = 0;
 };
 
 }  // namespace pdserve
