@@ -8,10 +8,12 @@
 // prefill, the import of a request that ended meanwhile). Used on the engine thread only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/core/status.h"
