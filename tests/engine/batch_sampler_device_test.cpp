@@ -1,4 +1,5 @@
-// EngineCore's device-sampling path (ModelExecutor::samples_on_device) against its host path.
+// The device-sampling path (ModelExecutor::samples_on_device, BatchSampler::sample_on_device)
+// against the host path, both driven through EngineCore.
 // Two executors produce the same pseudo-random logits (a function of the request and the step);
 // one returns them for the host Sampler, the other "samples on its device" by the executor
 // contract of common/engine/model_executor.h, emulated with the host Sampler: it draws u from
