@@ -241,7 +241,8 @@ TEST(RemotePrefillState, CancelledWhileConnectingClosesTheCallAndFreesWhenNothin
   EXPECT_TRUE(nothing(s.call_ended(cancelled("call cancelled"), true, t0)));
   EXPECT_EQ(s.state(), ImportState::kReleased);
 
-  // The close raced the send: the work went out after all; drop it there and hold.
+  // The close raced the send: the work went out after all; drop it there and hold (until the
+  // cancel's settled answer: ACancelThatRacedTheWorksSendIsConfirmedByTheSettledCancelAnswer).
   RemotePrefillState raced = fresh();
   EXPECT_TRUE(raced.cancel(cancelled("the client left"), t0).cancel_call);
   EXPECT_TRUE(raced.work_sent().send_cancel);
