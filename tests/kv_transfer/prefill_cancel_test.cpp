@@ -32,6 +32,7 @@ constexpr char kToken[] = "cluster-secret";
 class FakeService : public InferenceService {
  public:
   Status submit(InferenceRequest request, DeltaSink sink) override {
+    if (during_submit) during_submit();
     std::lock_guard lock(mutex_);
     if (request.kv_export) exports_.emplace(request.id, *request.kv_export);
     sinks_.emplace(request.id, std::move(sink));
@@ -39,6 +40,8 @@ class FakeService : public InferenceService {
     changed_.notify_all();
     return Status::ok_status();
   }
+  // A fault hook: runs inside submit(), while the prefill server admits the work.
+  std::function<void()> during_submit;
   void abort(const std::string& request_id) override {
     DeltaSink sink;
     {
@@ -461,6 +464,43 @@ TEST_F(PrefillCancelTest, AnImportGivenUpWhileItsWorkGoesOutIsFreedOnTheCancelsA
   Result<http::ClientResponse> again = cancel("req-34", 1);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(answer_of(*again), (Answer{.found = false, .settled = true}));
+}
+
+// A cancel that arrives while its work is being admitted must find it, never answer "not here"
+// (a confirmation that frees the decode node's blocks) and let the work run. The fault hook
+// sends the cancel from inside submit() and gives it time to be answered there.
+TEST_F(PrefillCancelTest, ACancelDuringTheWorksAdmissionFindsItAndAbortsIt) {
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::optional<Result<http::ClientResponse>> answer;
+  };
+  auto pending = std::make_shared<Pending>();
+  service_.during_submit = [&] {
+    service_.during_submit = nullptr;
+    client_->fetch(url_,
+                   post("/internal/v1/prefill/cancel", prefill_cancel_to_json({"req-3", 1}).dump()),
+                   [pending](Result<http::ClientResponse> response) {
+                     std::lock_guard lock(pending->mutex);
+                     pending->answer = std::move(response);
+                     pending->changed.notify_all();
+                   });
+    std::unique_lock lock(pending->mutex);
+    EXPECT_FALSE(pending->changed.wait_for(lock, milliseconds(300),
+                                           [&] { return pending->answer.has_value(); }))
+        << "the cancel was answered while its work was being admitted";
+  };
+  std::shared_ptr<WorkCall> call = send_work("req-3", 1);
+  {
+    std::unique_lock lock(pending->mutex);
+    ASSERT_TRUE(pending->changed.wait_for(lock, milliseconds(5000),
+                                          [&] { return pending->answer.has_value(); }));
+    ASSERT_TRUE(pending->answer->ok()) << pending->answer->status().to_string();
+    EXPECT_EQ(answer_of(**pending->answer), (Answer{.found = true, .settled = true}));
+  }
+  ASSERT_EQ(service_.aborted().size(), 1u);
+  EXPECT_NE(service_.aborted()[0].find("req-3"), std::string::npos);
+  ASSERT_TRUE(call->wait_done());
 }
 
 TEST(PrefillCancelAnswer, ParsesTheSettledAnswerAndAnOlderNodesUnsettledOne) {
