@@ -100,7 +100,8 @@ class ScriptedConnector : public KvConnector {
   }
   // `how`: OK on a confirmation, DeadlineExceeded when freed at the hold deadline.
   void released(const std::string& id, Status how = Status::ok_status()) {
-    pending.push_back({KvEventKind::kImportReleased, id, std::move(how), std::nullopt, std::nullopt});
+    pending.push_back(
+        {KvEventKind::kImportReleased, id, std::move(how), std::nullopt, std::nullopt});
   }
   void export_released(const std::string& id) {
     pending.push_back(
