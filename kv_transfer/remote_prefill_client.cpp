@@ -240,7 +240,8 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
     const uint64_t attempt = ++import.attempt;
     std::weak_ptr<Impl> weak = weak_from_this();
     http::StreamCallbacks callbacks;
-    callbacks.on_sending = [weak, id, attempt] {
+    callbacks.on_sending = [weak, id, attempt, hook = options.test_before_work_sent] {
+      if (hook) hook(id);
       if (auto self = weak.lock())
         self->with_import(id, attempt,
                           [&](Import& target) { self->apply(target, target.state.work_sent()); });
@@ -278,11 +279,14 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
     import.call = http->stream(*url, std::move(request), std::move(callbacks));
   }
 
-  // Asks the prefill node to abort this work (it answers on the work's event stream, which
-  // stays open: kv_failed or an error event once no put of it can land). When the cancel call
-  // fails (a prefill node without the endpoint, a network error), the work's call is closed
-  // instead, which also makes the prefill node abort the work, but nothing confirms it: the
-  // blocks wait for the hold deadline.
+  // Asks the prefill node to abort this work. It confirms on the work's event stream, if that
+  // is still open (kv_failed or an error event once no put of it can land), and with the
+  // cancel's own answer, which it sends only once no put can land (settled); the answer also
+  // reaches an import whose work call was closed while the work went out. An older prefill
+  // node answers at once, unsettled: its stream confirms. When the cancel call fails (a prefill
+  // node without the endpoint, a network error), the work's call is closed instead, which also
+  // makes the prefill node abort the work, but nothing confirms it: the blocks wait for the
+  // hold deadline.
   void send_cancel(const Import& import) {
     if (stopping) return;
     Result<http::BaseUrl> url = http::parse_base_url(url_of(import));
@@ -296,10 +300,24 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
     std::weak_ptr<Impl> weak = weak_from_this();
     http->fetch(
         *url,
+        // The answer may wait for an export under way to end: up to the hold.
         internal_request("/internal/v1/prefill/cancel", prefill_cancel_to_json(cancel).dump(),
-                         std::chrono::seconds(5)),
+                         options.transfer_timeout + options.release_grace),
         [weak, where, attempt, id = import.request_id](Result<http::ClientResponse> response) {
-          if (response.ok() && response->status == 200) return;
+          if (response.ok() && response->status == 200) {
+            Result<PrefillCancelAnswer> answer = parse_prefill_cancel_answer(response->body);
+            if (!answer.ok()) {
+              PDS_LOG_WARN("prefill node " + where + " answered the cancel of request '" + id +
+                           "' with " + answer.status().message() + "; waiting for its stream");
+              return;
+            }
+            if (!answer->settled) return;  // an older prefill node: its stream confirms
+            if (auto self = weak.lock())
+              self->with_import(id, attempt, [&](Import& target) {
+                self->apply(target, target.state.prefill_settled());
+              });
+            return;
+          }
           PDS_LOG_WARN("cancelling request '" + id + "' on prefill node " + where + " failed: " +
                        (response.ok() ? "HTTP " + std::to_string(response->status)
                                       : response.status().message()) +
@@ -508,8 +526,20 @@ std::vector<KvEvent> RemotePrefillClient::poll() {
     }
     if (import.state.releasable(now)) {
       if (import.call) import.call->cancel();
-      impl_->events.push_back({KvEventKind::kImportReleased, import.request_id, Status::ok_status(),
-                               std::nullopt, std::nullopt});
+      Status released = Status::ok_status();
+      if (import.state.hold_expired(now)) {
+        released = deadline_exceeded(
+            "request '" + import.request_id + "': " + std::to_string(import.work.block_ids.size()) +
+            " KV blocks freed at the hold deadline (transfer timeout + grace, " +
+            std::to_string(
+                (impl_->options.transfer_timeout + impl_->options.release_grace).count()) +
+            " ms): prefill node " + impl_->url_of(import) +
+            " never confirmed that no put of transfer " + std::to_string(import.tag) +
+            " can land; held because " + import.state.hold_reason().message());
+        PDS_LOG_WARN(released.message());
+      }
+      impl_->events.push_back(
+          {KvEventKind::kImportReleased, import.request_id, released, std::nullopt, std::nullopt});
       impl_->tag_owners.erase(import.tag);
       it = impl_->imports.erase(it);
       continue;

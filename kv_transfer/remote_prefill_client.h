@@ -37,6 +37,10 @@ struct RemotePrefillOptions {
   int http_threads = 1;
   // Whether imports ask for block checksums and verify them (set_kv_checksum changes it).
   bool verify_checksums = true;
+  // Test only (a fault hook): runs on the HTTP thread once a work's connection is up, just
+  // before its bytes go out and before the import hears of it. A test blocks in it to give the
+  // import up while its work is on the way.
+  std::function<void(const std::string& request_id)> test_before_work_sent;
 };
 
 // Where a prefill node writes this node's blocks: the PrefillWork fields that name the pool.
@@ -73,7 +77,9 @@ class RemotePrefillClient {
   // it has landed. Any thread.
   void landed(uint64_t tag);
   // Engine thread: verifies landed blocks, enforces deadlines, returns the events since the
-  // last poll (kFirstToken, kImportReady, kImportFailed, kImportReleased).
+  // last poll (kFirstToken, kImportReady, kImportFailed, kImportReleased). A kImportReleased
+  // whose status is DeadlineExceeded freed blocks held until the hold deadline: nothing
+  // confirmed that no put could land (logged once, with the request id, blocks and why).
   std::vector<KvEvent> poll();
 
   struct Impl;

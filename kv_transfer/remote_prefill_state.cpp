@@ -35,6 +35,11 @@ bool RemotePrefillState::releasable(Clock::time_point now) const {
          (release_at_ && now >= *release_at_);
 }
 
+bool RemotePrefillState::hold_expired(Clock::time_point now) const {
+  return (state_ == ImportState::kCancelling || state_ == ImportState::kFailed) && release_at_ &&
+         now >= *release_at_;
+}
+
 void RemotePrefillState::report_failure(ImportActions& actions, const Status& why) {
   if (reported_) return;
   reported_ = true;
@@ -91,6 +96,7 @@ ImportActions RemotePrefillState::give_up(ImportState to, const Status& why,
     return actions;
   }
   state_ = to;
+  if (hold_reason_.ok()) hold_reason_ = why;
   const Clock::time_point hold_until = now + hold_;
   if (!release_at_ || *release_at_ > hold_until) release_at_ = hold_until;
   if (stream_ended_) return actions;  // nobody left to confirm: the hold deadline decides
@@ -174,6 +180,13 @@ ImportActions RemotePrefillState::landed_now() {
     maybe_ready(actions);
   }
   return actions;
+}
+
+ImportActions RemotePrefillState::prefill_settled() {
+  if (state_ == ImportState::kCancelling || state_ == ImportState::kFailed) {
+    state_ = ImportState::kReleased;
+  }
+  return {};
 }
 
 ImportActions RemotePrefillState::call_ended(const Status& why, bool another_node,

@@ -23,9 +23,12 @@
 //      call; the event stream stays open), or, when nothing was sent yet, the call is closed.
 //   kCancelling / kFailed ──confirmation──> kReleased. A confirmation is one of: kv_failed or an
 //      error event (the prefill node ended the export, or never started one), the completion
-//      message (it follows every put), a non-200 answer (the work was refused), or a call that
-//      ended before anything was sent. Without one, the blocks are released at the hold
-//      deadline (the transfer's timeout plus a grace period after the failure).
+//      message (it follows every put), a non-200 answer (the work was refused), a call that
+//      ended before anything was sent, or the prefill node's settled answer to the cancel (the
+//      work has ended there, or never ran and will be refused: it also reaches a decode node
+//      whose work call was closed while its bytes went out). Without one, the blocks are
+//      released at the hold deadline (the transfer's timeout plus a grace period after the
+//      failure): hold_expired().
 #pragma once
 
 #include <chrono>
@@ -78,6 +81,10 @@ class RemotePrefillState {
   bool first_token_received() const { return first_token_; }
   // Whether the blocks may be freed now (kReady, kReleased, or the hold deadline passed).
   bool releasable(Clock::time_point now) const;
+  // Releasable only because the hold deadline passed: nothing confirmed that no put can land.
+  bool hold_expired(Clock::time_point now) const;
+  // Why the blocks are held (what gave the import up); OK before that.
+  const Status& hold_reason() const { return hold_reason_; }
   Clock::time_point deadline() const { return deadline_; }
 
   // ---- transport events -------------------------------------------------------------------
@@ -94,6 +101,9 @@ class RemotePrefillState {
   ImportActions prefill_ended_without_kv(const Status& why);
   // The transfer's completion message arrived (every put of it has landed).
   ImportActions landed_now();
+  // The prefill node answered a cancel (after send_cancel) only once no put of the work can land
+  // any more: it ended there, or never ran and will be refused.
+  ImportActions prefill_settled();
   // The connector compared the landed blocks with their checksums (after `verify`): OK, or
   // why not (DataLoss for a mismatch). `another_node`: a further prefill node could send the
   // KV again. Ignored outside kVerifying.
@@ -127,6 +137,7 @@ class RemotePrefillState {
   Clock::time_point deadline_;
   Clock::duration hold_;
   std::optional<Clock::time_point> release_at_;
+  Status hold_reason_;
   int http_status_ = 0;
   bool sent_ = false;         // work_sent() was seen for the current call
   bool first_token_ = false;  // a first token arrived

@@ -32,6 +32,12 @@ std::string work_key(const std::string& request_id, uint64_t transfer_tag) {
   return request_id + "/" + std::to_string(transfer_tag);
 }
 
+// Sent only once no put of the work can land any more.
+http::HttpResponse settled_cancel_answer(bool found) {
+  return {200, "application/json", {},
+          prefill_cancel_answer_to_json({.found = found, .settled = true}).dump()};
+}
+
 double milliseconds_between(SteadyTime from, SteadyTime to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -69,6 +75,9 @@ struct PrefillServer::Exchange {
   std::optional<KvTransferReport> report;  // arrived before the token
   SteadyTime report_at{};                  // when it arrived
   std::function<void()> on_end;            // the server forgets the work (for cancel)
+  std::string engine_id;                   // the engine's request id, for cancel
+  // Cancels of this work, answered when it ends: no put of it can land after its last event.
+  std::vector<std::shared_ptr<http::ResponseChannel>> cancel_answers;
   bool export_started = false;             // on_finished will come
   // The prefill failed after its export started: the error waits for the export's end, so
   // that the decode node, which frees the blocks on it, hears it only once no put can land.
@@ -88,11 +97,18 @@ struct PrefillServer::Exchange {
   void finish(const PrefillEvent& event) {
     if (ended) return;
     write(event);
-    ended = true;
+    end();
     channel->end_stream();
     channel.reset();
-    if (on_end) std::exchange(on_end, nullptr)();
     log_finished(event);
+  }
+  // The work is over: the server forgets it, its cancels are answered.
+  void end() {
+    ended = true;
+    if (on_end) std::exchange(on_end, nullptr)();
+    for (const auto& answer : std::exchange(cancel_answers, {})) {
+      answer->send(settled_cancel_answer(/*found=*/true));
+    }
   }
   // One line per work, as the decode node logs one per request (under the same request id).
   void log_finished(const PrefillEvent& last) const {
@@ -215,15 +231,6 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   }
 
   const std::string key = work_key(work->request_id, work->transfer_tag);
-  {
-    std::lock_guard lock(work_mutex_);
-    if (cancelled_early_.contains(key)) {
-      channel->send(http::api_error_response(api_error_from_status(
-          cancelled("request '" + work->request_id + "' was cancelled before its work arrived"))));
-      return;
-    }
-  }
-
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
   exchange->receipt = receipt;
@@ -322,20 +329,27 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   };
 
   const std::string engine_id = engine_request.id;
-  // Held across submit so that the sink cannot write before the stream has started.
+  exchange->engine_id = engine_id;
+  // Held across submit so that the sink cannot write before the stream has started, and a
+  // cancel that finds the work waits until it was submitted (or refused).
   std::lock_guard lock(exchange->mutex);
+  {
+    std::lock_guard work_lock(work_mutex_);
+    if (cancelled_early_.contains(key)) {
+      exchange->ended = true;
+      channel->send(http::api_error_response(api_error_from_status(cancelled(
+          "request '" + exchange->request_id + "' was cancelled before its work arrived"))));
+      return;
+    }
+    work_in_flight_[key] = exchange;
+  }
+  exchange->on_end = [this, key] { forget_work(key); };
   const Status submitted = service_.submit(std::move(engine_request), sink);
   if (!submitted.ok()) {
-    exchange->ended = true;
+    exchange->end();
     channel->send(http::api_error_response(api_error_from_status(submitted)));
     return;
   }
-  {
-    // Under the exchange's mutex: the exchange cannot end (and forget it) before this.
-    std::lock_guard work_lock(work_mutex_);
-    work_in_flight_[key] = engine_id;
-  }
-  exchange->on_end = [this, key] { forget_work(key); };
   requests_.inc();
   channel->start_stream(200, "application/x-ndjson", {});
   exchange->head_sent_ms = milliseconds_between(receipt, std::chrono::steady_clock::now());
@@ -359,11 +373,11 @@ void PrefillServer::handle_cancel(const http::HttpRequest& request,
     return;
   }
   const std::string key = work_key(cancel->request_id, cancel->transfer_tag);
-  std::optional<std::string> engine_id;
+  std::shared_ptr<Exchange> exchange;
   {
     std::lock_guard lock(work_mutex_);
     if (auto it = work_in_flight_.find(key); it != work_in_flight_.end()) {
-      engine_id = it->second;
+      exchange = it->second;
     } else if (cancelled_early_.insert(key).second) {
       // Not here (yet, or any more): refuse the work should it still arrive.
       cancelled_early_order_.push_back(key);
@@ -373,12 +387,25 @@ void PrefillServer::handle_cancel(const http::HttpRequest& request,
       }
     }
   }
+  cancels_.inc();
+  if (!exchange) {
+    // Not here: never ran, or ended; refused should it still arrive. No put can land.
+    channel->send(settled_cancel_answer(/*found=*/false));
+    return;
+  }
+  bool over = false;
+  {
+    std::lock_guard lock(exchange->mutex);
+    over = exchange->ended;
+    if (!over) exchange->cancel_answers.push_back(channel);  // answered when the work ends
+  }
+  if (over) {
+    channel->send(settled_cancel_answer(/*found=*/true));
+    return;
+  }
   // The engine aborts the request: an error event when it had not exported yet. An export
   // already under way ends as it would have (kv_sent, or kv_failed once no put can land).
-  if (engine_id) service_.abort(*engine_id);
-  cancels_.inc();
-  channel->send({200, "application/json", {},
-                 nlohmann::json{{"found", engine_id.has_value()}}.dump()});
+  service_.abort(exchange->engine_id);
 }
 
 void PrefillServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {

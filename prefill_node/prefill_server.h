@@ -3,8 +3,9 @@
 // (batched and chunked with other prompts, with the node's prefix cache) up to its first
 // token, streams that token back at once, and ships the prompt's KV into the decode node's
 // blocks; then reports kv_sent or kv_failed. POST /internal/v1/prefill/cancel (cluster token)
-// aborts one such work (its own transfer only) for a decode node whose client left; the answer
-// comes on the work's stream. GET /health, /ready and /version (common/http/service_routes.h),
+// aborts one such work (its own transfer only) for a decode node whose client left; the outcome
+// comes on the work's stream, and the cancel is answered once no put of that work can land any
+// more (PrefillCancelAnswer). GET /health, /ready and /version (common/http/service_routes.h),
 // and GET /metrics.
 #pragma once
 
@@ -64,10 +65,11 @@ class PrefillServer {
   metrics::Counter& transfer_bytes_;
   std::atomic<uint64_t> next_id_{0};
 
-  // Work in flight by "request id/transfer tag" (the engine's request id), for cancel; and
-  // cancels that came before their work (refused when it arrives), oldest first, bounded.
+  // Work in flight by "request id/transfer tag", for cancel; and cancels that came before their
+  // work (refused when it arrives), oldest first, bounded. A work is checked against the
+  // early cancels and admitted under one lock, so a cancel either finds it or refuses it.
   std::mutex work_mutex_;
-  std::map<std::string, std::string> work_in_flight_;
+  std::map<std::string, std::shared_ptr<Exchange>> work_in_flight_;
   std::set<std::string> cancelled_early_;
   std::deque<std::string> cancelled_early_order_;
 };

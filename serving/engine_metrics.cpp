@@ -69,6 +69,10 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
   remote_prefills_served_from_cache_ = &registry.counter(
       "pdserve:remote_prefills_served_from_cache_total",
       "Resumed streams routed with a remote prefill whose KV was all cached here already.");
+  kv_import_hold_expired_ = &registry.counter(
+      "pdserve:kv_import_hold_expired_total",
+      "Blocks reserved for a remote prefill freed only at the hold deadline: nothing confirmed "
+      "that no put of the prefill node could still land.");
 }
 
 void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
@@ -96,6 +100,8 @@ void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
           last_.remote_prefill_fallbacks_total);
   advance(remote_prefills_served_from_cache_, stats.remote_prefills_served_from_cache_total,
           last_.remote_prefills_served_from_cache_total);
+  advance(kv_import_hold_expired_, stats.kv_import_hold_expired_total,
+          last_.kv_import_hold_expired_total);
   last_ = stats;
 }
 

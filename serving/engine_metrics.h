@@ -45,6 +45,7 @@ class EngineMetrics {
   metrics::Counter* kv_refetches_ = nullptr;
   metrics::Counter* remote_prefill_fallbacks_ = nullptr;
   metrics::Counter* remote_prefills_served_from_cache_ = nullptr;
+  metrics::Counter* kv_import_hold_expired_ = nullptr;
   std::mutex mutex_;
   ServiceStats last_;  // guarded by mutex_
 };

@@ -131,6 +131,9 @@ struct ServiceStats {
   // Resumed streams sent here with a remote prefill whose prompt and delivered tokens were
   // all cached already: nothing was imported.
   int64_t remote_prefills_served_from_cache_total = 0;
+  // Reserved import blocks freed only at their hold deadline: no confirmation came that no put
+  // of the prefill node could still land (a lost prefill node, or a bug: issue #34).
+  int64_t kv_import_hold_expired_total = 0;
 };
 
 struct ModelInfo {

@@ -59,7 +59,9 @@ enum class KvEventKind {
 struct KvEvent {
   KvEventKind kind = KvEventKind::kImportReady;
   std::string request_id;
-  Status status;                              // kImportFailed: why
+  // kImportFailed: why. kImportReleased: OK, or DeadlineExceeded when the blocks were held
+  // until the hold deadline because nothing confirmed that no put could land.
+  Status status;
   std::optional<RemotePrefillResult> result;  // kFirstToken
   // kImportReady: the whole remote prefill's figures, the transfer's included; kImportFailed:
   // only checksum_mismatches, when there were some.

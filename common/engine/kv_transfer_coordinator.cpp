@@ -100,6 +100,8 @@ void KvTransferCoordinator::apply_events(ImportListener& requests) {
         }
         break;
       case KvEventKind::kImportReleased:
+        // Not OK: freed at the hold deadline, without a confirmation (the connector logged why).
+        if (!event.status.ok()) ++kv_import_hold_expired_total_;
         if (auto it = imports_.find(event.request_id); it != imports_.end()) {
           unpin(it->second);
           imports_.erase(it);
@@ -171,6 +173,7 @@ void KvTransferCoordinator::fill_stats(ServiceStats& stats) const {
   stats.remote_prefill_fallbacks_total = remote_prefill_fallbacks_total_;
   stats.remote_prefills_served_from_cache_total = remote_prefills_served_from_cache_total_;
   stats.kv_refetches_total = kv_refetches_total_;
+  stats.kv_import_hold_expired_total = kv_import_hold_expired_total_;
 }
 
 }  // namespace pdserve

@@ -97,6 +97,7 @@ class KvTransferCoordinator {
   int64_t remote_prefill_fallbacks_total_ = 0;
   int64_t remote_prefills_served_from_cache_total_ = 0;
   int64_t kv_refetches_total_ = 0;
+  int64_t kv_import_hold_expired_total_ = 0;
 };
 
 }  // namespace pdserve

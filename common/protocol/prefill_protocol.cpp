@@ -215,6 +215,23 @@ Result<PrefillCancel> parse_prefill_cancel(std::string_view body) {
   return cancel;
 }
 
+nlohmann::json prefill_cancel_answer_to_json(const PrefillCancelAnswer& answer) {
+  return Json{{"found", answer.found}, {"settled", answer.settled}};
+}
+
+Result<PrefillCancelAnswer> parse_prefill_cancel_answer(std::string_view body) {
+  PDS_ASSIGN_OR_RETURN(const Json json, parse_json_bounded(body, "prefill cancel answer"));
+  if (!json.is_object()) {
+    return invalid_argument("prefill cancel answer: the body is not a JSON object");
+  }
+  PrefillCancelAnswer answer;
+  FieldReader reader(json, "prefill cancel answer");
+  answer.found = reader.get<bool>("found", false);
+  answer.settled = reader.get<bool>("settled", false, /*required=*/false);
+  PDS_RETURN_IF_ERROR(reader.status());
+  return answer;
+}
+
 Result<PrefillWork> parse_prefill_work(std::string_view body) {
   PDS_ASSIGN_OR_RETURN(const Json json, parse_json_bounded(body, "prefill work"));
   if (!json.is_object()) return invalid_argument("prefill work: the body is not a JSON object");

@@ -67,9 +67,11 @@ Result<PrefillWork> parse_prefill_work(std::string_view body);
 // of this request and transfer tag (its client left, or it gave up). The prefill node aborts
 // that work only, and answers on the work's event stream: an `error` event when the prefill
 // had not exported yet, `kv_failed` once the export's issued puts are complete (no put can land
-// any more), or `kv_sent` when the transfer had already finished. The cancel call itself
-// answers 200 {"found": bool}; for work not (yet) there, the prefill node remembers the pair
-// for a while and refuses that work if it arrives later (409).
+// any more), or `kv_sent` when the transfer had already finished. For work not (yet) there,
+// the prefill node remembers the pair for a while and refuses that work if it arrives later
+// (409). The cancel call itself answers 200 with a PrefillCancelAnswer once no put of that
+// work can land any more, so that a decode node whose work call is already closed (the cancel
+// raced the work's send) still hears it.
 struct PrefillCancel {
   std::string request_id;
   uint64_t transfer_tag = 0;
@@ -78,6 +80,17 @@ struct PrefillCancel {
 nlohmann::json prefill_cancel_to_json(const PrefillCancel& cancel);
 // InvalidArgument naming the field that is missing or mistyped.
 Result<PrefillCancel> parse_prefill_cancel(std::string_view body);
+
+struct PrefillCancelAnswer {
+  bool found = false;  // the work was running on this node
+  // No put of the work can land any more: it has ended, or it never ran here and will be
+  // refused. Older prefill nodes answer at once without it (false): not a confirmation.
+  bool settled = false;
+};
+
+nlohmann::json prefill_cancel_answer_to_json(const PrefillCancelAnswer& answer);
+// InvalidArgument when `found` is missing or a field is mistyped.
+Result<PrefillCancelAnswer> parse_prefill_cancel_answer(std::string_view body);
 
 struct PrefillEvent {
   enum class Kind { kFirstToken, kKvSent, kKvFailed, kError };

@@ -98,9 +98,10 @@ class ScriptedConnector : public KvConnector {
     pending.push_back(
         {KvEventKind::kImportFailed, id, unavailable("link down"), std::nullopt, std::nullopt});
   }
-  void released(const std::string& id) {
+  // `how`: OK on a confirmation, DeadlineExceeded when freed at the hold deadline.
+  void released(const std::string& id, Status how = Status::ok_status()) {
     pending.push_back(
-        {KvEventKind::kImportReleased, id, Status::ok_status(), std::nullopt, std::nullopt});
+        {KvEventKind::kImportReleased, id, std::move(how), std::nullopt, std::nullopt});
   }
   void export_released(const std::string& id) {
     pending.push_back(
@@ -318,6 +319,21 @@ TEST_F(EngineCoreKvTest, AbortBeforeOrAfterTheFirstTokenCancelsTheImport) {
   connector_.released("streaming");
   drain();
   expect_all_released();
+}
+
+// Issue #34 item 3: import blocks the connector freed only at their hold deadline (nothing
+// confirmed that no put could land) are counted for pdserve:kv_import_hold_expired_total.
+TEST_F(EngineCoreKvTest, ImportBlocksFreedAtTheHoldDeadlineAreCounted) {
+  add_imported("confirmed", 8);
+  add_imported("expired", 8);
+  drain();
+  core_->abort("confirmed", cancelled("client left"));
+  core_->abort("expired", cancelled("client left"));
+  connector_.released("confirmed");
+  connector_.released("expired", deadline_exceeded("3 KV blocks freed at the hold deadline"));
+  drain();
+  expect_all_released();
+  EXPECT_EQ(core_->stats().kv_import_hold_expired_total, 1);
 }
 
 TEST_F(EngineCoreKvTest, ProtocolViolationsEndTheRequestWithAnError) {

@@ -1,8 +1,12 @@
 // The prefill node's side of a cancel (issue #15 item 6): POST /internal/v1/prefill/cancel
 // aborts that work only and the answer comes on the work's own stream; a cancel that beats
-// its work makes the node refuse the work when it arrives. The engine is a fake.
+// its work makes the node refuse the work when it arrives. The cancel itself is answered once
+// no put of the work can land (issue #34 item 3), which also frees the blocks of a decode node
+// whose work call was closed while the work went out (RemotePrefillClient against this node).
+// The engine is a fake.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -12,6 +16,7 @@
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
 #include "common/protocol/prefill_protocol.h"
+#include "kv_transfer/remote_prefill_client.h"
 #include "prefill_node/prefill_server.h"
 
 namespace pdserve {
@@ -27,17 +32,22 @@ constexpr char kToken[] = "cluster-secret";
 class FakeService : public InferenceService {
  public:
   Status submit(InferenceRequest request, DeltaSink sink) override {
+    if (during_submit) during_submit();
     std::lock_guard lock(mutex_);
     if (request.kv_export) exports_.emplace(request.id, *request.kv_export);
     sinks_.emplace(request.id, std::move(sink));
+    ++submissions_;
     changed_.notify_all();
     return Status::ok_status();
   }
+  // A fault hook: runs inside submit(), while the prefill server admits the work.
+  std::function<void()> during_submit;
   void abort(const std::string& request_id) override {
     DeltaSink sink;
     {
       std::lock_guard lock(mutex_);
       aborted_.push_back(request_id);
+      changed_.notify_all();
       auto it = sinks_.find(request_id);
       if (it == sinks_.end()) return;
       sink = std::move(it->second);
@@ -83,6 +93,24 @@ class FakeService : public InferenceService {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, milliseconds(5000), [&] { return sinks_.size() >= n; });
   }
+  // `n` requests were submitted (aborted or not).
+  bool wait_for_submissions(size_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, milliseconds(5000), [&] { return submissions_ >= n; });
+  }
+  bool wait_for_aborts(size_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, milliseconds(5000), [&] { return aborted_.size() >= n; });
+  }
+  // Starts the export of a submitted request, as the engine does before the last chunk.
+  void start_export(const std::string& request_id) {
+    std::function<void()> started;
+    {
+      std::lock_guard lock(mutex_);
+      started = exports_.at(request_id).on_started;
+    }
+    if (started) started();
+  }
   std::vector<std::string> submitted() {
     std::lock_guard lock(mutex_);
     std::vector<std::string> ids;
@@ -100,8 +128,25 @@ class FakeService : public InferenceService {
   std::map<std::string, DeltaSink> sinks_;
   std::map<std::string, KvExportTarget> exports_;
   std::vector<std::string> aborted_;
+  size_t submissions_ = 0;
   ModelInfo info_;
 };
+
+// A cancel's answer, compared as a whole.
+struct Answer {
+  bool found = false;
+  bool settled = false;
+  bool operator==(const Answer&) const = default;
+};
+void PrintTo(const Answer& answer, std::ostream* out) {
+  *out << "{found " << answer.found << ", settled " << answer.settled << "}";
+}
+Answer answer_of(const http::ClientResponse& response) {
+  EXPECT_EQ(response.status, 200) << response.body;
+  Result<PrefillCancelAnswer> parsed = parse_prefill_cancel_answer(response.body);
+  EXPECT_TRUE(parsed.ok()) << parsed.status().to_string() << ": " << response.body;
+  return parsed.ok() ? Answer{parsed->found, parsed->settled} : Answer{};
+}
 
 // One work's exchange as the decode node sees it.
 struct WorkCall {
@@ -201,13 +246,13 @@ TEST_F(PrefillCancelTest, ACancelAbortsThatWorkOnlyAndTheAnswerComesOnItsStream)
   // Another transfer tag of the same request id is not this work.
   Result<http::ClientResponse> miss = cancel("req-9", 5);
   ASSERT_TRUE(miss.ok()) << miss.status().to_string();
-  EXPECT_EQ(miss->body, "{\"found\":false}");
+  EXPECT_EQ(answer_of(*miss), (Answer{.found = false, .settled = true}));
   EXPECT_TRUE(service_.aborted().empty());
 
   Result<http::ClientResponse> hit = cancel("req-9", 4);
   ASSERT_TRUE(hit.ok()) << hit.status().to_string();
   EXPECT_EQ(hit->status, 200);
-  EXPECT_EQ(hit->body, "{\"found\":true}");
+  EXPECT_EQ(answer_of(*hit), (Answer{.found = true, .settled = true}));
   ASSERT_EQ(service_.aborted().size(), 1u);
   EXPECT_NE(service_.aborted()[0].find("req-9"), std::string::npos);
 
@@ -234,7 +279,7 @@ TEST_F(PrefillCancelTest, ACancelAbortsThatWorkOnlyAndTheAnswerComesOnItsStream)
   // Once its exchange ended, the work is forgotten: a second cancel finds nothing.
   Result<http::ClientResponse> again = cancel("req-9", 4);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->body, "{\"found\":false}");
+  EXPECT_EQ(answer_of(*again), (Answer{.found = false, .settled = true}));
 }
 
 // The decode node frees the blocks on the error event: after a failure that came once the
@@ -265,7 +310,7 @@ TEST_F(PrefillCancelTest, AnErrorAfterTheExportStartedWaitsForTheExportsEnd) {
 TEST_F(PrefillCancelTest, WorkThatArrivesAfterItsCancelIsRefused) {
   Result<http::ClientResponse> early = cancel("req-7", 2);
   ASSERT_TRUE(early.ok());
-  EXPECT_EQ(early->body, "{\"found\":false}");
+  EXPECT_EQ(answer_of(*early), (Answer{.found = false, .settled = true}));
   std::shared_ptr<WorkCall> late = send_work("req-7", 2);
   ASSERT_TRUE(late->wait_done());
   {
@@ -295,6 +340,184 @@ TEST_F(PrefillCancelTest, ACancelNeedsTheClusterTokenAndAWellFormedBody) {
   ASSERT_TRUE(good.ok());
   EXPECT_EQ(good->request_id, "r");
   EXPECT_EQ(good->transfer_tag, 9u);
+}
+
+// The decode node frees the blocks on the cancel's answer: with an export under way, the answer
+// must wait for the export's end (its puts may land until then), as the error event does.
+TEST_F(PrefillCancelTest, ACancelIsAnsweredOnlyOnceNoPutOfTheWorkCanLand) {
+  std::shared_ptr<WorkCall> call = send_work("req-6", 1);
+  ASSERT_TRUE(service_.wait_for_requests(1));
+  const std::string engine_id = service_.submitted().at(0);
+  service_.start_export(engine_id);
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::optional<Result<http::ClientResponse>> answer;
+  };
+  auto pending = std::make_shared<Pending>();
+  client_->fetch(url_,
+                 post("/internal/v1/prefill/cancel", prefill_cancel_to_json({"req-6", 1}).dump()),
+                 [pending](Result<http::ClientResponse> response) {
+                   std::lock_guard lock(pending->mutex);
+                   pending->answer = std::move(response);
+                   pending->changed.notify_all();
+                 });
+  ASSERT_TRUE(service_.wait_for_aborts(1));
+  {
+    // The abort ended the request, not its export: no answer yet.
+    std::unique_lock lock(pending->mutex);
+    EXPECT_FALSE(pending->changed.wait_for(lock, milliseconds(200),
+                                           [&] { return pending->answer.has_value(); }))
+        << "the cancel was answered while a put of its work could still land";
+  }
+  service_.finish_export(engine_id, cancelled("KV transfer 1 was cancelled"));
+  std::unique_lock lock(pending->mutex);
+  ASSERT_TRUE(pending->changed.wait_for(lock, milliseconds(5000),
+                                        [&] { return pending->answer.has_value(); }));
+  ASSERT_TRUE(pending->answer->ok()) << pending->answer->status().to_string();
+  EXPECT_EQ(answer_of(**pending->answer), (Answer{.found = true, .settled = true}));
+  ASSERT_TRUE(call->wait_done());
+}
+
+// Issue #34 item 3, the race behind blocks held for 30 s: a decode node gives an import up (its
+// client left) while the work is going out. It closes the work's call, but the bytes are out:
+// this node runs the work and aborts it when the connection closes, and the error event that
+// would have confirmed it has nowhere to go. The cancel's answer, sent once the work ended, is
+// the confirmation: the blocks are freed at once, not at the hold deadline (32 s here). A fault
+// hook holds the work's send until the import was given up.
+TEST_F(PrefillCancelTest, AnImportGivenUpWhileItsWorkGoesOutIsFreedOnTheCancelsAnswer) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool sending = false;
+  bool given_up = false;
+  bool woken = false;
+  kv_transfer::RemotePrefillOptions options;
+  options.cluster_token = kToken;
+  options.transfer_timeout = std::chrono::seconds(30);
+  options.verify_checksums = false;
+  options.test_before_work_sent = [&](const std::string&) {
+    std::unique_lock lock(mutex);
+    sending = true;
+    changed.notify_all();
+    changed.wait_for(lock, milliseconds(5000), [&] { return given_up; });
+  };
+  auto created = kv_transfer::RemotePrefillClient::create(
+      options, {"AAAA", KvLayout{1, 8, 16, 1, 4, DType::kF32}},
+      [](std::span<const int32_t>, int, int) { return std::vector<uint64_t>(); });
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  std::unique_ptr<kv_transfer::RemotePrefillClient> decode = std::move(*created);
+  decode->set_wakeup([&] {
+    std::lock_guard lock(mutex);
+    woken = true;
+    changed.notify_all();
+  });
+  InferenceRequest request;
+  request.id = "req-34";
+  request.prompt_tokens.assign(16, 7);  // one block
+  request.sampling.max_tokens = 4;
+  request.kv_import = KvImportSource{{"http://127.0.0.1:" + url_.port}, milliseconds(60'000), ""};
+  const std::vector<int32_t> blocks = {5};
+  ASSERT_TRUE(decode->start(request, blocks, 0).ok());
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, milliseconds(5000), [&] { return sending; }));
+  }
+  const auto given_up_at = Clock::now();
+  decode->cancel("req-34");  // nothing sent as far as the import knows: it closes the call
+  {
+    std::lock_guard lock(mutex);
+    given_up = true;
+    changed.notify_all();
+  }
+  ASSERT_TRUE(service_.wait_for_submissions(1)) << "the race was not reproduced: no work arrived";
+
+  std::vector<KvEvent> events;
+  const auto count = [&](KvEventKind kind) {
+    return std::count_if(events.begin(), events.end(),
+                         [&](const KvEvent& event) { return event.kind == kind; });
+  };
+  const auto give_up = Clock::now() + milliseconds(10'000);
+  while (count(KvEventKind::kImportReleased) == 0 && Clock::now() < give_up) {
+    {
+      std::unique_lock lock(mutex);
+      changed.wait_until(lock, give_up, [&] { return woken; });
+      woken = false;
+    }
+    for (KvEvent& event : decode->poll()) events.push_back(std::move(event));
+  }
+  ASSERT_EQ(count(KvEventKind::kImportReleased), 1) << "the blocks are still held";
+  EXPECT_LT(Clock::now() - given_up_at, milliseconds(10'000));
+  for (const KvEvent& event : events) {
+    if (event.kind == KvEventKind::kImportReleased) {
+      EXPECT_TRUE(event.status.ok()) << "freed by the hold deadline: " << event.status.to_string();
+    }
+    if (event.kind == KvEventKind::kImportFailed) {
+      EXPECT_EQ(event.status.code(), StatusCode::kCancelled);
+    }
+  }
+  EXPECT_EQ(count(KvEventKind::kImportFailed), 1);
+  // Not while a put could land: by then this node had aborted the work, before any export.
+  const std::vector<std::string> aborted = service_.aborted();
+  ASSERT_FALSE(aborted.empty());
+  EXPECT_NE(aborted[0].find("req-34"), std::string::npos);
+  // And it forgot the work: a cancel now finds nothing.
+  Result<http::ClientResponse> again = cancel("req-34", 1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(answer_of(*again), (Answer{.found = false, .settled = true}));
+}
+
+// A cancel that arrives while its work is being admitted must find it, never answer "not here"
+// (a confirmation that frees the decode node's blocks) and let the work run. The fault hook
+// sends the cancel from inside submit() and gives it time to be answered there.
+TEST_F(PrefillCancelTest, ACancelDuringTheWorksAdmissionFindsItAndAbortsIt) {
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::optional<Result<http::ClientResponse>> answer;
+  };
+  auto pending = std::make_shared<Pending>();
+  service_.during_submit = [&] {
+    service_.during_submit = nullptr;
+    client_->fetch(url_,
+                   post("/internal/v1/prefill/cancel", prefill_cancel_to_json({"req-3", 1}).dump()),
+                   [pending](Result<http::ClientResponse> response) {
+                     std::lock_guard lock(pending->mutex);
+                     pending->answer = std::move(response);
+                     pending->changed.notify_all();
+                   });
+    std::unique_lock lock(pending->mutex);
+    EXPECT_FALSE(pending->changed.wait_for(lock, milliseconds(300),
+                                           [&] { return pending->answer.has_value(); }))
+        << "the cancel was answered while its work was being admitted";
+  };
+  std::shared_ptr<WorkCall> call = send_work("req-3", 1);
+  {
+    std::unique_lock lock(pending->mutex);
+    ASSERT_TRUE(pending->changed.wait_for(lock, milliseconds(5000),
+                                          [&] { return pending->answer.has_value(); }));
+    ASSERT_TRUE(pending->answer->ok()) << pending->answer->status().to_string();
+    EXPECT_EQ(answer_of(**pending->answer), (Answer{.found = true, .settled = true}));
+  }
+  ASSERT_EQ(service_.aborted().size(), 1u);
+  EXPECT_NE(service_.aborted()[0].find("req-3"), std::string::npos);
+  ASSERT_TRUE(call->wait_done());
+}
+
+TEST(PrefillCancelAnswer, ParsesTheSettledAnswerAndAnOlderNodesUnsettledOne) {
+  Result<PrefillCancelAnswer> settled = parse_prefill_cancel_answer(
+      prefill_cancel_answer_to_json({.found = true, .settled = true}).dump());
+  ASSERT_TRUE(settled.ok()) << settled.status().to_string();
+  EXPECT_TRUE(settled->found);
+  EXPECT_TRUE(settled->settled);
+  Result<PrefillCancelAnswer> older = parse_prefill_cancel_answer("{\"found\":false}");
+  ASSERT_TRUE(older.ok()) << older.status().to_string();
+  EXPECT_FALSE(older->settled) << "an older node's answer is no confirmation";
+  EXPECT_EQ(parse_prefill_cancel_answer("{\"settled\":true}").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_prefill_cancel_answer("{\"found\":true,\"settled\":1}").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_prefill_cancel_answer("not json").status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

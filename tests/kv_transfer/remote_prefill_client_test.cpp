@@ -31,6 +31,9 @@ struct Script {
   bool first_token = true;      // stream a first token (42); false: still prefilling
   bool send_kv = true;          // then kv_sent, carrying kSentChecksums, and the stream's end
   bool cancel_endpoint = true;  // false plays a prefill node without it (404)
+  bool cancel_ends_stream = true;  // a cancel ends the work's stream with an error event
+  // The cancel's answer: an older prefill node's (unsettled), or a settled one.
+  std::string cancel_answer = "{\"found\":true}";
 };
 
 // A prefill node that answers each work as scripted. A cancel ends the work's stream with an
@@ -71,12 +74,13 @@ class ScriptedPrefillNode {
     if (script.cancel_endpoint) {
       router.add(
           "POST", "/internal/v1/prefill/cancel",
-          [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+          [this, script](const http::HttpRequest& request,
+                         std::shared_ptr<http::ResponseChannel> ch) {
             std::shared_ptr<http::ResponseChannel> stream;
             {
               std::lock_guard lock(mutex_);
               cancels_.push_back(request.body);
-              stream = std::move(stream_);
+              if (script.cancel_ends_stream) stream = std::move(stream_);
             }
             if (stream) {
               PrefillEvent event;
@@ -85,7 +89,7 @@ class ScriptedPrefillNode {
               stream->write(prefill_event_line(event));
               stream->end_stream();
             }
-            ch->send({200, "application/json", {}, "{\"found\":true}"});
+            ch->send({200, "application/json", {}, script.cancel_answer});
           });
     }
     auto server = http::HttpServer::start({}, std::move(router));
@@ -346,6 +350,45 @@ TEST(RemotePrefillClient, WithoutTheCancelEndpointTheCallIsClosedAndTheBlocksHel
   EXPECT_TRUE(node.stream_closed()) << "the prefill node was not told";
   ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased));
   EXPECT_GE(Clock::now() - cancelled_at, kTransferTimeout + kGrace);
+  // Told apart from a confirmed release (logged, counted by the engine).
+  const KvEvent* released = decode.find(KvEventKind::kImportReleased);
+  EXPECT_EQ(released->status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(released->status.message().find("2 KV blocks"), std::string::npos)
+      << released->status.message();
+  EXPECT_NE(released->status.message().find("was cancelled"), std::string::npos)
+      << released->status.message();
+}
+
+// Issue #34 item 3: the prefill node answers a cancel only once no put of the work can land
+// (settled); that answer alone frees the blocks, as the work's stream may be closed already
+// (a cancel that raced the work's send: PrefillCancelTest.AnImportGivenUpWhileItsWorkGoesOut*).
+// An older node's answer (unsettled) is no confirmation: its stream must confirm, or the hold
+// deadline frees the blocks.
+TEST(RemotePrefillClient, ASettledCancelAnswerFreesTheBlocksWithoutTheWorksStream) {
+  for (const bool settled : {true, false}) {
+    SCOPED_TRACE(settled ? "settled" : "an older node's answer");
+    ScriptedPrefillNode node(
+        {.first_token = true,
+         .send_kv = false,
+         .cancel_ends_stream = false,
+         .cancel_answer = settled ? "{\"found\":true,\"settled\":true}" : "{\"found\":true}"});
+    Decode decode;
+    ASSERT_TRUE(decode.start({node.url()}).ok());
+    wait_for_work(node);
+    ASSERT_TRUE(decode.wait_for(KvEventKind::kFirstToken));
+    const auto cancelled_at = Clock::now();
+    decode.client->cancel("req-1");
+    ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased));
+    const KvEvent* released = decode.find(KvEventKind::kImportReleased);
+    if (settled) {
+      EXPECT_LT(Clock::now() - cancelled_at, kTransferTimeout + kGrace) << "held to the deadline";
+      EXPECT_TRUE(released->status.ok()) << released->status.to_string();
+    } else {
+      EXPECT_GE(Clock::now() - cancelled_at, kTransferTimeout + kGrace);
+      EXPECT_EQ(released->status.code(), StatusCode::kDeadlineExceeded);
+    }
+    EXPECT_EQ(node.cancels().size(), 1u);
+  }
 }
 
 TEST(RemotePrefillClient, WithChecksumsOffNoneAreAskedForOrVerified) {

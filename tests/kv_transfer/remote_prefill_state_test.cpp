@@ -241,7 +241,8 @@ TEST(RemotePrefillState, CancelledWhileConnectingClosesTheCallAndFreesWhenNothin
   EXPECT_TRUE(nothing(s.call_ended(cancelled("call cancelled"), true, t0)));
   EXPECT_EQ(s.state(), ImportState::kReleased);
 
-  // The close raced the send: the work went out after all; drop it there and hold.
+  // The close raced the send: the work went out after all; drop it there and hold (until the
+  // cancel's settled answer: ACancelThatRacedTheWorksSendIsConfirmedByTheSettledCancelAnswer).
   RemotePrefillState raced = fresh();
   EXPECT_TRUE(raced.cancel(cancelled("the client left"), t0).cancel_call);
   EXPECT_TRUE(raced.work_sent().send_cancel);
@@ -249,6 +250,64 @@ TEST(RemotePrefillState, CancelledWhileConnectingClosesTheCallAndFreesWhenNothin
   EXPECT_EQ(raced.state(), ImportState::kCancelling);
   EXPECT_FALSE(raced.releasable(t0 + seconds(1)));
   EXPECT_TRUE(raced.releasable(t0 + kHold));
+}
+
+// Issue #34 item 3: the client left while the work was going out. The call is closed, but its
+// bytes went out anyway, so the prefill node may run the work and only the cancel can reach it;
+// its settled answer (the work ended there, or never ran and will be refused) is the
+// confirmation. Before it, the blocks stayed held until the hold deadline.
+TEST(RemotePrefillState, ACancelThatRacedTheWorksSendIsConfirmedByTheSettledCancelAnswer) {
+  RemotePrefillState s = fresh();
+  EXPECT_TRUE(s.cancel(cancelled("the client left"), t0).cancel_call);
+  EXPECT_TRUE(s.work_sent().send_cancel);
+  EXPECT_TRUE(nothing(s.call_ended(cancelled("call cancelled"), false, t0)));
+  EXPECT_EQ(s.state(), ImportState::kCancelling);
+  EXPECT_FALSE(s.releasable(t0 + seconds(1))) << "the work may be running: a put may land";
+  EXPECT_TRUE(nothing(s.prefill_settled()));
+  EXPECT_EQ(s.state(), ImportState::kReleased);
+  EXPECT_TRUE(s.releasable(t0));
+  EXPECT_FALSE(s.hold_expired(t0 + kHold)) << "confirmed: the hold did not run out";
+}
+
+// The settled answer confirms in either held state, and means nothing outside them (a cancel
+// is sent only once the import was given up).
+TEST(RemotePrefillState, ASettledCancelAnswerConfirmsOnlyWhereTheImportIsHeld) {
+  RemotePrefillState cancelling = streaming();
+  EXPECT_TRUE(cancelling.cancel(cancelled("the client left"), t0).send_cancel);
+  cancelling.prefill_settled();
+  EXPECT_EQ(cancelling.state(), ImportState::kReleased);
+
+  RemotePrefillState failed = fresh();
+  failed.work_sent();
+  failed.head(200);
+  EXPECT_TRUE(failed.fail(deadline_exceeded("no first token"), t0 + seconds(61)).send_cancel);
+  EXPECT_EQ(failed.state(), ImportState::kFailed);
+  failed.prefill_settled();
+  EXPECT_EQ(failed.state(), ImportState::kReleased);
+
+  RemotePrefillState working = streaming();
+  EXPECT_TRUE(nothing(working.prefill_settled()));
+  EXPECT_EQ(working.state(), ImportState::kFirstToken);
+  EXPECT_FALSE(working.releasable(t0));
+}
+
+// Blocks freed by the hold deadline, not by a confirmation, are told apart (the client logs
+// and counts them), with what gave the import up.
+TEST(RemotePrefillState, AHoldThatRunsOutIsToldApartWithItsReason) {
+  RemotePrefillState s = streaming();
+  EXPECT_TRUE(s.hold_reason().ok());
+  s.cancel(cancelled("the client left"), t0);
+  s.fail(unavailable("later failure"), t0 + seconds(1));  // already given up: no new reason
+  EXPECT_EQ(s.hold_reason().code(), StatusCode::kCancelled);
+  EXPECT_NE(s.hold_reason().message().find("the client left"), std::string::npos);
+  EXPECT_FALSE(s.hold_expired(t0 + kHold - seconds(1)));
+  EXPECT_TRUE(s.hold_expired(t0 + kHold));
+  EXPECT_TRUE(s.releasable(t0 + kHold));
+
+  RemotePrefillState ready = streaming();
+  ready.kv_sent();
+  ready.landed_now();
+  EXPECT_FALSE(ready.hold_expired(t0 + kHold * 2));
 }
 
 TEST(RemotePrefillState, CancelledAfterTheKvLandedFreesAtOnce) {

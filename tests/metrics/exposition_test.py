@@ -89,7 +89,7 @@ DECODE_PDSERVE = {
     "pdserve:kv_transfer_time_seconds": "histogram", "pdserve:kv_transfer_bytes": "counter",
     "pdserve:kv_checksum_mismatches": "counter", "pdserve:kv_refetches": "counter",
     "pdserve:remote_prefill_fallbacks": "counter", "pdserve:remote_prefills_served_from_cache": "counter",
-    "pdserve:http_requests": "counter",
+    "pdserve:http_requests": "counter", "pdserve:kv_import_hold_expired": "counter",
 }
 PREFILL_PDSERVE = {
     "pdserve:kv_cache_blocks_total": "gauge", "pdserve:kv_cache_blocks_used": "gauge",

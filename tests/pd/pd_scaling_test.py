@@ -282,6 +282,11 @@ def phase_cancel(model, log_dir):
         if freed_after > 15:
             raise AssertionError(f"the blocks of clients that left came back after {freed_after:.1f} s "
                                  "(the transfer timeout + grace is 32 s)")
+        # Issue #34 item 3: every hold ended on a confirmation, none at its deadline.
+        expired = metric(decode, "pdserve:kv_import_hold_expired_total")
+        if expired != 0:
+            raise AssertionError(f"{expired:.0f} imports held their blocks until the hold deadline "
+                                 "(see the decode node's log: 'freed at the hold deadline')")
         cancels = metric(prefill, "pdserve:prefill_cancels_total")
         if cancels == 0:
             raise AssertionError("no client left before its KV landed (the prefill node got no cancel): "

@@ -48,6 +48,19 @@ TEST(EngineMetricsTest, EverySeriesAtZeroFromConstructionWithTheWarmUpExcluded) 
   EXPECT_TRUE(has_line(after, "pdserve:node_state{state=\"draining\"} 1")) << after;
 }
 
+// Issue #34 item 3: import blocks freed at their hold deadline, counted on decode nodes.
+TEST(EngineMetricsTest, HoldExpiriesCountOnADecodeNode) {
+  metrics::Registry registry;
+  EngineMetrics engine(registry, "m", NodeRole::kDecode, ServiceStats{});
+  EXPECT_TRUE(has_line(registry.render(), "pdserve:kv_import_hold_expired_total 0"))
+      << registry.render();
+  ServiceStats later;
+  later.kv_import_hold_expired_total = 3;
+  engine.publish(later, /*draining=*/false);
+  EXPECT_TRUE(has_line(registry.render(), "pdserve:kv_import_hold_expired_total 3"))
+      << registry.render();
+}
+
 // A request's tokens are counted by its decode node only, so that a sum over all nodes counts
 // each once.
 TEST(EngineMetricsTest, APrefillNodeExportsNoTokenCounters) {
