@@ -27,13 +27,14 @@ constexpr int kMaxTiledSeqs = 1024;
 // The portable and avx2 levels (the two agree bitwise: their dot and axpy do).
 template <bool kAvx2>
 void attend_heads(const float* q_row, int first_head, int num_heads, const AttentionBatch& batch,
-                  const KvCacheView& cache, int64_t layer_offset, int seq, int position,
-                  int kv_head, float scale, float* out_row) {
+                  const KvCacheView& cache, int layer, int seq, int position, int kv_head,
+                  float scale, float* out_row) {
   const auto dot = kAvx2 ? avx2::dot_f32 : portable::dot_f32;
   const auto axpy = kAvx2 ? avx2::axpy_f32 : portable::axpy_f32;
-  const int head_dim = cache.layout.head_dim;
-  const int block_size = cache.layout.block_size;
-  const DType dtype = cache.layout.dtype;
+  const KvLayout& layout = cache.layout;
+  const int head_dim = layout.head_dim;
+  const int block_size = layout.block_size;
+  const DType dtype = layout.dtype;
   const int64_t element_bytes = dtype == DType::kF32 ? 4 : 2;
   const int32_t* block_table =
       batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
@@ -51,13 +52,13 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
   for (int block_start = 0; block_start < num_keys; block_start += block_size) {
     const int block_id = block_table[block_start / block_size];
     const int count = std::min(block_size, num_keys - block_start);
-    const int64_t base =
-        layer_offset + static_cast<int64_t>(block_id) * block_size * cache.layout.token_elements() +
-        static_cast<int64_t>(kv_head) * head_dim;
+    // Byte offset of key or value j of this block.
+    const auto vector_at = [&](int j) {
+      return kv_element(layout, layer, kv_slot(layout, block_id, j), kv_head) * element_bytes;
+    };
     for (int g = 0; g < num_heads; ++g) block_max[g] = running_max[g];
     for (int j = 0; j < count; ++j) {
-      const auto* key = static_cast<const std::byte*>(cache.k) +
-                        (base + j * cache.layout.token_elements()) * element_bytes;
+      const auto* key = static_cast<const std::byte*>(cache.k) + vector_at(j);
       for (int g = 0; g < num_heads; ++g) {
         const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
         scores[g][j] = dot(q, key, dtype, head_dim) * scale;
@@ -70,8 +71,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
       for (int d = 0; d < head_dim; ++d) acc[g][d] *= correction;
     }
     for (int j = 0; j < count; ++j) {
-      const auto* value = static_cast<const std::byte*>(cache.v) +
-                          (base + j * cache.layout.token_elements()) * element_bytes;
+      const auto* value = static_cast<const std::byte*>(cache.v) + vector_at(j);
       for (int g = 0; g < num_heads; ++g) {
         const float weight = std::exp(scores[g][j] - block_max[g]);
         running_sum[g] += weight;
@@ -127,8 +127,8 @@ void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheVi
                       int layer, int num_heads, float scale, MatrixView out, CpuThreadPool& pool,
                       CpuIsa isa) {
   const KvLayout& layout = cache.layout;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * layout.layer_elements() *
-                               static_cast<int64_t>(layout.element_bytes());
+  const int64_t layer_offset =
+      kv_element(layout, layer, 0) * static_cast<int64_t>(layout.element_bytes());
   AttentionProblem problem;
   problem.q = static_cast<const float*>(q.data);
   problem.q_stride = q.row_stride;
@@ -136,10 +136,7 @@ void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheVi
   problem.out_stride = out.row_stride;
   problem.k = static_cast<const std::byte*>(cache.k) + layer_offset;
   problem.v = static_cast<const std::byte*>(cache.v) + layer_offset;
-  problem.kv_dtype = layout.dtype;
-  problem.block_size = layout.block_size;
-  problem.num_kv_heads = layout.num_kv_heads;
-  problem.head_dim = layout.head_dim;
+  problem.layout = layout;
   problem.group = num_heads / layout.num_kv_heads;
   problem.scale = scale;
   problem.block_tables = batch.block_tables;
@@ -207,7 +204,6 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
   const bool avx2 = isa != CpuIsa::kPortable;
   const int group = num_heads / cache.layout.num_kv_heads;
   const int chunks_per_kv_head = (group + kMaxGroupHeads - 1) / kMaxGroupHeads;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   const int64_t work_items =
       static_cast<int64_t>(batch.num_tokens) * cache.layout.num_kv_heads * chunks_per_kv_head;
   pool.run(work_items, [&](int64_t item) {
@@ -221,8 +217,8 @@ Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheV
         std::upper_bound(batch.query_start + 1, batch.query_start + batch.num_seqs + 1, token) -
         (batch.query_start + 1));
     const auto attend = avx2 ? attend_heads<true> : attend_heads<false>;
-    attend(q.row<float>(token), first_head, heads, batch, cache, layer_offset, seq,
-           batch.positions[token], kv_head, scale, out.row<float>(token));
+    attend(q.row<float>(token), first_head, heads, batch, cache, layer, seq, batch.positions[token],
+           kv_head, scale, out.row<float>(token));
   });
   return {};
 }

@@ -28,7 +28,7 @@ struct AttentionArgs {
   Matrix out;
   Batch batch;
   KvPool cache;
-  int64_t layer_offset;
+  int layer;
   int num_heads;
   int group;
   float scale;
@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
       min(min(key_begin + a.keys_per_split, a.batch.context_lens[seq]), last_position + 1);
   const int32_t* block_table =
       a.batch.block_tables + static_cast<int64_t>(seq) * a.batch.max_blocks_per_seq;
-  const int block_size = a.cache.layout.block_size;
-  const int64_t token_elements = a.cache.layout.token_elements();
+  const KvLayout& layout = a.cache.layout;
+  const int block_size = layout.block_size;
 
   for (int tile_start = key_begin; tile_start < key_end; tile_start += kKeysPerTile) {
     __syncthreads();  // the previous tile is consumed (first time: the Q tile is written)
@@ -140,9 +140,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
           atomicOr(a.error_word, kBlockIdOutOfRange);
         } else {
           const int64_t offset =
-              a.layer_offset +
-              (static_cast<int64_t>(block) * block_size + key % block_size) * token_elements +
-              int64_t{kv_head} * head_dim + d;
+              kv_element(layout, a.layer, kv_slot(layout, block, key % block_size), kv_head, d);
           load16(static_cast<const K*>(a.cache.k), offset, k_values);
           load16(static_cast<const K*>(a.cache.v), offset, v_values);
         }
@@ -276,7 +274,7 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.out = out;
   args.batch = batch;
   args.cache = cache;
-  args.layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
+  args.layer = layer;
   args.num_heads = num_heads;
   args.group = plan.group;
   args.scale = scale;
@@ -290,9 +288,9 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
                   static_cast<unsigned>(cache.layout.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   return with_element_type(q.dtype, [&](auto activation) {
-    return with_element_type(cache.layout.dtype, [&](auto kv_element) {
+    return with_element_type(cache.layout.dtype, [&](auto cached) {
       using T = decltype(activation);
-      using K = decltype(kv_element);
+      using K = decltype(cached);
       paged_attention_kernel<T, K><<<grid, kThreads, plan.shared_bytes, stream>>>(args);
       if (plan.num_splits > 1) {
         const cudaError_t launched = cudaGetLastError();

@@ -1,10 +1,11 @@
 // Operands of the CPU paged attention as the instruction-set-specific kernel files see them
-// (plain data, no inline code: see linear_problem.h for why).
+// (plain data, no inline code: see linear_problem.h for why). The pool's layout is KvLayout, of
+// which those files call only the static index functions (kv_slot, kv_element), never a member.
 #pragma once
 
 #include <cstdint>
 
-#include "common/core/dtype_enum.h"
+#include "common/core/kv_layout.h"
 
 namespace pdserve {
 
@@ -18,12 +19,11 @@ struct AttentionProblem {
   int64_t q_stride = 0;
   float* out = nullptr;  // same shape as q
   int64_t out_stride = 0;
-  const void* k = nullptr;  // this layer's K of the pool: [blocks][block_size][kv_heads][head_dim]
-  const void* v = nullptr;  // and V
-  DType kv_dtype = DType::kF32;
-  int block_size = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
+  // This layer's K and V of the pool: layer 0 of `layout` from there, so that the kernels'
+  // indices leave out the layer term (the same arithmetic as an index into one layer).
+  const void* k = nullptr;
+  const void* v = nullptr;
+  KvLayout layout;
   int group = 0;  // query heads per KV head
   float scale = 1.0f;
   const int32_t* block_tables = nullptr;  // [seqs][max_blocks_per_seq]

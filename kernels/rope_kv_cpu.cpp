@@ -61,7 +61,6 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
   const int half = p.head_dim / 2;
   double inv_freq[kMaxHeadDim / 2];
   for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(p.rope_theta, -2.0 * j / p.head_dim);
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   pool.run(batch.num_tokens, [&](int64_t t) {
     double cos_table[kMaxHeadDim / 2];
     double sin_table[kMaxHeadDim / 2];
@@ -82,7 +81,7 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
     for (int h = 0; h < p.num_heads; ++h) rotate(q_row + h * p.head_dim, p.q_norm_weight);
     float* k_row = k.row<float>(t);
     for (int h = 0; h < p.num_kv_heads; ++h) rotate(k_row + h * p.head_dim, p.k_norm_weight);
-    const int64_t offset = layer_offset + batch.slot_mapping[t] * cache.layout.token_elements();
+    const int64_t offset = kv_element(cache.layout, layer, batch.slot_mapping[t]);
     store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements(), vector);
     store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements(),
              vector);

@@ -48,7 +48,7 @@ __device__ void norm_rope_head(T* head, Vector norm_weight, float eps, double ro
 
 template <typename T, typename K>
 __global__ void qk_norm_rope_kv_kernel(Matrix q, Matrix k, Matrix v, RopeArgs p, Batch batch,
-                                       KvPool cache, int64_t layer_offset, unsigned* error_word) {
+                                       KvPool cache, int layer, unsigned* error_word) {
   const int token = blockIdx.x;
   const int slot = batch.slot_mapping[token];
   const int position = batch.positions[token];
@@ -57,7 +57,7 @@ __global__ void qk_norm_rope_kv_kernel(Matrix q, Matrix k, Matrix v, RopeArgs p,
     if (threadIdx.x == 0) atomicOr(error_word, kKvSlotOutOfRange);
     return;
   }
-  const int64_t kv_offset = layer_offset + slot * cache.layout.token_elements();
+  const int64_t kv_offset = kv_element(cache.layout, layer, slot);
   const int warp = threadIdx.x / 32;
   for (int h = warp; h < p.num_heads + p.num_kv_heads; h += kWarps) {
     if (h < p.num_heads) {
@@ -85,14 +85,13 @@ cudaError_t qk_norm_rope_kv_write(Matrix q, Matrix k, Matrix v, const RopeArgs& 
                                   const Batch& batch, const KvPool& cache, int layer,
                                   unsigned* error_word, cudaStream_t stream) {
   if (batch.num_tokens == 0) return cudaSuccess;
-  const int64_t layer_offset = static_cast<int64_t>(layer) * cache.layout.layer_elements();
   return with_element_type(q.dtype, [&](auto activation) {
-    return with_element_type(cache.layout.dtype, [&](auto kv_element) {
+    return with_element_type(cache.layout.dtype, [&](auto cached) {
       using T = decltype(activation);
-      using K = decltype(kv_element);
+      using K = decltype(cached);
       qk_norm_rope_kv_kernel<T, K>
           <<<static_cast<unsigned>(batch.num_tokens), kWarps * 32, 0, stream>>>(
-              q, k, v, params, batch, cache, layer_offset, error_word);
+              q, k, v, params, batch, cache, layer, error_word);
       return cudaGetLastError();
     });
   });

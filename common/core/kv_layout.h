@@ -1,9 +1,9 @@
 // The one description of a node's paged KV pool: a single allocation holding K then V, each
 // [layers][blocks][block_size][kv_heads][head_dim] of `dtype`. A token's KV lives at slot =
-// block * block_size + offset in its block. The CPU and CUDA pools and their kernels
-// (kernels/), and the transfer layer (kv_transfer/: the bytes of a (layer, block) here or in a
-// peer's pool of another size) all read this one type. Header-only C++17 with host/device
-// qualifiers, because CUDA device code (C++17) takes it too.
+// block * block_size + offset in its block (kv_slot). The CPU and CUDA pools and their kernels
+// (kernels/: element indices, kv_element), and the transfer layer (kv_transfer/: the bytes of a
+// (layer, block) here or in a peer's pool of another size) all read this one type. Header-only
+// C++17 with host/device qualifiers, because CUDA device code (C++17) takes it too.
 #pragma once
 
 #include <cstddef>
@@ -64,5 +64,24 @@ struct KvLayout {
                layer_block_bytes();
   }
 };
+
+// The pool's index arithmetic, for host and device code. Free functions with internal linkage
+// (static): the kernels compiled for another instruction set (kernels/*_avx512*.cpp) call them
+// too, and an inline function with external linkage would be one definition shared with the
+// rest of the program, which the linker may take from the AVX-512 object.
+
+// The slot of the token at `offset` in pool block `block`.
+static PDS_HOST_DEVICE constexpr int64_t kv_slot(const KvLayout& layout, int block, int offset) {
+  return static_cast<int64_t>(block) * layout.block_size + offset;
+}
+
+// Index of element `dim` of KV head `kv_head` of the token in `slot` of `layer`, from the start
+// of the pool's K (or V) half: the half is row-major [layers][slots][kv_heads][head_dim], with
+// num_blocks * block_size slots.
+static PDS_HOST_DEVICE constexpr int64_t kv_element(const KvLayout& layout, int layer, int64_t slot,
+                                                    int kv_head = 0, int dim = 0) {
+  const int64_t slots = static_cast<int64_t>(layout.num_blocks) * layout.block_size;
+  return ((layer * slots + slot) * layout.num_kv_heads + kv_head) * layout.head_dim + dim;
+}
 
 }  // namespace pdserve

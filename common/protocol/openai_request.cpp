@@ -281,10 +281,10 @@ void read_logit_bias(ObjectReader& reader, SamplingParams& sampling, int vocab_s
   }
 }
 
-// OpenAI fields that are accepted, type-checked and otherwise ignored (README, "API"): they
-// change nothing about the generation here (store, metadata, service_tier: OpenAI's platform;
-// priority: vLLM's priority scheduling, not implemented; reasoning_effort: Qwen3 thinks or not,
-// which chat_template_kwargs.enable_thinking sets).
+// OpenAI fields that are accepted, type-checked and otherwise ignored (docs/API.md, "Request
+// fields"): they change nothing about the generation here (store, metadata, service_tier:
+// OpenAI's platform; priority: vLLM's priority scheduling, not implemented; reasoning_effort:
+// Qwen3 thinks or not, which chat_template_kwargs.enable_thinking sets).
 void read_accepted_openai_fields(ObjectReader& reader) {
   reader.boolean("store");
   reader.string("reasoning_effort");

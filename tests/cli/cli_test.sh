@@ -65,7 +65,7 @@ then pass "--logits-out rows give the greedy ids"; else fail "--logits-out"; fi
 expect_exit "--logits-out unwritable" 2 "$generate" --model "$model" --prompt hi --max-new-tokens 2 \
   --logits-out "$work/no/such/dir/l.npy"
 
-# Stats line and prompt length of the README example.
+# Stats line and prompt length of a --show-stats run.
 "$generate" --model "$model" --prompt "Explain KV cache in one sentence." --max-new-tokens 5 \
   --temperature 0 --ignore-eos --show-stats >"$work/out" 2>"$work/err"
 if grep -Eq '^prompt_tokens=8 generated_tokens=5 ttft_ms=[0-9.]+ tpot_ms=[0-9.]+ tokens_per_second=[0-9.]+ device=cpu dtype=bfloat16 ' "$work/err"; then

@@ -1,7 +1,8 @@
-// KvLayout is the one description of a KV pool that the kernels (element arithmetic:
-// layer * layer_elements + slot * token_elements) and the transfer layer (byte offsets of a
-// layer's block) both use. Properties that must hold: the (layer, block, K/V) ranges tile the
-// pool exactly, once each, and the two arithmetics name the same bytes.
+// KvLayout is the one description of a KV pool that the kernels (element indices: kv_slot,
+// kv_element) and the transfer layer (byte offsets of a layer's block) both use. The oracle is
+// the pool's definition itself: K then V, each a row-major
+// [layers][blocks][block_size][kv_heads][head_dim] array, enumerated here by nested loops in
+// that order, so that the n-th element visited is element n of the pool.
 #include "common/core/kv_layout.h"
 
 #include <gtest/gtest.h>
@@ -30,21 +31,36 @@ TEST(KvLayout, EveryLayersBlockHalfIsItsOwnRangeAndTheyTileThePool) {
   }
 }
 
-TEST(KvLayout, TheKernelsElementIndexAndTheTransfersByteOffsetNameTheSameBytes) {
-  const KvLayout layout{2, 7, 16, 4, 64, DType::kBF16};
-  for (int layer = 0; layer < layout.num_layers; ++layer) {
-    for (int block : {0, 3, 6}) {
-      for (int in_block : {0, 9, 15}) {
-        const int64_t slot = static_cast<int64_t>(block) * layout.block_size + in_block;
-        const int64_t element = layer * layout.layer_elements() + slot * layout.token_elements();
-        EXPECT_EQ(static_cast<std::uint64_t>(element) * layout.element_bytes(),
-                  layout.offset(layer, block, false) +
-                      static_cast<std::uint64_t>(in_block) * layout.token_bytes());
+TEST(KvLayout, IndicesAndByteOffsetsAreThoseOfTheRowMajorPool) {
+  // Every extent distinct and above 1, so that a swapped pair of dimensions shows.
+  const KvLayout layout{3, 5, 4, 2, 6, DType::kBF16};
+  const auto half_elements =
+      static_cast<int64_t>(layout.total_bytes() / 2 / layout.element_bytes());
+  int64_t n = 0;  // the row-major index of the element the loops are at
+  for (const bool value_half : {false, true}) {
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      for (int block = 0; block < layout.num_blocks; ++block) {
+        for (int in_block = 0; in_block < layout.block_size; ++in_block) {
+          const int64_t slot = kv_slot(layout, block, in_block);
+          for (int head = 0; head < layout.num_kv_heads; ++head) {
+            for (int dim = 0; dim < layout.head_dim; ++dim, ++n) {
+              const int64_t in_half = n - (value_half ? half_elements : 0);
+              ASSERT_EQ(kv_element(layout, layer, slot, head, dim), in_half)
+                  << "layer " << layer << " block " << block << " token " << in_block << " head "
+                  << head << " dim " << dim;
+              if (in_block == 0 && head == 0 && dim == 0) {
+                ASSERT_EQ(layout.offset(layer, block, value_half),
+                          static_cast<std::uint64_t>(n) * layout.element_bytes());
+              }
+            }
+          }
+        }
       }
     }
   }
-  EXPECT_EQ(layout.bytes_per_block() * static_cast<std::size_t>(layout.num_blocks),
-            layout.total_bytes());
+  EXPECT_EQ(n, 2 * half_elements) << "the loops visited the whole pool";
+  EXPECT_EQ(kv_element(layout, 1, 0), layout.layer_elements()) << "a layer's extent";
+  EXPECT_EQ(kv_element(layout, 0, 1), layout.token_elements()) << "a slot's extent";
 }
 
 }  // namespace

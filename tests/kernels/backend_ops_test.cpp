@@ -276,6 +276,12 @@ struct AttentionFixture {
   KvCacheView cache;
 
   int64_t token_elems() const { return int64_t{num_kv_heads} * head_dim; }
+  KvLayout layout() const { return {1, num_blocks, block_size, num_kv_heads, head_dim, kv_dtype}; }
+  // The pool slot of sequence s's token at position t, through its block table.
+  int64_t slot_of(int s, int t) const {
+    return kv_slot(layout(), tables[static_cast<size_t>(s)][static_cast<size_t>(t / block_size)],
+                   t % block_size);
+  }
   int total_new() const { return std::accumulate(fresh.begin(), fresh.end(), 0); }
 
   // A shape of its own: every sequence gets the blocks it needs, scattered over the pool.
@@ -313,7 +319,7 @@ struct AttentionFixture {
   }
 
   void build() {
-    const size_t pool = static_cast<size_t>(num_blocks * block_size * token_elems());
+    const auto pool = static_cast<size_t>(layout().layer_elements());
     k_bytes.assign(pool * dtype_size(kv_dtype), std::byte{0});
     v_bytes.assign(pool * dtype_size(kv_dtype), std::byte{0});
     query_start = {0};
@@ -326,7 +332,7 @@ struct AttentionFixture {
       }
       for (int t = cached[s]; t < context; ++t) {
         positions.push_back(t);
-        slots.push_back(tables[s][static_cast<size_t>(t / block_size)] * block_size + t % block_size);
+        slots.push_back(static_cast<int32_t>(slot_of(static_cast<int>(s), t)));
       }
     }
     batch.num_seqs = static_cast<int>(fresh.size());
@@ -337,8 +343,7 @@ struct AttentionFixture {
     batch.block_tables = block_tables.data();
     batch.positions = positions.data();
     batch.slot_mapping = slots.data();
-    cache = {k_bytes.data(), v_bytes.data(),
-             KvLayout{1, num_blocks, block_size, num_kv_heads, head_dim, kv_dtype}};
+    cache = {k_bytes.data(), v_bytes.data(), layout()};
   }
 
   // Fills the cached (not new) positions of every sequence with random K/V.
@@ -347,11 +352,13 @@ struct AttentionFixture {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (size_t s = 0; s < fresh.size(); ++s) {
       for (int t = 0; t < cached[s]; ++t) {
-        const int64_t slot = tables[s][static_cast<size_t>(t / block_size)] * block_size + t % block_size;
-        for (int64_t e = 0; e < token_elems(); ++e) {
+        const int64_t first = kv_element(layout(), 0, slot_of(static_cast<int>(s), t));
+        for (int64_t e = first; e < first + token_elems(); ++e) {
           const float kv[2] = {dist(rng), dist(rng)};
-          convert_elements(&kv[0], DType::kF32, k_bytes.data() + (slot * token_elems() + e) * dtype_size(kv_dtype), kv_dtype, 1);
-          convert_elements(&kv[1], DType::kF32, v_bytes.data() + (slot * token_elems() + e) * dtype_size(kv_dtype), kv_dtype, 1);
+          convert_elements(&kv[0], DType::kF32, k_bytes.data() + e * dtype_size(kv_dtype), kv_dtype,
+                           1);
+          convert_elements(&kv[1], DType::kF32, v_bytes.data() + e * dtype_size(kv_dtype), kv_dtype,
+                           1);
         }
       }
     }
@@ -360,8 +367,8 @@ struct AttentionFixture {
   float k_at(int s, int t, int head, int d) const { return element(k_bytes, s, t, head, d); }
   float v_at(int s, int t, int head, int d) const { return element(v_bytes, s, t, head, d); }
   float element(const std::vector<std::byte>& pool, int s, int t, int head, int d) const {
-    const int64_t slot = tables[static_cast<size_t>(s)][static_cast<size_t>(t / block_size)] * block_size + t % block_size;
-    return load_as_float(pool.data(), kv_dtype, static_cast<size_t>(slot * token_elems() + head * head_dim + d));
+    return load_as_float(pool.data(), kv_dtype,
+                         static_cast<size_t>(kv_element(layout(), 0, slot_of(s, t), head, d)));
   }
 };
 
@@ -547,9 +554,9 @@ TEST_P(BackendOps, QkNormRopeWritesRotatedKeysAtTheirSlots) {
       std::vector<double> expected = reference(&q_in[t * q_width + h * f.head_dim], q_norm.values, position);
       for (int d = 0; d < f.head_dim; ++d) ASSERT_NEAR(q[t * q_width + h * f.head_dim + d], expected[d], 1e-5);
     }
-    const int64_t slot = f.slots[static_cast<size_t>(t)];
-    const float* k_cached = reinterpret_cast<const float*>(f.k_bytes.data()) + slot * f.token_elems();
-    const float* v_cached = reinterpret_cast<const float*>(f.v_bytes.data()) + slot * f.token_elems();
+    const int64_t first = kv_element(f.layout(), 0, f.slots[static_cast<size_t>(t)]);
+    const float* k_cached = reinterpret_cast<const float*>(f.k_bytes.data()) + first;
+    const float* v_cached = reinterpret_cast<const float*>(f.v_bytes.data()) + first;
     for (int h = 0; h < f.num_kv_heads; ++h) {
       std::vector<double> expected = reference(&k_in[t * f.token_elems() + h * f.head_dim], k_norm.values, position);
       for (int d = 0; d < f.head_dim; ++d) {

@@ -190,8 +190,9 @@ AttentionBatch view_of(HostBatch& host) {
 TEST(PadDecodeBatch, RealSequencesGetTheSameAttentionOutputAndKvWhenPadded) {
   using F = DecodeFixture;
   std::unique_ptr<Backend> cpu = std::move(create_backend(BackendOptions{})).value();
-  const int64_t token_elements = F::kKvHeads * F::kHeadDim;
-  const size_t pool = static_cast<size_t>(F::kNumBlocks * F::kBlockSize * token_elements);
+  const KvLayout layout{1, F::kNumBlocks, F::kBlockSize, F::kKvHeads, F::kHeadDim, DType::kF32};
+  const int64_t token_elements = layout.token_elements();
+  const auto pool = static_cast<size_t>(layout.layer_elements());
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   std::vector<float> k_pool(pool), v_pool(pool);
@@ -218,9 +219,7 @@ TEST(PadDecodeBatch, RealSequencesGetTheSameAttentionOutputAndKvWhenPadded) {
         new_v[static_cast<size_t>(t * token_elements + j)] = normal(input_rng);
       }
     }
-    KvCacheView cache{k.data(), v.data(),
-                      KvLayout{1, F::kNumBlocks, F::kBlockSize, F::kKvHeads, F::kHeadDim,
-                               DType::kF32}};
+    KvCacheView cache{k.data(), v.data(), layout};
     QkNormRopeParams rope;
     rope.q_norm_weight = {norm_weight.data(), DType::kF32, F::kHeadDim};
     rope.k_norm_weight = rope.q_norm_weight;
@@ -246,8 +245,8 @@ TEST(PadDecodeBatch, RealSequencesGetTheSameAttentionOutputAndKvWhenPadded) {
   ASSERT_GT(padded.size(), plain.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], padded[i]) << i;
   // Outside the scratch block the pools are bitwise the same.
-  const size_t scratch_begin =
-      static_cast<size_t>(F::kScratchBlock * F::kBlockSize * token_elements);
+  const auto scratch_begin =
+      static_cast<size_t>(kv_element(layout, 0, kv_slot(layout, F::kScratchBlock, 0)));
   for (size_t i = 0; i < scratch_begin; ++i) {
     ASSERT_EQ(k_plain[i], k_padded[i]) << i;
     ASSERT_EQ(v_plain[i], v_padded[i]) << i;

@@ -108,8 +108,7 @@ std::vector<double> reference_linear(std::span<const float> in, std::span<const 
 int64_t PagedProblem::key_offset(int seq, int position) const {
   const int32_t block =
       block_tables[static_cast<size_t>(seq) * max_blocks_per_seq + position / layout.block_size];
-  return (int64_t{block} * layout.block_size + position % layout.block_size) *
-         layout.token_elements();
+  return kv_element(layout, 0, kv_slot(layout, block, position % layout.block_size));
 }
 
 PagedProblem make_paged_problem(int num_heads, int num_kv_heads, int head_dim, int block_size,
