@@ -62,6 +62,7 @@ class PrefillServer {
   metrics::Histogram& prefill_time_;
   metrics::Histogram& transfer_time_;
   metrics::Counter& transfer_bytes_;
+  metrics::Counter& descriptor_refused_;
   std::atomic<uint64_t> next_id_{0};
 
   // Work in flight by "request id/transfer tag" (the engine's request id), for cancel; and
