@@ -8,186 +8,10 @@
 #include <utility>
 
 #include "common/core/log.h"
-#include "kv_transfer/peer_handshake.h"
-#include "kv_transfer/ucx_handles.h"
+#include "kv_transfer/engine_records.h"
 
 namespace pdserve::kv_transfer {
-namespace {
-
-struct CompletionMessage {
-  std::uint64_t transfer_id;
-  std::uint64_t request_tag;
-  std::uint64_t bytes;
-  std::uint64_t blocks;
-};
-
-struct AckMessage {
-  std::uint64_t transfer_id;
-};
-
-// kOpen: puts may still be added (layer-by-layer sending); kPutting: flushing the last ones;
-// kCancelling: cancelled, flushing the puts already issued (then kFailed, no completion message).
-enum class Stage { kOpen, kPutting, kNotifying, kCancelling, kDone, kFailed };
-
-// Puts whose local bytes their sender wants back (add_puts with on_released): a staging
-// buffer is reused once UCX reads it no more.
-struct PutGroup {
-  std::vector<void*> requests;
-  std::function<void()> on_released;
-};
-
-// Puts added while the peer's handshake was under way: posted once it confirms its pool.
-struct QueuedPuts {
-  std::vector<BlockCopy> copies;
-  std::function<void()> on_released;
-};
-
-struct Transfer {
-  PeerId peer = 0;
-  Stage stage = Stage::kPutting;
-  bool acknowledged = false;
-  std::vector<void*> requests;  // outstanding UCX requests of the current stage
-  std::vector<PutGroup> put_groups;  // puts issued with a release callback, not yet released
-  std::vector<QueuedPuts> queued;    // waiting for the peer's handshake, not issued
-  bool close_queued = false;         // closed while waiting: flush after the queued puts
-  std::chrono::steady_clock::time_point deadline;
-  CompletionMessage message{};  // UCX reads it until the send completes: lives here
-  Status error;
-  bool refused = false;  // the peer denied its descriptor, or a range was outside a pool
-};
-
-// kHandshaking: the endpoint is open and the claim sent; nothing is put until the peer
-// confirms it (kReady). A refusal, an unanswered handshake or any failure sets `failure`.
-enum class PeerState { kHandshaking, kReady };
-
-struct Peer {
-  // What connect() was given. The puts use it only once the peer has confirmed every field
-  // that decides where they land (pool base, size, key), so each bounds check below is
-  // against the pool the peer registered, whatever a work request claimed.
-  PeerDescriptor descriptor;
-  PeerState state = PeerState::kHandshaking;
-  HelloMessage hello;                         // UCX reads it until the send completes
-  std::vector<void*> hello_requests;          // the hello's send
-  std::optional<std::uint64_t> hello_answer;  // the reply's mismatch bits, once here
-  std::chrono::steady_clock::time_point handshake_deadline;
-  std::unique_ptr<UcpEndpoint> endpoint;
-  std::unique_ptr<RemoteKey> rkey;  // unpacked once confirmed
-  ucs_status_t failure = UCS_OK;    // set by UCX's error callback or a deadline
-  Status failure_reason;            // when the engine itself failed it (refusal, handshake)
-  bool closed = false;
-  // UCX reports this peer's failure itself; otherwise (shared memory in UCX 1.13) a transfer's
-  // deadline is the only failure detector and fails the whole peer.
-  bool detects_failure = true;
-};
-
-// How long a transfer stopped at its deadline may take to flush the puts it issued before its
-// peer is failed instead. Well inside the receiver's hold of its blocks after a failure (the
-// transfer timeout plus a grace period, ucx_kv_connector.h).
-constexpr auto kExpiredFlushGrace = std::chrono::seconds(1);
-
-// A message owed to a sender on its reply endpoint (an acknowledgement, a hello's answer),
-// sent from progress() rather than inside the callback. The vector's buffer, which UCX reads
-// until the send completes, keeps its address when the vector moves.
-struct PendingReply {
-  ucp_ep_h reply_endpoint = nullptr;
-  unsigned am_id = 0;
-  std::vector<std::uint8_t> message;
-  void* request = nullptr;
-  bool sent = false;
-};
-
-template <typename Message>
-std::vector<std::uint8_t> message_bytes(const Message& message) {
-  std::vector<std::uint8_t> bytes(sizeof message);
-  std::memcpy(bytes.data(), &message, sizeof message);
-  return bytes;
-}
-
-// A peer's claim as it arrived, answered from progress().
-struct PendingHello {
-  ucp_ep_h reply_endpoint = nullptr;
-  HelloMessage claim;
-  std::vector<std::uint8_t> rkey;
-  bool readable = false;
-};
-
-void on_peer_error(void* arg, ucp_ep_h /*endpoint*/, ucs_status_t status) {
-  auto* peer = static_cast<Peer*>(arg);
-  if (peer->failure == UCS_OK) peer->failure = status;
-}
-
-// Frees the requests that finished; the first failure is returned, OK once all have finished.
-Result<bool> settle(std::vector<void*>& requests) {
-  Status failure;
-  std::erase_if(requests, [&](void* request) {
-    const ucs_status_t status = ucp_request_check_status(request);
-    if (status == UCS_INPROGRESS) return false;
-    if (status != UCS_OK && failure.ok()) failure = ucx_error(status, "KV transfer operation");
-    ucp_request_free(request);
-    return true;
-  });
-  if (!failure.ok()) return failure;
-  return requests.empty();
-}
-
-void free_requests(std::vector<void*>& requests) {
-  for (void* request : requests) ucp_request_free(request);
-  requests.clear();
-}
-
-// Ends every put group of a transfer whose operations are over (finished, or ended by a forced
-// endpoint close): UCX reads their local bytes no more.
-void release_put_groups(Transfer& transfer) {
-  std::vector<PutGroup> groups = std::move(transfer.put_groups);
-  transfer.put_groups.clear();
-  for (PutGroup& group : groups) {
-    free_requests(group.requests);
-    if (group.on_released) group.on_released();
-  }
-}
-
-// Keeps a request returned by an nbx call; false with the error when the call failed at once.
-Status keep_request(ucs_status_ptr_t result, std::vector<void*>& requests, const char* what) {
-  if (UCS_PTR_IS_ERR(result)) return ucx_error(UCS_PTR_STATUS(result), what);
-  if (result != nullptr) requests.push_back(result);
-  return {};
-}
-
-bool range_fits(std::uint64_t offset, std::uint64_t bytes, std::uint64_t extent) {
-  return offset <= extent && bytes <= extent - offset;
-}
-
-// Every copy non-empty and inside both pools; InvalidArgument naming the first that is not.
-Status check_ranges(std::span<const BlockCopy> copies, std::uint64_t local_bytes,
-                    std::uint64_t remote_bytes) {
-  for (std::size_t i = 0; i < copies.size(); ++i) {
-    const BlockCopy& copy = copies[i];
-    if (copy.bytes == 0 || !range_fits(copy.local_offset, copy.bytes, local_bytes) ||
-        !range_fits(copy.remote_offset, copy.bytes, remote_bytes)) {
-      return invalid_argument("add_puts: block " + std::to_string(i) + " (local " +
-                              std::to_string(copy.local_offset) + ", remote " +
-                              std::to_string(copy.remote_offset) + ", " +
-                              std::to_string(copy.bytes) + " bytes) is empty or outside a pool");
-    }
-  }
-  return {};
-}
-
-bool nothing_issued(const Transfer& transfer) {
-  return transfer.requests.empty() && transfer.put_groups.empty() && transfer.message.blocks == 0;
-}
-
-// Hands back the puts that waited for the handshake: none of them was issued.
-void drop_queued(Transfer& transfer) {
-  std::vector<QueuedPuts> queued = std::move(transfer.queued);
-  transfer.queued.clear();
-  transfer.close_queued = false;
-  for (QueuedPuts& puts : queued) {
-    if (puts.on_released) puts.on_released();
-  }
-}
-
-}  // namespace
+using namespace engine_records;  // this file's own private records (engine_records.h)
 
 struct KvTransferEngine::Impl {
   // Destruction runs bottom-up: peers close (UCX finishes with every request), then the
@@ -281,8 +105,8 @@ struct KvTransferEngine::Impl {
   }
 
   // A peer's claim about this node's pool: copied, answered from progress().
-  static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length,
-                               void* data, std::size_t length, const ucp_am_recv_param_t* param) {
+  static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Impl*>(arg);
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 || param->reply_ep == nullptr) {
       PDS_LOG_WARN("KV handshake without a reply endpoint: dropped");
@@ -321,8 +145,8 @@ struct KvTransferEngine::Impl {
     }
     std::memcpy(&reply, header, sizeof reply);
     for (auto& [id, peer] : self->peers) {
-      if (peer->state == PeerState::kHandshaking && peer->hello.handshake_id == reply.handshake_id &&
-          !peer->hello_answer) {
+      if (peer->state == PeerState::kHandshaking &&
+          peer->hello.handshake_id == reply.handshake_id && !peer->hello_answer) {
         peer->hello_answer = reply.mismatch;
         return UCS_OK;
       }
@@ -337,8 +161,8 @@ struct KvTransferEngine::Impl {
     std::vector<PendingHello> pending = std::exchange(hellos, {});
     std::optional<PeerDescriptor> local;
     if (pool != nullptr) {
-      local = PeerDescriptor{{}, pool->packed_rkey(), reinterpret_cast<std::uintptr_t>(pool_base),
-                             pool_bytes};
+      local = PeerDescriptor{
+          {}, pool->packed_rkey(), reinterpret_cast<std::uintptr_t>(pool_base), pool_bytes};
     }
     for (PendingHello& hello : pending) {
       HelloReply reply{hello.claim.handshake_id, kMalformedHello};
@@ -351,8 +175,8 @@ struct KvTransferEngine::Impl {
         PDS_LOG_WARN("KV handshake: a peer claimed a pool that is not this node's (" +
                      describe_mismatch(reply.mismatch) + " differ): refused");
       }
-      replies.push_back({hello.reply_endpoint, kHelloReplyAmId, message_bytes(reply), nullptr,
-                         false});
+      replies.push_back(
+          {hello.reply_endpoint, kHelloReplyAmId, message_bytes(reply), nullptr, false});
     }
   }
 
@@ -388,11 +212,10 @@ struct KvTransferEngine::Impl {
     ucp_request_param_t params{};
     params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    return keep_request(
-        ucp_am_send_nbx(peer.endpoint->get(), kHelloAmId, &peer.hello, sizeof peer.hello,
-                        peer.descriptor.packed_rkey.data(), peer.descriptor.packed_rkey.size(),
-                        &params),
-        peer.hello_requests, "KV handshake");
+    return keep_request(ucp_am_send_nbx(peer.endpoint->get(), kHelloAmId, &peer.hello,
+                                        sizeof peer.hello, peer.descriptor.packed_rkey.data(),
+                                        peer.descriptor.packed_rkey.size(), &params),
+                        peer.hello_requests, "KV handshake");
   }
 
   // Moves a handshaking peer on: confirmed (its key unpacked, the queued puts and flushes
@@ -415,11 +238,11 @@ struct KvTransferEngine::Impl {
       for (auto& [transfer_id, transfer] : transfers) {
         if (transfer.peer == id) transfer.refused = true;
       }
-      fail_later(peer, permission_denied(
-                           "KV peer " + std::to_string(id) +
-                           " refused the descriptor it was given: its " +
-                           describe_mismatch(*peer.hello_answer) +
-                           " differ from the peer's own registered pool; nothing was put"));
+      fail_later(peer,
+                 permission_denied("KV peer " + std::to_string(id) +
+                                   " refused the descriptor it was given: its " +
+                                   describe_mismatch(*peer.hello_answer) +
+                                   " differ from the peer's own registered pool; nothing was put"));
       return;
     }
     Result<std::unique_ptr<RemoteKey>> rkey =
@@ -444,8 +267,8 @@ struct KvTransferEngine::Impl {
           if (puts.on_released) puts.on_released();  // the transfer failed: never issued
           continue;
         }
-        issued = issue_puts(transfer_id, transfer, peer, puts.copies, std::move(puts.on_released))
-                     .ok();
+        issued =
+            issue_puts(transfer_id, transfer, peer, puts.copies, std::move(puts.on_released)).ok();
       }
       if (issued && close) flush(transfer_id, transfer, peer);
     }
@@ -832,8 +655,7 @@ Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copi
   }
   // The peer has not confirmed its pool yet: checked against the claim now (a bad range is
   // refused at once), posted, and checked again, once it has.
-  if (Status bad = check_ranges(copies, impl_->pool_bytes, peer.descriptor.pool_bytes);
-      !bad.ok()) {
+  if (Status bad = check_ranges(copies, impl_->pool_bytes, peer.descriptor.pool_bytes); !bad.ok()) {
     impl_->refuse(id, transfer, peer, bad);
     if (on_released) on_released();
     return bad;

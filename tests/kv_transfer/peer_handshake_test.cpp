@@ -91,18 +91,20 @@ TEST_P(PeerHandshake, AForgedDescriptorIsRefusedBeforeAnyPut) {
   std::vector<Forgery> forgeries;
   PeerDescriptor wrong_base = real;
   wrong_base.pool_base -= kPoolBytes;  // the guard before the pool
-  forgeries.push_back({"a wrong pool base", wrong_base, {0, kBlockBytes, kBlockBytes},
-                       "pool base address"});
+  forgeries.push_back(
+      {"a wrong pool base", wrong_base, {0, kBlockBytes, kBlockBytes}, "pool base address"});
   PeerDescriptor wrong_size = real;
   wrong_size.pool_bytes = 2 * kPoolBytes;  // the guard after the pool too
-  forgeries.push_back({"a pool size larger than the real pool", wrong_size,
-                       {0, kPoolBytes + kBlockBytes, kBlockBytes}, "pool size"});
+  forgeries.push_back({"a pool size larger than the real pool",
+                       wrong_size,
+                       {0, kPoolBytes + kBlockBytes, kBlockBytes},
+                       "pool size"});
   // (Over tcp and shared memory a packed key names no region: every region's is the same
   // bytes. A key with one byte changed is another key.)
   PeerDescriptor wrong_rkey = real;
   wrong_rkey.packed_rkey.back() ^= 0x01;
-  forgeries.push_back({"a key with one byte changed", wrong_rkey, {0, 0, kBlockBytes},
-                       "remote key"});
+  forgeries.push_back(
+      {"a key with one byte changed", wrong_rkey, {0, 0, kBlockBytes}, "remote key"});
   PeerDescriptor garbage_rkey = real;
   std::fill(garbage_rkey.packed_rkey.begin(), garbage_rkey.packed_rkey.end(), std::uint8_t{0x5a});
   forgeries.push_back({"a garbage key", garbage_rkey, {0, 0, kBlockBytes}, "remote key"});
@@ -161,8 +163,7 @@ TEST_P(PeerHandshake, BlocksPastThePoolNeverReachUcx) {
   ASSERT_TRUE(early.ok());
   int released = 0;
   ASSERT_TRUE(sender->add_puts(*early, std::span(&good, 1), [&] { ++released; }).ok());
-  EXPECT_EQ(sender->add_puts(*early, std::span(&past_end, 1)).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(sender->add_puts(*early, std::span(&past_end, 1)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(released, 1) << "the queued put is handed back";
   const TransferStatus early_status = wait_for(*sender, receiver.get(), *early, milliseconds(5000));
   EXPECT_EQ(early_status.state, TransferState::kFailed);
@@ -224,8 +225,8 @@ TEST_P(PeerHandshake, TheStagedPathRefusesAForgedDescriptorToo) {
   KvTransferServiceOptions options;
   options.transports = GetParam();
   options.path = TransferPath::kStaged;
-  options.copier = std::make_shared<HostPoolCopier>(reinterpret_cast<std::byte*>(source.data()),
-                                                    source.size());
+  options.copier =
+      std::make_shared<HostPoolCopier>(reinterpret_cast<std::byte*>(source.data()), source.size());
   options.send_bytes = 4 * kBlockBytes;
   options.staging_unit = kBlockBytes;
   auto staged = KvTransferService::create(options, source.data(), source.size(), nullptr);
