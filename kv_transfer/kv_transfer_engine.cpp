@@ -3,127 +3,23 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
+#include <random>
+#include <utility>
 
 #include "common/core/log.h"
-#include "kv_transfer/ucx_handles.h"
+#include "kv_transfer/engine_records.h"
 
 namespace pdserve::kv_transfer {
-namespace {
-
-constexpr unsigned kCompletionAmId = 1;
-constexpr unsigned kAckAmId = 2;
-
-struct CompletionMessage {
-  std::uint64_t transfer_id;
-  std::uint64_t request_tag;
-  std::uint64_t bytes;
-  std::uint64_t blocks;
-};
-
-struct AckMessage {
-  std::uint64_t transfer_id;
-};
-
-// kOpen: puts may still be added (layer-by-layer sending); kPutting: flushing the last ones;
-// kCancelling: cancelled, flushing the puts already issued (then kFailed, no completion message).
-enum class Stage { kOpen, kPutting, kNotifying, kCancelling, kDone, kFailed };
-
-// Puts whose local bytes their sender wants back (add_puts with on_released): a staging
-// buffer is reused once UCX reads it no more.
-struct PutGroup {
-  std::vector<void*> requests;
-  std::function<void()> on_released;
-};
-
-struct Transfer {
-  PeerId peer = 0;
-  Stage stage = Stage::kPutting;
-  bool acknowledged = false;
-  std::vector<void*> requests;  // outstanding UCX requests of the current stage
-  std::vector<PutGroup> put_groups;  // puts issued with a release callback, not yet released
-  std::chrono::steady_clock::time_point deadline;
-  CompletionMessage message{};  // UCX reads it until the send completes: lives here
-  Status error;
-};
-
-struct Peer {
-  PeerDescriptor descriptor;
-  std::unique_ptr<UcpEndpoint> endpoint;
-  std::unique_ptr<RemoteKey> rkey;
-  ucs_status_t failure = UCS_OK;  // set by UCX's error callback or a deadline
-  bool closed = false;
-  // UCX reports this peer's failure itself; otherwise (shared memory in UCX 1.13) a transfer's
-  // deadline is the only failure detector and fails the whole peer.
-  bool detects_failure = true;
-};
-
-// How long a transfer stopped at its deadline may take to flush the puts it issued before its
-// peer is failed instead. Well inside the receiver's hold of its blocks after a failure (the
-// transfer timeout plus a grace period, ucx_kv_connector.h).
-constexpr auto kExpiredFlushGrace = std::chrono::seconds(1);
-
-// An acknowledgement owed to a sender, sent from progress() rather than inside the callback.
-struct PendingAck {
-  ucp_ep_h reply_endpoint = nullptr;
-  std::unique_ptr<AckMessage> message;
-  void* request = nullptr;
-  bool sent = false;
-};
-
-void on_peer_error(void* arg, ucp_ep_h /*endpoint*/, ucs_status_t status) {
-  auto* peer = static_cast<Peer*>(arg);
-  if (peer->failure == UCS_OK) peer->failure = status;
-}
-
-// Frees the requests that finished; the first failure is returned, OK once all have finished.
-Result<bool> settle(std::vector<void*>& requests) {
-  Status failure;
-  std::erase_if(requests, [&](void* request) {
-    const ucs_status_t status = ucp_request_check_status(request);
-    if (status == UCS_INPROGRESS) return false;
-    if (status != UCS_OK && failure.ok()) failure = ucx_error(status, "KV transfer operation");
-    ucp_request_free(request);
-    return true;
-  });
-  if (!failure.ok()) return failure;
-  return requests.empty();
-}
-
-void free_requests(std::vector<void*>& requests) {
-  for (void* request : requests) ucp_request_free(request);
-  requests.clear();
-}
-
-// Ends every put group of a transfer whose operations are over (finished, or ended by a forced
-// endpoint close): UCX reads their local bytes no more.
-void release_put_groups(Transfer& transfer) {
-  std::vector<PutGroup> groups = std::move(transfer.put_groups);
-  transfer.put_groups.clear();
-  for (PutGroup& group : groups) {
-    free_requests(group.requests);
-    if (group.on_released) group.on_released();
-  }
-}
-
-// Keeps a request returned by an nbx call; false with the error when the call failed at once.
-Status keep_request(ucs_status_ptr_t result, std::vector<void*>& requests, const char* what) {
-  if (UCS_PTR_IS_ERR(result)) return ucx_error(UCS_PTR_STATUS(result), what);
-  if (result != nullptr) requests.push_back(result);
-  return {};
-}
-
-bool range_fits(std::uint64_t offset, std::uint64_t bytes, std::uint64_t extent) {
-  return offset <= extent && bytes <= extent - offset;
-}
-
-}  // namespace
+using namespace engine_records;  // this file's own private records (engine_records.h)
 
 struct KvTransferEngine::Impl {
   // Destruction runs bottom-up: peers close (UCX finishes with every request), then the
   // worker, and only then the message buffers UCX may have been reading.
   std::unique_ptr<UcpContext> context;
   std::map<TransferId, Transfer> transfers;
-  std::vector<PendingAck> acks;
+  std::vector<PendingReply> replies;
+  std::vector<PendingHello> hellos;
   std::vector<ReceivedTransfer> received;
   std::unique_ptr<UcpWorker> worker;
   std::unique_ptr<MemoryRegion> pool;
@@ -132,22 +28,27 @@ struct KvTransferEngine::Impl {
   std::size_t pool_bytes = 0;
   PeerId next_peer = 1;
   TransferId next_transfer = 1;
+  std::mt19937_64 handshake_ids{std::random_device{}()};
+  KvTransferEngineStats stats;
 
   ~Impl() {
-    for (auto& ack : acks) {
-      if (ack.request != nullptr) ucp_request_free(ack.request);
+    for (auto& reply : replies) {
+      if (reply.request != nullptr) ucp_request_free(reply.request);
     }
     for (auto& [id, transfer] : transfers) {
       free_requests(transfer.requests);
       // Their owners are going away with the engine: no callback.
       for (PutGroup& group : transfer.put_groups) free_requests(group.requests);
     }
+    for (auto& [id, peer] : peers) free_requests(peer->hello_requests);
     peers.clear();
   }
 
   Status install_handlers() {
     PDS_RETURN_IF_ERROR(set_handler(kCompletionAmId, &Impl::on_completion));
-    return set_handler(kAckAmId, &Impl::on_ack);
+    PDS_RETURN_IF_ERROR(set_handler(kAckAmId, &Impl::on_ack));
+    PDS_RETURN_IF_ERROR(set_handler(kHelloAmId, &Impl::on_hello));
+    return set_handler(kHelloReplyAmId, &Impl::on_hello_reply);
   }
 
   Status set_handler(unsigned id, ucp_am_recv_callback_t callback) {
@@ -175,9 +76,8 @@ struct KvTransferEngine::Impl {
     std::memcpy(&message, header, sizeof message);
     self->received.push_back({message.request_tag, message.bytes, message.blocks});
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 && param->reply_ep != nullptr) {
-      self->acks.push_back({param->reply_ep,
-                            std::make_unique<AckMessage>(AckMessage{message.transfer_id}), nullptr,
-                            false});
+      self->replies.push_back({param->reply_ep, kAckAmId,
+                               message_bytes(AckMessage{message.transfer_id}), nullptr, false});
     } else {
       PDS_LOG_WARN("KV completion message without a reply endpoint: cannot acknowledge");
     }
@@ -204,27 +104,241 @@ struct KvTransferEngine::Impl {
     return UCS_OK;
   }
 
-  void send_acks() {
-    for (auto& ack : acks) {
-      if (ack.sent) continue;
-      ack.sent = true;
-      ucp_request_param_t params{};
-      ucs_status_ptr_t result = ucp_am_send_nbx(ack.reply_endpoint, kAckAmId, ack.message.get(),
-                                                sizeof(AckMessage), nullptr, 0, &params);
-      if (UCS_PTR_IS_ERR(result)) {
-        PDS_LOG_WARN("KV acknowledgement not sent: " +
-                     std::string(ucs_status_string(UCS_PTR_STATUS(result))));
-      } else {
-        ack.request = result;
+  // A peer's claim about this node's pool: copied, answered from progress().
+  static ucs_status_t on_hello(void* arg, const void* header, std::size_t header_length, void* data,
+                               std::size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0 || param->reply_ep == nullptr) {
+      PDS_LOG_WARN("KV handshake without a reply endpoint: dropped");
+      return UCS_OK;
+    }
+    PendingHello hello;
+    hello.reply_endpoint = param->reply_ep;
+    // The key must have come inline (the sender forces eager: readable in this callback) and
+    // be of a sane length.
+    hello.readable = header_length == sizeof(HelloMessage) &&
+                     (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length > 0 &&
+                     length <= kMaxPackedRkeyBytes;
+    if (hello.readable) {
+      std::memcpy(&hello.claim, header, sizeof hello.claim);
+      hello.readable = hello.claim.magic == kHelloMagic;
+      const auto* bytes = static_cast<const std::uint8_t*>(data);
+      hello.rkey.assign(bytes, bytes + length);
+    } else if (header_length >= 2 * sizeof(std::uint64_t)) {
+      // Enough to name the handshake in the refusal.
+      std::memcpy(&hello.claim.handshake_id,
+                  static_cast<const std::uint8_t*>(header) + sizeof(std::uint64_t),
+                  sizeof hello.claim.handshake_id);
+    }
+    self->hellos.push_back(std::move(hello));
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_hello_reply(void* arg, const void* header, std::size_t header_length,
+                                     void* /*data*/, std::size_t /*length*/,
+                                     const ucp_am_recv_param_t* /*param*/) {
+    auto* self = static_cast<Impl*>(arg);
+    HelloReply reply;
+    if (header_length != sizeof reply) {
+      PDS_LOG_WARN("KV handshake reply of " + std::to_string(header_length) + " bytes: dropped");
+      return UCS_OK;
+    }
+    std::memcpy(&reply, header, sizeof reply);
+    for (auto& [id, peer] : self->peers) {
+      if (peer->state == PeerState::kHandshaking &&
+          peer->hello.handshake_id == reply.handshake_id && !peer->hello_answer) {
+        peer->hello_answer = reply.mismatch;
+        return UCS_OK;
       }
     }
-    std::erase_if(acks, [](PendingAck& ack) {
-      if (!ack.sent) return false;
-      if (ack.request == nullptr) return true;
-      if (ucp_request_check_status(ack.request) == UCS_INPROGRESS) return false;
-      ucp_request_free(ack.request);
+    PDS_LOG_WARN("KV handshake reply that answers no pending handshake: dropped");
+    return UCS_OK;
+  }
+
+  // Answers the claims that arrived: whether each is exactly this node's registered pool.
+  void answer_hellos() {
+    if (hellos.empty()) return;
+    std::vector<PendingHello> pending = std::exchange(hellos, {});
+    std::optional<PeerDescriptor> local;
+    if (pool != nullptr) {
+      local = PeerDescriptor{
+          {}, pool->packed_rkey(), reinterpret_cast<std::uintptr_t>(pool_base), pool_bytes};
+    }
+    for (PendingHello& hello : pending) {
+      HelloReply reply{hello.claim.handshake_id, kMalformedHello};
+      if (hello.readable) {
+        reply.mismatch = compare_claim(local ? &*local : nullptr, hello.claim, hello.rkey);
+      }
+      ++stats.hellos_answered;
+      if (reply.mismatch != 0) {
+        ++stats.hellos_refused;
+        PDS_LOG_WARN("KV handshake: a peer claimed a pool that is not this node's (" +
+                     describe_mismatch(reply.mismatch) + " differ): refused");
+      }
+      replies.push_back(
+          {hello.reply_endpoint, kHelloReplyAmId, message_bytes(reply), nullptr, false});
+    }
+  }
+
+  void send_replies() {
+    for (auto& reply : replies) {
+      if (reply.sent) continue;
+      reply.sent = true;
+      ucp_request_param_t params{};
+      ucs_status_ptr_t result =
+          ucp_am_send_nbx(reply.reply_endpoint, reply.am_id, reply.message.data(),
+                          reply.message.size(), nullptr, 0, &params);
+      if (UCS_PTR_IS_ERR(result)) {
+        PDS_LOG_WARN("KV reply (active message " + std::to_string(reply.am_id) +
+                     ") not sent: " + std::string(ucs_status_string(UCS_PTR_STATUS(result))));
+      } else {
+        reply.request = result;
+      }
+    }
+    std::erase_if(replies, [](PendingReply& reply) {
+      if (!reply.sent) return false;
+      if (reply.request == nullptr) return true;
+      if (ucp_request_check_status(reply.request) == UCS_INPROGRESS) return false;
+      ucp_request_free(reply.request);
       return true;
     });
+  }
+
+  // Sends the claim to the peer's worker (connect()).
+  Status send_hello(Peer& peer) {
+    peer.hello.handshake_id = handshake_ids();
+    peer.hello.pool_base = peer.descriptor.pool_base;
+    peer.hello.pool_bytes = peer.descriptor.pool_bytes;
+    ucp_request_param_t params{};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    params.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    return keep_request(ucp_am_send_nbx(peer.endpoint->get(), kHelloAmId, &peer.hello,
+                                        sizeof peer.hello, peer.descriptor.packed_rkey.data(),
+                                        peer.descriptor.packed_rkey.size(), &params),
+                        peer.hello_requests, "KV handshake");
+  }
+
+  // Moves a handshaking peer on: confirmed (its key unpacked, the queued puts and flushes
+  // posted), refused, or past its deadline. A failure goes through peer.failure.
+  void advance_handshake(PeerId id, Peer& peer, std::chrono::steady_clock::time_point now) {
+    if (Result<bool> sent = settle(peer.hello_requests); !sent.ok()) {
+      fail_later(peer, sent.status().with_context("KV peer " + std::to_string(id)));
+      return;
+    }
+    if (!peer.hello_answer) {
+      if (now > peer.handshake_deadline) {
+        fail_later(peer, deadline_exceeded("KV peer " + std::to_string(id) +
+                                           " did not answer the handshake in time (is it a "
+                                           "pdserve node of this version?)"));
+      }
+      return;
+    }
+    if (*peer.hello_answer != 0) {
+      ++stats.claims_refused;
+      for (auto& [transfer_id, transfer] : transfers) {
+        if (transfer.peer == id) transfer.refused = true;
+      }
+      fail_later(peer,
+                 permission_denied("KV peer " + std::to_string(id) +
+                                   " refused the descriptor it was given: its " +
+                                   describe_mismatch(*peer.hello_answer) +
+                                   " differ from the peer's own registered pool; nothing was put"));
+      return;
+    }
+    Result<std::unique_ptr<RemoteKey>> rkey =
+        RemoteKey::create(*peer.endpoint, peer.descriptor.packed_rkey);
+    if (!rkey.ok()) {
+      fail_later(peer, rkey.status());
+      return;
+    }
+    peer.rkey = std::move(rkey).value();
+    peer.state = PeerState::kReady;
+    for (auto& [transfer_id, transfer] : transfers) {
+      if (peer.closed) break;  // a put or flush failed: every transfer to it has failed
+      if (transfer.peer != id || transfer.stage == Stage::kDone ||
+          transfer.stage == Stage::kFailed) {
+        continue;
+      }
+      const bool close = std::exchange(transfer.close_queued, false);
+      std::vector<QueuedPuts> queued = std::exchange(transfer.queued, {});
+      bool issued = true;
+      for (QueuedPuts& puts : queued) {
+        if (!issued) {
+          if (puts.on_released) puts.on_released();  // the transfer failed: never issued
+          continue;
+        }
+        issued =
+            issue_puts(transfer_id, transfer, peer, puts.copies, std::move(puts.on_released)).ok();
+      }
+      if (issued && close) flush(transfer_id, transfer, peer);
+    }
+  }
+
+  // Marks the peer failed with the engine's own reason; progress() closes it.
+  static void fail_later(Peer& peer, Status reason) {
+    if (peer.failure != UCS_OK) return;
+    peer.failure = UCS_ERR_REJECTED;
+    peer.failure_reason = std::move(reason);
+  }
+
+  // Posts the puts of `copies` (the peer has confirmed its pool). Every range is checked
+  // against both pools first, and nothing is issued when one is outside.
+  Status issue_puts(TransferId id, Transfer& transfer, Peer& peer,
+                    std::span<const BlockCopy> copies, std::function<void()> on_released) {
+    if (Status bad = check_ranges(copies, pool_bytes, peer.descriptor.pool_bytes); !bad.ok()) {
+      refuse(id, transfer, peer, bad);
+      if (on_released) on_released();  // nothing of this call was issued
+      return bad;
+    }
+    // With a release callback the puts are a group of their own, settled in progress() (and
+    // ended with the endpoint when the peer fails).
+    std::vector<void*>* requests = &transfer.requests;
+    if (on_released) {
+      transfer.put_groups.push_back({{}, std::move(on_released)});
+      requests = &transfer.put_groups.back().requests;
+    }
+    ucp_request_param_t params{};
+    Status issued;
+    for (const BlockCopy& copy : copies) {
+      ++stats.puts_posted;
+      issued = keep_request(
+          ucp_put_nbx(peer.endpoint->get(), pool_base + copy.local_offset, copy.bytes,
+                      peer.descriptor.pool_base + copy.remote_offset, peer.rkey->get(), &params),
+          *requests, "ucp_put_nbx");
+      if (!issued.ok()) break;
+      transfer.message.bytes += copy.bytes;
+      ++transfer.message.blocks;
+    }
+    if (!issued.ok()) {
+      // Reported through poll() like any later failure; the peer's endpoint is closed.
+      transfer.error = issued.with_context("transfer " + std::to_string(id));
+      fail_peer(transfer.peer, peer, transfer.error);
+    }
+    return issued;
+  }
+
+  // A range outside a pool fails the transfer; puts it already issued end with the peer's
+  // endpoint.
+  void refuse(TransferId id, Transfer& transfer, Peer& peer, const Status& bad) {
+    transfer.error = bad.with_context("transfer " + std::to_string(id));
+    transfer.refused = true;
+    if (nothing_issued(transfer)) {
+      drop_queued(transfer);
+      transfer.stage = Stage::kFailed;
+    } else {
+      fail_peer(transfer.peer, peer, transfer.error);
+    }
+  }
+
+  // The last puts are issued: flush them (remote completion), then the completion message.
+  void flush(TransferId id, Transfer& transfer, Peer& peer) {
+    ucp_request_param_t params{};
+    const Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params),
+                                       transfer.requests, "ucp_ep_flush_nbx");
+    if (!issued.ok()) {
+      transfer.error = issued.with_context("transfer " + std::to_string(id));
+      fail_peer(transfer.peer, peer, transfer.error);
+    }
   }
 
   // Hands back the put groups whose puts have all completed locally; false (with the transfer's
@@ -291,6 +405,7 @@ struct KvTransferEngine::Impl {
   void fail_peer(PeerId id, Peer& peer, const Status& reason) {
     peer.rkey.reset();
     peer.endpoint.reset();
+    free_requests(peer.hello_requests);
     peer.closed = true;
     for (auto& [transfer_id, transfer] : transfers) {
       if (transfer.peer != id || transfer.stage == Stage::kDone ||
@@ -299,6 +414,7 @@ struct KvTransferEngine::Impl {
       }
       free_requests(transfer.requests);
       release_put_groups(transfer);  // the endpoint is closed: no put reads its buffer now
+      drop_queued(transfer);
       transfer.stage = Stage::kFailed;
       if (transfer.error.ok()) transfer.error = reason;
     }
@@ -309,7 +425,8 @@ struct KvTransferEngine::Impl {
   void begin_cancel(TransferId id, Transfer& transfer, Peer& peer, Status reason) {
     transfer.stage = Stage::kCancelling;
     transfer.error = std::move(reason);
-    if (transfer.requests.empty() && transfer.put_groups.empty() && transfer.message.blocks == 0) {
+    drop_queued(transfer);
+    if (nothing_issued(transfer)) {
       transfer.stage = Stage::kFailed;  // no put was issued
       return;
     }
@@ -335,8 +452,14 @@ struct KvTransferEngine::Impl {
     Status reason = deadline_exceeded("KV transfer " + std::to_string(id) + " to peer " +
                                       std::to_string(transfer.peer) + " ran past its deadline");
     const bool putting = transfer.stage == Stage::kOpen || transfer.stage == Stage::kPutting;
-    if (putting && transfer.requests.empty() && transfer.put_groups.empty() &&
-        transfer.message.blocks == 0) {
+    if (peer.state == PeerState::kHandshaking) {
+      // The peer has not confirmed its pool in all that time: it has failed, and nothing of
+      // its transfers was put.
+      transfer.error = reason.with_context("the peer never answered the KV handshake");
+      fail_later(peer, transfer.error);
+      return;
+    }
+    if (putting && nothing_issued(transfer)) {
       // Nothing of it was issued (a staged transfer still waiting for a send buffer): nothing
       // can land, so it fails alone on any transport.
       transfer.error = std::move(reason);
@@ -355,8 +478,14 @@ struct KvTransferEngine::Impl {
   bool progress() {
     bool active = false;
     for (int i = 0; i < 64 && ucp_worker_progress(worker->get()) != 0; ++i) active = true;
-    send_acks();
+    answer_hellos();
+    send_replies();
     const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, peer] : peers) {
+      if (peer->state == PeerState::kHandshaking && peer->failure == UCS_OK && !peer->closed) {
+        advance_handshake(id, *peer, now);
+      }
+    }
     for (auto& [id, transfer] : transfers) {
       if (transfer.stage == Stage::kDone || transfer.stage == Stage::kFailed) continue;
       Peer& peer = *peers.at(transfer.peer);
@@ -365,11 +494,14 @@ struct KvTransferEngine::Impl {
         expire(id, transfer, peer, now);
         continue;
       }
-      advance(id, transfer, peer);
+      if (peer.state == PeerState::kReady) advance(id, transfer, peer);
     }
     for (auto& [id, peer] : peers) {
       if (peer->failure == UCS_OK || peer->closed) continue;
-      fail_peer(id, *peer, ucx_error(peer->failure, "KV peer " + std::to_string(id) + " failed"));
+      fail_peer(id, *peer,
+                !peer->failure_reason.ok()
+                    ? peer->failure_reason
+                    : ucx_error(peer->failure, "KV peer " + std::to_string(id) + " failed"));
     }
     return active;
   }
@@ -420,10 +552,19 @@ Result<PeerDescriptor> KvTransferEngine::local_descriptor() const {
   return descriptor;
 }
 
-Result<PeerId> KvTransferEngine::connect(const PeerDescriptor& descriptor) {
+Result<PeerId> KvTransferEngine::connect(const PeerDescriptor& descriptor,
+                                         std::chrono::milliseconds handshake_timeout) {
   if (descriptor.worker_address.empty() || descriptor.packed_rkey.empty() ||
       descriptor.pool_bytes == 0) {
     return invalid_argument("connect: incomplete KV peer descriptor");
+  }
+  if (descriptor.packed_rkey.size() > kMaxPackedRkeyBytes) {
+    return invalid_argument("connect: the KV peer descriptor's key is " +
+                            std::to_string(descriptor.packed_rkey.size()) + " bytes (at most " +
+                            std::to_string(kMaxPackedRkeyBytes) + ")");
+  }
+  if (handshake_timeout.count() <= 0) {
+    return invalid_argument("connect: the handshake timeout must be positive");
   }
   auto peer = std::make_unique<Peer>();
   peer->descriptor = descriptor;
@@ -439,16 +580,29 @@ Result<PeerId> KvTransferEngine::connect(const PeerDescriptor& descriptor) {
   }
   if (!endpoint.ok()) return endpoint.status();
   peer->endpoint = std::move(endpoint).value();
-  PDS_ASSIGN_OR_RETURN(peer->rkey, RemoteKey::create(*peer->endpoint, descriptor.packed_rkey));
+  // The key is unpacked only once the peer confirms it (advance_handshake).
+  peer->handshake_deadline = std::chrono::steady_clock::now() + handshake_timeout;
+  if (Status sent = impl_->send_hello(*peer); !sent.ok()) {
+    free_requests(peer->hello_requests);
+    return sent;
+  }
   const PeerId id = impl_->next_peer++;
   impl_->peers.emplace(id, std::move(peer));
   return id;
+}
+
+bool KvTransferEngine::peer_confirmed(PeerId id) const {
+  auto it = impl_->peers.find(id);
+  return it != impl_->peers.end() && it->second->state == PeerState::kReady &&
+         !it->second->closed && it->second->failure == UCS_OK;
 }
 
 Status KvTransferEngine::disconnect(PeerId id) {
   auto it = impl_->peers.find(id);
   if (it == impl_->peers.end()) return not_found("disconnect: no KV peer " + std::to_string(id));
   impl_->fail_peer(id, *it->second, cancelled("KV peer " + std::to_string(id) + " disconnected"));
+  // Every transfer of it has failed, and none reads the peer again.
+  impl_->peers.erase(it);
   return {};
 }
 
@@ -496,50 +650,18 @@ Status KvTransferEngine::add_puts(TransferId id, std::span<const BlockCopy> copi
   }
   Transfer& transfer = it->second;
   Peer& peer = *impl_->peers.at(transfer.peer);
-  for (std::size_t i = 0; i < copies.size(); ++i) {
-    const BlockCopy& copy = copies[i];
-    if (copy.bytes == 0 || !range_fits(copy.local_offset, copy.bytes, impl_->pool_bytes) ||
-        !range_fits(copy.remote_offset, copy.bytes, peer.descriptor.pool_bytes)) {
-      const Status bad = invalid_argument(
-          "add_puts: block " + std::to_string(i) + " (local " + std::to_string(copy.local_offset) +
-          ", remote " + std::to_string(copy.remote_offset) + ", " + std::to_string(copy.bytes) +
-          " bytes) is empty or outside a pool");
-      // The transfer fails; puts already issued end with the peer's endpoint.
-      transfer.error = bad.with_context("transfer " + std::to_string(id));
-      if (on_released) on_released();  // nothing of this call was issued
-      if (transfer.requests.empty() && transfer.put_groups.empty() &&
-          transfer.message.blocks == 0) {
-        transfer.stage = Stage::kFailed;
-      } else {
-        impl_->fail_peer(transfer.peer, peer, transfer.error);
-      }
-      return bad;
-    }
+  if (peer.state == PeerState::kReady) {
+    return impl_->issue_puts(id, transfer, peer, copies, std::move(on_released));
   }
-  // With a release callback the puts are a group of their own, settled in progress() (and
-  // ended with the endpoint when the peer fails).
-  std::vector<void*>* requests = &transfer.requests;
-  if (on_released) {
-    transfer.put_groups.push_back({{}, std::move(on_released)});
-    requests = &transfer.put_groups.back().requests;
+  // The peer has not confirmed its pool yet: checked against the claim now (a bad range is
+  // refused at once), posted, and checked again, once it has.
+  if (Status bad = check_ranges(copies, impl_->pool_bytes, peer.descriptor.pool_bytes); !bad.ok()) {
+    impl_->refuse(id, transfer, peer, bad);
+    if (on_released) on_released();
+    return bad;
   }
-  ucp_request_param_t params{};
-  Status issued;
-  for (const BlockCopy& copy : copies) {
-    issued = keep_request(
-        ucp_put_nbx(peer.endpoint->get(), impl_->pool_base + copy.local_offset, copy.bytes,
-                    peer.descriptor.pool_base + copy.remote_offset, peer.rkey->get(), &params),
-        *requests, "ucp_put_nbx");
-    if (!issued.ok()) break;
-    transfer.message.bytes += copy.bytes;
-    ++transfer.message.blocks;
-  }
-  if (!issued.ok()) {
-    // Reported through poll() like any later failure; the peer's endpoint is closed.
-    transfer.error = issued.with_context("transfer " + std::to_string(id));
-    impl_->fail_peer(transfer.peer, peer, transfer.error);
-  }
-  return issued;
+  transfer.queued.push_back({{copies.begin(), copies.end()}, std::move(on_released)});
+  return {};
 }
 
 Status KvTransferEngine::close_transfer(TransferId id) {
@@ -551,14 +673,12 @@ Status KvTransferEngine::close_transfer(TransferId id) {
   Transfer& transfer = it->second;
   Peer& peer = *impl_->peers.at(transfer.peer);
   transfer.stage = Stage::kPutting;
-  ucp_request_param_t params{};
-  Status issued = keep_request(ucp_ep_flush_nbx(peer.endpoint->get(), &params), transfer.requests,
-                               "ucp_ep_flush_nbx");
-  if (!issued.ok()) {
-    transfer.error = issued.with_context("transfer " + std::to_string(id));
-    impl_->fail_peer(transfer.peer, peer, transfer.error);
+  if (peer.state != PeerState::kReady) {
+    transfer.close_queued = true;  // flushed after its queued puts, once the peer confirms
+    return {};
   }
-  return issued;
+  impl_->flush(id, transfer, peer);
+  return transfer.stage == Stage::kFailed ? transfer.error : Status::ok_status();
 }
 
 Status KvTransferEngine::cancel_transfer(TransferId id) {
@@ -602,7 +722,8 @@ Result<TransferStatus> KvTransferEngine::poll(TransferId id) {
   if (transfer.stage == Stage::kFailed) {
     // Failed transfers end their puts with the endpoint or after a flush.
     release_put_groups(transfer);
-    TransferStatus status{TransferState::kFailed, transfer.error};
+    drop_queued(transfer);
+    TransferStatus status{TransferState::kFailed, transfer.error, transfer.refused};
     impl_->transfers.erase(it);
     return status;
   }
@@ -615,6 +736,10 @@ bool KvTransferEngine::progress() {
 
 std::vector<ReceivedTransfer> KvTransferEngine::take_received() {
   return std::exchange(impl_->received, {});
+}
+
+KvTransferEngineStats KvTransferEngine::stats() const {
+  return impl_->stats;
 }
 
 }  // namespace pdserve::kv_transfer

@@ -5,6 +5,13 @@
 // acknowledgement marks the transfer done, so the sender never reports success for a peer
 // that is gone. Every transfer has a deadline. No hidden threads: the owner's thread calls
 // progress(), and the engine is not thread-safe.
+//
+// A peer's descriptor is a claim until the peer confirms it (peer_handshake.h): connect()
+// asks the peer's worker whether the pool base, size and key are the pool it registered, and
+// no put to the peer is posted before it says yes. Puts added meanwhile wait (their ranges
+// already checked against the claim); a peer that refuses the claim fails with
+// PermissionDenied, one that does not answer by the handshake's or a transfer's deadline with
+// DeadlineExceeded, and nothing of their transfers reaches UCX.
 #pragma once
 
 #include <chrono>
@@ -35,6 +42,18 @@ enum class TransferState { kPending, kDone, kFailed };
 struct TransferStatus {
   TransferState state = TransferState::kPending;
   Status error;  // why, when kFailed
+  // Failed because the peer's descriptor or a range was refused: the peer denied the claimed
+  // pool (PermissionDenied) or a put fell outside a pool (InvalidArgument). Nothing of it was
+  // put.
+  bool refused = false;
+};
+
+// Counts for tests and logs, since the engine was created.
+struct KvTransferEngineStats {
+  std::uint64_t puts_posted = 0;       // ucp_put_nbx calls
+  std::uint64_t claims_refused = 0;    // this engine's connects whose peer denied the claim
+  std::uint64_t hellos_answered = 0;   // peers' claims this engine answered
+  std::uint64_t hellos_refused = 0;    // of them, claims that did not match this pool
 };
 
 // What the receiving side learns when a transfer's data has landed in its pool.
@@ -69,12 +88,20 @@ class KvTransferEngine {
   // This node's worker address, pool key and extent, for the control plane.
   Result<PeerDescriptor> local_descriptor() const;
 
-  Result<PeerId> connect(const PeerDescriptor& peer);
-  // Drops a peer: its pending transfers fail, its endpoint is closed.
+  // Opens an endpoint to the peer's worker and starts the handshake, which must finish within
+  // `handshake_timeout` (and before the deadline of any transfer waiting for it). The claim
+  // itself (its key above all) is not used before the peer confirms it.
+  static constexpr std::chrono::milliseconds kDefaultHandshakeTimeout{10'000};
+  Result<PeerId> connect(const PeerDescriptor& peer,
+                         std::chrono::milliseconds handshake_timeout = kDefaultHandshakeTimeout);
+  // Whether the peer has confirmed its descriptor (puts to it are being posted).
+  bool peer_confirmed(PeerId peer) const;
+  // Drops a peer: its pending transfers fail, its endpoint is closed, its id is forgotten.
   Status disconnect(PeerId peer);
 
   // Starts the puts of `copies` to `peer`, tagged `request_tag` for the receiver. The ranges are
-  // checked against both pools. The local ranges must not be reused until the transfer is
+  // checked against both pools (the peer's as confirmed by the handshake; until it is, the
+  // puts wait). The local ranges must not be reused until the transfer is
   // done or failed.
   Result<TransferId> submit_puts(PeerId peer, std::span<const BlockCopy> copies,
                                  std::uint64_t request_tag, std::chrono::milliseconds timeout);
@@ -115,6 +142,7 @@ class KvTransferEngine {
   bool progress();
   // Completion messages received since the last call, in arrival order.
   std::vector<ReceivedTransfer> take_received();
+  KvTransferEngineStats stats() const;
 
  private:
   struct Impl;

@@ -234,7 +234,11 @@ struct KvTransferService::Impl {
   void open(Command& command) {
     Result<PeerId> peer = peer_for(command.peer);
     if (!peer.ok()) {
-      report(command.done, {peer.status().with_context("connecting to the KV receiver")});
+      KvTransferReport refused{peer.status().with_context("connecting to the KV receiver")};
+      // An unreadable or incomplete descriptor never reached UCX.
+      refused.refused = peer.status().code() == StatusCode::kInvalidArgument ||
+                        peer.status().code() == StatusCode::kDataLoss;
+      report(command.done, std::move(refused));
       return;
     }
     Result<TransferId> id = engine->open_transfer(*peer, command.tag, command.timeout);
@@ -268,6 +272,7 @@ struct KvTransferService::Impl {
         result.status = status.status();
       } else if (status->state == TransferState::kFailed) {
         result.status = !it->second.failure.ok() ? it->second.failure : status->error;
+        result.refused = status->refused;
         if (waited_for_ring && it->second.failure.ok()) {
           result.status = result.status.with_context("still waiting for a free KV staging buffer");
         }

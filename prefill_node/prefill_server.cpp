@@ -191,7 +191,11 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           "KV transfer of a prefilled prompt, first put to the receiver's acknowledgement.",
           kPhaseBuckets)),
       transfer_bytes_(
-          metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.")) {}
+          metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.")),
+      descriptor_refused_(metrics_.counter(
+          "pdserve:kv_descriptor_refused_total",
+          "KV transfers refused before any put: the work's KV descriptor was unreadable, denied "
+          "by the decode node's handshake, or named blocks outside its pool.")) {}
 
 void PrefillServer::register_routes(http::Router& router) {
   router.add("POST", "/internal/v1/prefill",
@@ -253,12 +257,15 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   target.checksum = work->kv_checksum;
   metrics::Histogram& transfer_time = transfer_time_;
   metrics::Counter& transfer_bytes = transfer_bytes_;
-  target.on_finished = [exchange, &transfer_time, &transfer_bytes](const KvTransferReport& report) {
+  metrics::Counter& descriptor_refused = descriptor_refused_;
+  target.on_finished = [exchange, &transfer_time, &transfer_bytes,
+                        &descriptor_refused](const KvTransferReport& report) {
     const SteadyTime at = std::chrono::steady_clock::now();
     if (report.status.ok()) {
       transfer_time.observe(report.seconds);
       transfer_bytes.inc(static_cast<double>(report.bytes));
     }
+    if (report.refused) descriptor_refused.inc();
     std::lock_guard lock(exchange->mutex);
     if (exchange->token_written) {
       exchange->write_report(report, at);

@@ -63,6 +63,7 @@ class PrefillServer {
   metrics::Histogram& prefill_time_;
   metrics::Histogram& transfer_time_;
   metrics::Counter& transfer_bytes_;
+  metrics::Counter& descriptor_refused_;
   std::atomic<uint64_t> next_id_{0};
 
   // Work in flight by "request id/transfer tag", for cancel; and cancels that came before their

@@ -23,6 +23,10 @@ struct KvTransferReport {
   int layers_overlapped = 0;  // of them, sent while the prefill's forward was still running
   // When the target asked for them and the transfer succeeded: one checksum per sent block.
   std::vector<uint64_t> block_checksums{};
+  // Failed before anything was put because the receiver's descriptor was refused: unreadable,
+  // denied by the receiver itself (its pool is not the one named), or naming blocks outside
+  // that pool (issue #34).
+  bool refused = false;
 };
 
 // Where a prefilled request's KV goes (set by the prefill node's front end).

@@ -11,7 +11,10 @@ Kubernetes (deploy/kubernetes/**/*.yaml):
   Deployment's selector matches its pods and each Service's selector and targetPort a pod's;
   the nodes' --proxy is a Service of the manifests; every node runs --exit-when-drained and has
   a preStop hook that runs deploy/pdserve-drain on its own --port and --proxy; every HPA
-  scales a Deployment of the manifests;
+  scales a Deployment of the manifests; the UCX ports (which carry no authentication) are
+  reachable only from prefill and decode pods: a NetworkPolicy selects every node pod, admits
+  each node container's UCX_TCP_PORT_RANGE only from node pods (never the proxy or anyone),
+  still admits the nodes' HTTP port, and every node container names UCX_NET_DEVICES;
 - live: the three containers' command lines (model, pod IP, ports and proxy URL replaced by
   local ones) form a cluster on the tiny model: the proxy's /ready turns 200, every probe
   path of every container answers 200, a chat completion goes through with the API key, and
@@ -21,7 +24,8 @@ systemd (deploy/systemd/*.service): `systemd-analyze verify` on copies whose bin
 the build (any warning fails); ExecStart flags in --help; ExecStop is pdserve-drain on the
 node's own --port, with --exit-when-drained in ExecStart; every variable the units use is
 defined by the example environment files, and the secrets file defines the variables the
-binaries read.
+binaries read. The node units refuse to start unless UCX_NET_DEVICES names an interface (their
+ExecStartPre guard, run here with the variable unset, "all" and "eth1").
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR. Argument: a deploy/ folder to check instead
 of the repository's (to see the test fail on a broken copy).
@@ -203,6 +207,70 @@ def check_selectors():
         target = hpa["spec"]["scaleTargetRef"]
         t.expect(target["kind"] == "Deployment" and target["name"] in deployments,
                  f"HPA {hpa['metadata']['name']} scales {target}, not a Deployment of the manifests")
+
+
+def selects(selector, labels):
+    """Whether a LabelSelector (matchLabels, matchExpressions In/NotIn/Exists) selects `labels`."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        key, operator, values = expression["key"], expression["operator"], expression.get("values", [])
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and labels.get(key) in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def port_range(text):
+    low, _, high = text.partition("-")
+    return int(low), int(high or low)
+
+
+def check_network_policy():
+    """UCX ports only between node pods; the nodes' HTTP ports as before."""
+    pods = {d["metadata"]["name"]: (d["spec"]["template"]["metadata"]["labels"], c) for d, _, c in containers()}
+    nodes = {name: value for name, value in pods.items() if container_binary(value[1]) in NODE_ROLES}
+    others = {name: value for name, value in pods.items() if name not in nodes}
+    policies = [p for p in of_kind("NetworkPolicy") if "Ingress" in p["spec"].get("policyTypes", [])]
+    for name, (labels, container) in nodes.items():
+        env = container_env(container)
+        t.expect(env.get("UCX_NET_DEVICES", {}).get("value") not in (None, "", "all"),
+                 f"{name}: UCX_NET_DEVICES must name the pod's interface")
+        ucx_low, ucx_high = port_range(env.get("UCX_TCP_PORT_RANGE", {}).get("value", "0"))
+        t.expect(ucx_low > 0, f"{name}: no UCX_TCP_PORT_RANGE: UCX listens on any port, no policy can name it")
+        governing = [p for p in policies if selects(p["spec"]["podSelector"], labels)]
+        t.expect(governing, f"{name}: no NetworkPolicy selects its pods (its UCX ports are open to all)")
+        ucx_rules, http_allowed = [], False
+        http = [p["name"] for p in container.get("ports", [])]
+        for policy in governing:
+            for rule in policy["spec"].get("ingress", []):
+                ports = rule.get("ports", [])
+                if any(p.get("port") in http for p in ports):
+                    http_allowed = True
+                covers = [p for p in ports if isinstance(p.get("port"), int)
+                          and p["port"] <= ucx_high and p.get("endPort", p["port"]) >= ucx_low]
+                t.expect(ports, f"{name}: NetworkPolicy {policy['metadata']['name']} admits every port")
+                if covers:
+                    ucx_rules.append((policy, rule, covers))
+        t.expect(http_allowed, f"{name}: its HTTP port ({http}) is not admitted")
+        t.expect(ucx_rules, f"{name}: no rule admits its UCX ports {ucx_low}-{ucx_high} (the KV could not land)")
+        for policy, rule, covers in ucx_rules:
+            sources = rule.get("from")
+            t.expect(sources, f"{name}: {policy['metadata']['name']} admits UCX ports from anywhere")
+            for source in sources:
+                t.expect(set(source) == {"podSelector"}, f"{name}: UCX ports admitted from {source}, not only pods")
+                for other, (other_labels, _) in others.items():
+                    t.expect(not selects(source["podSelector"], other_labels),
+                             f"{name}: UCX ports admitted from {other}'s pods")
+            t.expect(any(p["port"] <= ucx_low and p.get("endPort", p["port"]) >= ucx_high for p in covers),
+                     f"{name}: the UCX rule does not cover the whole range {ucx_low}-{ucx_high}")
+        t.expect(all(any(selects(s["podSelector"], node_labels) for _, rule, _ in ucx_rules for s in rule["from"])
+                     for node_labels, _ in nodes.values()), f"{name}: not every node pod may reach its UCX ports")
 
 
 def node_containers():
@@ -394,6 +462,28 @@ def check_systemd_commands():
                 t.expect(not unit_lines(path, key), f"{name}: {key}= breaks UCX or the GPU (docs/DEPLOY.md)")
 
 
+def check_systemd_ucx_interface():
+    example = env_file_vars("pdserve.env.example")
+    t.expect({"UCX_NET_DEVICES", "UCX_TCP_PORT_RANGE"} <= example,
+             "pdserve.env.example sets UCX_NET_DEVICES and UCX_TCP_PORT_RANGE")
+    for path in UNITS:
+        name = os.path.basename(path)
+        guards = unit_lines(path, "ExecStartPre")
+        if os.path.basename(unit_lines(path, "ExecStart")[0].split()[0]) not in NODE_ROLES:
+            continue
+        t.expect(len(guards) == 1, f"{name}: one ExecStartPre= (the UCX interface guard)")
+        # systemd turns $$ into $ and leaves the rest to the shell.
+        argv = shlex.split(guards[0].replace("$$", "$"))
+        for value, code in ((None, 2), ("all", 2), ("", 2), ("eth1", 0), ("mlx5_0:1", 0)):
+            env = {k: v for k, v in os.environ.items() if k != "UCX_NET_DEVICES"}
+            if value is not None:
+                env["UCX_NET_DEVICES"] = value
+            result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=10)
+            t.expect_equal(result.returncode, code, f"{name}: the guard with UCX_NET_DEVICES={value!r}")
+            if code:
+                t.expect("UCX_NET_DEVICES" in result.stderr, f"{name}: the guard names the variable: {result.stderr!r}")
+
+
 def main():
     t.set_deadline(280)
     checks = [
@@ -403,8 +493,10 @@ def main():
         ("k8s probes: /ready and /health on a container port", check_probes),
         ("k8s selectors, Service ports, HPA targets", check_selectors),
         ("k8s nodes: --advertise-host from the pod IP, --proxy a Service, preStop drain", check_nodes),
+        ("k8s NetworkPolicy: UCX ports only between node pods", check_network_policy),
         ("systemd-analyze verify", check_systemd_verify),
         ("systemd ExecStart flags, ExecStop drain, environment files", check_systemd_commands),
+        ("systemd node units refuse UCX on every interface", check_systemd_ucx_interface),
     ]
     failed = t.run_checks(checks)
     if not failed:  # a cluster only when the files are consistent

@@ -97,6 +97,7 @@ PREFILL_PDSERVE = {
     "pdserve:prefill_requests": "counter", "pdserve:prefill_cancels": "counter",
     "pdserve:prefill_prompt_tokens": "counter", "pdserve:prefill_queue_time_seconds": "histogram",
     "pdserve:kv_transfer_time_seconds": "histogram", "pdserve:kv_transfer_bytes": "counter",
+    "pdserve:kv_descriptor_refused": "counter",
 }
 PROXY_PDSERVE = {
     "pdserve:proxy_retries": "counter", "pdserve:proxy_upstream_failures": "counter",
