@@ -12,7 +12,8 @@ failed with a connection error (never an HTTP error or an SSE error event), and 
 did (the kill hit requests in flight); those requests, sent again to the survivor as a client
 retrying through a Service would, succeed at once; the launcher keeps the cluster up without
 the dead proxy (it leaves the state file); the survivor still routes to both nodes after the
-heartbeat timeout; no KV block is left in use.
+heartbeat timeout; no KV block is left in use. Before the load: prompts cached through one
+proxy appear in the other's prefix index (the nodes report their caches to both).
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR.
 """
@@ -29,7 +30,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pd_e2e_test import (AUTH, Cluster, check_no_blocks_in_use, make_model,  # noqa: E402
+from pd_e2e_test import (AUTH, Cluster, check_no_blocks_in_use, make_model, metric,  # noqa: E402
                          reference_answers, topology, workload)
 
 DEADLINE_S = 240  # below the CTest TIMEOUT: the cleanup is ours
@@ -91,6 +92,7 @@ def main():
         jobs = list(enumerate(requests)) + [(len(requests) + k, s) for k, s in enumerate(streams)]
 
         spec = topology(1, 1, extra=["--heartbeat-interval-ms", "200"])
+        spec["proxy"]["args"] = ["--tokenizer", model]  # cache-aware placement at both
         spec["proxies"] = 2
         cluster = Cluster(spec, model, "tcp", directory, "proxies")
         try:
@@ -117,6 +119,23 @@ def run(cluster, jobs, expected):
         if up != node_urls:
             raise AssertionError(f"{proxy} lists {up} up, expected both nodes {node_urls}")
     print(f"ok: both proxies ({survivor}, {doomed}) in the state file, each routing to both nodes", flush=True)
+
+    # The nodes report their prefix caches to both proxies: what requests through one proxy
+    # cached shows in the other's index too.
+    keys = "pdserve:proxy_prefix_index_keys"
+    before = metric(doomed, keys)
+    longest = sorted(jobs[:-2], key=lambda job: -len(job[1]["prompt"]))[:3]
+    for index, request in longest:
+        if send(survivor, request) != expected[index]:
+            raise AssertionError(f"request {index} through {survivor} before the load")
+    deadline = time.monotonic() + 10
+    while not metric(doomed, keys) > before or metric(doomed, keys) != metric(survivor, keys):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the proxies' prefix indexes differ: {metric(survivor, keys)} keys at "
+                                 f"{survivor}, {metric(doomed, keys)} at {doomed} (was {before})")
+        time.sleep(0.05)
+    print(f"ok: prefixes cached through one proxy are in the other's index ({metric(doomed, keys):.0f} keys at both)",
+          flush=True)
 
     lock = threading.Lock()
     done = {survivor: 0, doomed: 0}
