@@ -38,7 +38,7 @@ bool test_scripted_output_enabled() {
 
 Status run(const Options& options) {
   const sigset_t signals = block_shutdown_signals();
-  const bool disaggregated = options.kv_transfer || !options.node.proxy_url.empty();
+  const bool disaggregated = options.kv_transfer || !options.node.proxy_urls.empty();
   PDS_ASSIGN_OR_RETURN(
       std::unique_ptr<ServingNode> node,
       start_serving_node(options.node,

@@ -83,7 +83,11 @@ Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& bod
   node->load = heartbeat.load;
   if (heartbeat.prefix_cache) node->prefix_keys.apply(*heartbeat.prefix_cache);
   node->last_heartbeat = now;
-  if (node->state == NodeState::kDown) node->state = NodeState::kUp;
+  if (heartbeat.draining) {
+    node->state = NodeState::kDraining;  // another proxy drained it (Heartbeat::draining)
+  } else if (node->state == NodeState::kDown) {
+    node->state = NodeState::kUp;
+  }
   return node->state;
 }
 

@@ -74,8 +74,8 @@ class NodeRegistry {
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
   // Body: {"load": {"num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used"}, each
   // an integer >= 0 (absent: 0) and kv_blocks_used <= kv_blocks_total; "prefix_cache": a
-  // PrefixCacheReport (absent: no change)}. The node's state after the heartbeat (kUp or
-  // kDraining). NotFound for an unknown id (the node must register again), FailedPrecondition
+  // PrefixCacheReport (absent: no change), "draining": true when another proxy drained the
+  // node (it drains here too)}. The node's state after the heartbeat (kUp or kDraining). NotFound for an unknown id (the node must register again), FailedPrecondition
   // for a retired one (it must not), InvalidArgument for a malformed or impossible load or
   // report, which leaves the node as it was (load, prefix keys and liveness).
   Result<NodeState> heartbeat(const std::string& id, const nlohmann::json& body,

@@ -17,6 +17,7 @@
 #include "common/http/http_client.h"
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
+#include "serving/prefix_cache_fanout.h"
 #include "serving/stats_log.h"
 
 namespace pdserve {
@@ -86,8 +87,12 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "steps load the weights' pages and plans; a failure stops the node)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3'600'000));
-  app.add_option("--proxy", options.proxy_url,
-                 "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats");
+  app.add_option("--proxy", options.proxy_urls,
+                 "Register with this pdserve-proxy (http://HOST:PORT) and send it heartbeats; "
+                 "repeat it (or give a comma-separated list) for a cluster served by several "
+                 "proxy replicas: the node registers with each, and a drain at one drains it at "
+                 "all")
+      ->delimiter(',');
   app.add_option("--cluster-token", options.cluster_token,
                  "Shared secret for internal endpoints (registration, KV); also read from "
                  "$PDSERVE_CLUSTER_TOKEN")
@@ -172,7 +177,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                                               "a node that joins a cluster (pdserve-prefill, "
                                               "pdserve-decode with --proxy or --kv-transfer)"));
   }
-  if (!options.proxy_url.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
+  if (!options.proxy_urls.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
   // Checked before the (slow) model load.
   PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(options.engine.gpu_memory_utilization));
   PDS_ASSIGN_OR_RETURN(ModelLoadOptions load_options,
@@ -250,7 +255,7 @@ PrefixCacheReport prefix_report(PrefixCacheChanges changes, int block_size) {
   return {block_size, changes.reset, std::move(changes.stored), std::move(changes.removed)};
 }
 
-// The engine's prefix-cache journal as the node agent takes it.
+// The engine's prefix-cache journal as the fan-out reads it.
 PrefixCacheFeed prefix_cache_feed(LlmEngine* engine, int block_size) {
   PrefixCacheFeed feed;
   feed.take = [engine, block_size]() -> std::optional<PrefixCacheReport> {
@@ -266,28 +271,39 @@ PrefixCacheFeed prefix_cache_feed(LlmEngine* engine, int block_size) {
   return feed;
 }
 
-// Registers the node with options.proxy_url (nothing when it is empty).
-Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& options,
-                                                NodeRole role, uint16_t port,
-                                                const ServingNode& node) {
-  if (options.proxy_url.empty()) return std::unique_ptr<NodeAgent>();
-  NodeAgentOptions agent;
-  agent.proxy_url = options.proxy_url;
-  agent.cluster_token = options.cluster_token;
-  agent.registration.role = role;
+// The node's registrations with its proxies; the fan-out outlives the agents reading it.
+struct ClusterJoin {
+  std::unique_ptr<PrefixCacheFanout> prefix_cache;
+  std::unique_ptr<ClusterMembership> membership;  // null: not in a cluster
+};
+
+// Registers the node with every proxy of options.proxy_urls (nothing when there is none).
+Result<ClusterJoin> join_cluster(const ServingNodeOptions& options, NodeRole role, uint16_t port,
+                                 const ServingNode& node) {
+  ClusterJoin join;
+  if (options.proxy_urls.empty()) return join;
+  MembershipOptions membership;
+  membership.proxy_urls = options.proxy_urls;
+  membership.cluster_token = options.cluster_token;
+  membership.registration.role = role;
   const std::string host = options.advertise_host.empty() ? options.host : options.advertise_host;
-  agent.registration.url = http::join_base_url(host, std::to_string(port));
-  agent.registration.model = node.engine->model_info().name;
+  membership.registration.url = http::join_base_url(host, std::to_string(port));
+  membership.registration.model = node.engine->model_info().name;
   if (node.connector != nullptr) {
-    agent.registration.kv_descriptor = node.connector->descriptor_base64();
+    membership.registration.kv_descriptor = node.connector->descriptor_base64();
   }
-  agent.registration.kv_blocks_total = node.engine->stats().kv_blocks_total;
-  agent.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
+  membership.registration.kv_blocks_total = node.engine->stats().kv_blocks_total;
+  membership.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
-  agent.prefix_cache = prefix_cache_feed(engine, options.engine.block_size);
+  join.prefix_cache = std::make_unique<PrefixCacheFanout>(
+      prefix_cache_feed(engine, options.engine.block_size), options.engine.block_size,
+      options.proxy_urls.size());
+  membership.prefix_cache = [fanout = join.prefix_cache.get()](size_t index) {
+    return fanout->feed(index);
+  };
   if (options.exit_when_drained) {
-    // Runs on the agent's thread; SIGTERM wakes serve_until_shutdown's wait like Ctrl-C does.
-    agent.on_retired = [engine] {
+    // Runs on an agent's thread; SIGTERM wakes serve_until_shutdown's wait like Ctrl-C does.
+    membership.on_retired = [engine] {
       for (ServiceStats stats = engine->stats(); stats.num_running + stats.num_waiting > 0;
            stats = engine->stats()) {
         std::this_thread::sleep_for(kDrainPollInterval);
@@ -296,19 +312,23 @@ Result<std::unique_ptr<NodeAgent>> join_cluster(const ServingNodeOptions& option
       kill(getpid(), SIGTERM);
     };
   }
-  return NodeAgent::start(std::move(agent), [engine] { return node_load(engine->stats()); });
+  PDS_ASSIGN_OR_RETURN(join.membership,
+                       ClusterMembership::start(std::move(membership), [engine] {
+                         return node_load(engine->stats());
+                       }));
+  return join;
 }
 
 }  // namespace
 
-void NodeMembership::attach(const NodeAgent* agent) {
+void NodeMembership::attach(const ClusterMembership* membership) {
   std::lock_guard lock(mutex_);
-  agent_ = agent;
+  membership_ = membership;
 }
 
 bool NodeMembership::draining() const {
   std::lock_guard lock(mutex_);
-  return agent_ != nullptr && agent_->draining();
+  return membership_ != nullptr && membership_->draining();
 }
 
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
@@ -323,13 +343,13 @@ Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& s
     node.engine->stop();
     return server.status();
   }
-  Result<std::unique_ptr<NodeAgent>> agent = join_cluster(options, role, (*server)->port(), node);
-  if (!agent.ok()) {
+  Result<ClusterJoin> join = join_cluster(options, role, (*server)->port(), node);
+  if (!join.ok()) {
     (*server)->stop();
     node.engine->stop();
-    return agent.status();
+    return join.status();
   }
-  node.membership.attach(agent->get());
+  node.membership.attach(join->membership.get());
   announce((*server)->port());
 
   std::optional<StatsLogger> stats_logger;
@@ -341,7 +361,7 @@ Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& s
   stats_logger.reset();
   PDS_LOG_INFO("signal " + std::to_string(received) + ": shutting down");
   node.membership.attach(nullptr);
-  agent->reset();       // leaves the cluster first, so the proxy routes no new work here
+  join->membership.reset();  // leaves the cluster first, so no proxy routes new work here
   (*server)->stop();    // closes connections: their requests are aborted
   node.engine->stop();  // every request still in flight gets its final delta
   return Status::ok_status();

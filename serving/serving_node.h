@@ -8,10 +8,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "common/cluster/node_agent.h"
+#include "common/cluster/cluster_membership.h"
 #include "common/core/shutdown_signals.h"
 #include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
@@ -37,7 +38,8 @@ struct ServingNodeOptions {
   std::string kv_cache_dtype = "auto";
   EngineConfig engine;
   // Disaggregation.
-  std::string proxy_url;  // register with this proxy (and send heartbeats)
+  // Register with each of these proxies (pdserve-proxy replicas) and send them heartbeats.
+  std::vector<std::string> proxy_urls;
   std::string cluster_token;
   bool insecure_no_cluster_token = false;  // join a cluster without a token (development)
   std::string advertise_host;  // how other nodes reach this one (default: --host)
@@ -54,17 +56,17 @@ struct ServingNodeOptions {
 
 void add_serving_node_options(CLI::App& app, ServingNodeOptions& options);
 
-// What /metrics says of the node's cluster membership (pdserve:node_state): whether the proxy
+// What /metrics says of the node's cluster membership (pdserve:node_state): whether a proxy
 // drained it. Thread-safe: scrapes read it while serve_until_shutdown attaches and detaches the
-// node's agent.
+// node's agents.
 class NodeMembership {
  public:
-  void attach(const NodeAgent* agent);  // null: not (or no longer) in a cluster
+  void attach(const ClusterMembership* membership);  // null: not (or no longer) in a cluster
   bool draining() const;
 
  private:
   mutable std::mutex mutex_;
-  const NodeAgent* agent_ = nullptr;
+  const ClusterMembership* membership_ = nullptr;
 };
 
 struct ServingNode {
@@ -85,7 +87,7 @@ struct ServingNode {
 Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions& options,
                                                         std::optional<NodeRole> kv_role);
 
-// Serves `router` over HTTP, registered with options.proxy_url as `role` when one is given,
+// Serves `router` over HTTP, registered with every proxy of options.proxy_urls as `role`,
 // until SIGINT/SIGTERM (blocked by the caller in `signals`), or with exit_when_drained until the
 // proxy drained the node and its last request finished; then leaves the cluster, closes the
 // connections and stops the engine, in that order. `announce` runs once the port is bound.

@@ -185,6 +185,7 @@ Result<PrefixCacheReport> PrefixCacheReport::parse(const Json& json) {
 Json Heartbeat::to_json() const {
   Json json = {{"load", load.to_json()}};
   if (prefix_cache) json["prefix_cache"] = prefix_cache->to_json();
+  if (draining) json["draining"] = true;
   return json;
 }
 
@@ -197,6 +198,9 @@ Result<Heartbeat> Heartbeat::parse(const Json& json) {
   if (const auto report = json.find("prefix_cache"); report != json.end()) {
     PDS_ASSIGN_OR_RETURN(heartbeat.prefix_cache, PrefixCacheReport::parse(*report));
   }
+  FieldReader reader(json, "heartbeat");
+  heartbeat.draining = reader.get<bool>("draining", false, /*required=*/false);
+  PDS_RETURN_IF_ERROR(reader.status());
   return heartbeat;
 }
 

@@ -90,6 +90,9 @@ struct PrefixCacheReport {
 struct Heartbeat {
   NodeLoad load;
   std::optional<PrefixCacheReport> prefix_cache;  // absent: the prefix cache did not change
+  // The node is draining: another proxy of its cluster drained it, and this one must stop
+  // sending it work too (a node registered with several proxies is drained at each).
+  bool draining = false;
 
   nlohmann::json to_json() const;
   static Result<Heartbeat> parse(const nlohmann::json& json);

@@ -33,6 +33,7 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::start(NodeAgentOptions options,
   if (options.heartbeat_interval.count() < 1) {
     return invalid_argument("the heartbeat interval must be >= 1 ms");
   }
+  if (!options.node_draining) options.node_draining = std::make_shared<std::atomic<bool>>(false);
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<http::HttpClient> client, http::HttpClient::create(1));
   std::unique_ptr<NodeAgent> agent(
       new NodeAgent(std::move(options), std::move(proxy), std::move(load), std::move(client)));
@@ -75,21 +76,29 @@ std::string NodeAgent::node_id() const {
   return node_id_;
 }
 
-bool NodeAgent::draining() const {
-  std::lock_guard lock(mutex_);
-  return draining_;
-}
+bool NodeAgent::draining() const { return options_.node_draining->load(); }
 
 bool NodeAgent::retired() const {
+  const AgentState current = state();
+  return current == AgentState::kRetired || current == AgentState::kLeft;
+}
+
+AgentState NodeAgent::state() const {
   std::lock_guard lock(mutex_);
-  return retired_;
+  return state_;
 }
 
 void NodeAgent::run() {
   for (;;) {
     const auto tick = std::chrono::steady_clock::now();
-    if (node_id().empty()) {
-      register_node();
+    if (state() == AgentState::kUnregistered) {
+      if (draining()) {
+        // A draining node joins no proxy: this one sends it nothing to wait for.
+        std::lock_guard lock(mutex_);
+        state_ = AgentState::kLeft;
+      } else {
+        register_node();
+      }
     } else {
       send_heartbeat();
     }
@@ -133,6 +142,7 @@ void NodeAgent::register_node() {
   if (options_.prefix_cache) options_.prefix_cache->resync();
   std::lock_guard lock(mutex_);
   node_id_ = reply->id;
+  state_ = AgentState::kRegistered;
   PDS_LOG_INFO("registered with the proxy at " + proxy_.to_string() + " as " + node_id_);
 }
 
@@ -145,6 +155,7 @@ void NodeAgent::send_heartbeat() {
   Heartbeat heartbeat;
   if (load_) heartbeat.load = load_();
   if (options_.prefix_cache) heartbeat.prefix_cache = options_.prefix_cache->take();
+  heartbeat.draining = draining();
   request.body = heartbeat.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
   if (heartbeat.prefix_cache && (!response.ok() || response->status != 200)) {
@@ -156,24 +167,46 @@ void NodeAgent::send_heartbeat() {
       options_.prefix_cache->restore(std::move(*heartbeat.prefix_cache));
     }
   }
-  if (!response.ok()) return;
+  on_heartbeat_answer(response);
+}
+
+void NodeAgent::on_heartbeat_answer(const Result<http::ClientResponse>& response) {
+  const std::string id = node_id();
+  if (!response.ok() || (response->status != 200 && response->status != 404 &&
+                         response->status != 410)) {
+    if (draining()) {
+      // Drained elsewhere: a proxy that cannot be reached routes nothing here to wait for.
+      PDS_LOG_INFO("the proxy at " + proxy_.to_string() + " does not answer while node " + id +
+                   " drains; leaving it");
+      std::lock_guard lock(mutex_);
+      state_ = AgentState::kLeft;  // keeps the id: the DELETE on destruction is still tried
+    }
+    return;
+  }
   if (response->status == 404) {
-    PDS_LOG_WARN("the proxy no longer knows node " + node_id() + "; registering again");
     std::lock_guard lock(mutex_);
     node_id_.clear();
+    if (draining()) {
+      PDS_LOG_INFO("the proxy at " + proxy_.to_string() + " no longer knows draining node " + id +
+                   "; leaving it");
+      state_ = AgentState::kLeft;
+    } else {
+      PDS_LOG_WARN("the proxy no longer knows node " + id + "; registering again");
+      state_ = AgentState::kUnregistered;
+    }
   } else if (response->status == 410) {
-    PDS_LOG_INFO("the proxy retired node " + node_id() + " after draining it; leaving the cluster");
+    PDS_LOG_INFO("the proxy retired node " + id + " after draining it; leaving the cluster");
     std::lock_guard lock(mutex_);
     node_id_.clear();  // nothing to DELETE: the proxy already forgot it
-    retired_ = true;
-  } else if (response->status == 200) {
+    state_ = AgentState::kRetired;
+  } else {
     const Result<Json> body = parse_json_bounded(response->body, "the proxy's heartbeat answer");
     const Result<HeartbeatReply> reply =
         body.ok() ? HeartbeatReply::parse(*body) : Result<HeartbeatReply>(body.status());
-    const bool draining = reply.ok() && reply->state == NodeState::kDraining;
-    std::lock_guard lock(mutex_);
-    if (draining && !draining_) PDS_LOG_INFO("the proxy is draining node " + node_id_);
-    draining_ = draining;
+    if (reply.ok() && reply->state == NodeState::kDraining &&
+        !options_.node_draining->exchange(true)) {
+      PDS_LOG_INFO("the proxy at " + proxy_.to_string() + " is draining node " + id);
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-// A node's membership in a proxy's cluster: registers the node (POST /cluster/nodes with its
+// A node's membership in one proxy's cluster: registers the node (POST /cluster/nodes with its
 // role, HTTP address, model, KV descriptor and capacity), then sends its load as a heartbeat
 // every interval, on a fixed cadence, each call bounded by the interval (POST
 // /cluster/nodes/ID/heartbeat): a heartbeat lost on the network does not hold up the next one.
@@ -11,8 +11,14 @@
 // heartbeat carries what changed in the node's prefix cache (cache-aware routing); changes
 // whose heartbeat got no 200 are given back to be sent again, and after each registration the
 // feed is asked for a snapshot, since the proxy knows nothing of a node it has just registered.
+//
+// A node registered with several proxies runs one agent per proxy (cluster_membership.h), all
+// sharing one drain flag: a drain at any proxy sets it, and from then on every agent's
+// heartbeats say "draining" (that proxy drains the node too) and an agent whose proxy does not
+// know the node or cannot be reached stops as well (kLeft) instead of registering again.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -43,10 +49,18 @@ struct NodeAgentOptions {
   std::string cluster_token;
   NodeRegistration registration;  // what the node tells the proxy of itself
   std::chrono::milliseconds heartbeat_interval{1'000};
-  // Called once on the agent's thread when the proxy retired this node after a drain.
+  // Called once on the agent's thread when it stopped for good (kRetired or kLeft).
   std::function<void()> on_retired;
   std::optional<PrefixCacheFeed> prefix_cache;  // none: heartbeats carry no report
+  // Set when any proxy drains the node; shared by the node's agents (null: the agent's own).
+  std::shared_ptr<std::atomic<bool>> node_draining;
 };
+
+// kUnregistered -> kRegistered (200 to the registration) -> kUnregistered (404: the proxy
+// forgot the node) ... and, once stopped for good: kRetired (410: the proxy retired the node
+// after its drain) or kLeft (the node is draining and this proxy does not know it or cannot be
+// reached: nothing to wait for there).
+enum class AgentState { kUnregistered, kRegistered, kRetired, kLeft };
 
 class NodeAgent {
  public:
@@ -57,12 +71,14 @@ class NodeAgent {
   NodeAgent(const NodeAgent&) = delete;
   NodeAgent& operator=(const NodeAgent&) = delete;
 
-  // The id the proxy gave this node; empty while unregistered and after retirement.
+  // The id the proxy gave this node; empty while unregistered, and once the proxy retired or
+  // forgot it (kLeft for an unanswered proxy keeps it, for the DELETE on destruction).
   std::string node_id() const;
-  // The proxy asked this node to drain (no new work comes).
+  // The node drains (this or another proxy of the shared flag asked it to): no new work comes.
   bool draining() const;
-  // The proxy retired this node after a drain; the agent has stopped.
+  // The agent has stopped for good (kRetired or kLeft).
   bool retired() const;
+  AgentState state() const;
 
  private:
   NodeAgent(NodeAgentOptions options, http::BaseUrl proxy, std::function<NodeLoad()> load,
@@ -70,6 +86,8 @@ class NodeAgent {
   void run();
   void register_node();
   void send_heartbeat();
+  // The heartbeat answer's consequences: a new state, the drain flag.
+  void on_heartbeat_answer(const Result<http::ClientResponse>& response);
 
   NodeAgentOptions options_;
   http::BaseUrl proxy_;
@@ -78,9 +96,8 @@ class NodeAgent {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::string node_id_;
+  AgentState state_ = AgentState::kUnregistered;
   bool stopping_ = false;
-  bool draining_ = false;
-  bool retired_ = false;
   bool warned_unreachable_ = false;
   std::thread thread_;
 };

@@ -15,7 +15,7 @@ import unittest
 
 TOOLS = os.path.join(os.environ["PDSERVE_SOURCE_DIR"], "tools/cluster")
 sys.path.insert(0, TOOLS)
-from autoscale_policy import AutoscalePolicy, parse_bounds  # noqa: E402
+from autoscale_policy import AutoscalePolicy, combine_advice, parse_bounds  # noqa: E402
 
 
 def advice(prefill_now, decode_now, prefill_wanted=None, decode_wanted=None, requests=10):
@@ -98,6 +98,23 @@ class PolicyTest(unittest.TestCase):
         policy.decide(idle, now=0)
         self.assertEqual(actions(policy.decide(advice(2, 3, requests=5), now=1)), [])
         self.assertEqual(actions(policy.decide(idle, now=2)), [])
+
+    def test_advice_of_several_proxies_is_summed_over_the_busy_ones(self):
+        # Each replica recommends nodes for the requests it served.
+        combined = combine_advice([advice(1, 2, 1, 2, requests=6), advice(1, 2, 1, 3, requests=4),
+                                   advice(1, 2, requests=0)])
+        self.assertEqual(combined["recommendation"], {"prefill_nodes": 2, "decode_nodes": 5})
+        self.assertEqual(combined["workload"]["requests"], 10)
+        self.assertEqual(combined["load"]["decode"]["nodes"], 2)
+        # A busy replica without a recommendation holds the pool; all idle is idle.
+        held = combine_advice([advice(1, 1, 1, 2), advice(1, 1, None, 2)])
+        self.assertEqual(held["recommendation"], {"prefill_nodes": None, "decode_nodes": 4})
+        idle = combine_advice([advice(2, 3, requests=0), advice(2, 3, requests=0)])
+        policy = self.policy(up_polls=1, down_polls=1)
+        self.assertEqual(actions(policy.decide(idle, now=0)), [("prefill", "down"), ("decode", "down")])
+        self.assertIs(combine_advice([held]), held)
+        with self.assertRaises(ValueError):
+            combine_advice([])
 
     def test_bad_parameters(self):
         with self.assertRaises(ValueError):

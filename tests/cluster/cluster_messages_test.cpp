@@ -104,6 +104,15 @@ TEST(ClusterMessages, RepliesWithoutWhatTheNodeNeedsAreRefused) {
   EXPECT_EQ(HeartbeatReply::parse(Json{{"id", "d-1"}}).value().state, NodeState::kUp);
 }
 
+TEST(ClusterMessages, HeartbeatCarriesTheNodesDrainOnlyWhenSet) {
+  Heartbeat heartbeat;
+  EXPECT_FALSE(heartbeat.to_json().contains("draining"));  // what older proxies read
+  heartbeat.draining = true;
+  EXPECT_TRUE(Heartbeat::parse(heartbeat.to_json()).value().draining);
+  EXPECT_FALSE(Heartbeat::parse(Json::object()).value().draining);
+  EXPECT_FALSE(Heartbeat::parse(Json{{"draining", 1}}).ok());
+}
+
 TEST(ClusterMessages, PrefixCacheReportRoundTripsWithHexKeys) {
   PrefixCacheReport report;
   report.block_size = 16;

@@ -4,7 +4,8 @@ as), for testing pdserve-cluster's autoscaling loop without a model:
   * the proxy registers nodes, lists them (GET /cluster), drains them, and answers
     GET /cluster/advice with the recommendation in the JSON file $FAKE_ADVICE
     ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool;
-  * a node registers with --proxy, and with --exit-when-drained exits 0 once drained; it exits 1
+  * a node registers with every --proxy, and with --exit-when-drained exits 0 once drained at
+    any (a proxy that stops answering is left alone); it exits 1
     at once while the file $FAKE_FAIL exists (a node that fails to start); with $FAKE_ARGV_DIR
     set it writes its command line there first (ROLE-PID.json); $FAKE_ANNOUNCE_LATE_S: it prints
     its address that long after it registered; $FAKE_ADVERTISE_HOST: it registers under that
@@ -91,7 +92,7 @@ def run_node():
             json.dump(sys.argv[1:], handle)
     if os.path.exists(os.environ.get("FAKE_FAIL", "")):
         sys.exit(1)
-    proxy = sys.argv[sys.argv.index("--proxy") + 1]
+    proxies = [sys.argv[i + 1] for i, arg in enumerate(sys.argv) if arg == "--proxy"]
     url = serve(BaseHTTPRequestHandler)
     announce = f"pdserve-{ROLE}: {'prefilling' if ROLE == 'prefill' else 'serving'} fake on {url} (device cpu)"
     late = float(os.environ.get("FAKE_ANNOUNCE_LATE_S", "0"))
@@ -99,16 +100,21 @@ def run_node():
         print(announce, flush=True)
     # Like a node given --advertise-host, it may register under another name than it announces.
     registered = url.replace("127.0.0.1", os.environ.get("FAKE_ADVERTISE_HOST", "127.0.0.1"))
-    node_id = post(proxy + "/cluster/nodes", {"role": ROLE, "url": registered})["id"]
+    node_ids = {proxy: post(proxy + "/cluster/nodes", {"role": ROLE, "url": registered})["id"] for proxy in proxies}
     if late > 0:
         time.sleep(late)
         print(announce, flush=True)
     while True:
         time.sleep(0.1)
-        with urllib.request.urlopen(proxy + "/cluster", timeout=5) as response:
-            mine = [n for n in json.loads(response.read())["nodes"] if n["id"] == node_id]
-        if mine and mine[0]["state"] == "draining" and "--exit-when-drained" in sys.argv:
-            sys.exit(0)
+        for proxy, node_id in list(node_ids.items()):
+            try:
+                with urllib.request.urlopen(proxy + "/cluster", timeout=5) as response:
+                    mine = [n for n in json.loads(response.read())["nodes"] if n["id"] == node_id]
+            except OSError:
+                del node_ids[proxy]  # a dead proxy
+                continue
+            if mine and mine[0]["state"] == "draining" and "--exit-when-drained" in sys.argv:
+                sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,20 @@ Kubernetes (deploy/kubernetes/**/*.yaml):
   args is defined in the container's env; every secretKeyRef names a key of a Secret in the
   manifests, and a PDSERVE_* variable from a Secret is one the binary reads ("Env:" in --help);
   no secret on a command line; readiness on /ready, liveness and startup on /health; each
-  Deployment's selector matches its pods and each Service's selector and targetPort a pod's;
-  the nodes' --proxy is a Service of the manifests; every node runs --exit-when-drained and has
-  a preStop hook that runs deploy/pdserve-drain on its own --port and --proxy; every HPA
-  scales a Deployment of the manifests; the UCX ports (which carry no authentication) are
-  reachable only from prefill and decode pods: a NetworkPolicy selects every node pod, admits
-  each node container's UCX_TCP_PORT_RANGE only from node pods (never the proxy or anyone),
-  still admits the nodes' HTTP port, and every node container names UCX_NET_DEVICES;
-- live: the three containers' command lines (model, pod IP, ports and proxy URL replaced by
-  local ones) form a cluster on the tiny model: the proxy's /ready turns 200, every probe
-  path of every container answers 200, a chat completion goes through with the API key, and
-  each node's preStop command drains it: it leaves /cluster and exits 0.
+  workload's (Deployment, StatefulSet) selector matches its pods and each Service's selector
+  and targetPort a pod's; the proxy runs at least two replicas, and the nodes' --proxy names
+  every one of them (pdserve-proxy-N.<its headless, publishNotReadyAddresses Service>); every
+  node runs --exit-when-drained and has a preStop hook that runs deploy/pdserve-drain on its
+  own --port and --proxy; every HPA scales a Deployment of the manifests; the UCX ports (which
+  carry no authentication) are reachable only from prefill and decode pods: a NetworkPolicy
+  selects every node pod, admits each node container's UCX_TCP_PORT_RANGE only from node pods
+  (never the proxy or anyone), still admits the nodes' HTTP port, and every node container
+  names UCX_NET_DEVICES;
+- live: the containers' command lines (model, pod IP, ports and proxy URLs replaced by local
+  ones) form a cluster on the tiny model, with as many proxies as the manifest's replicas:
+  each proxy's /ready turns 200 and lists both nodes, every probe path of every container
+  answers 200, a chat completion goes through each proxy with the API key, and each node's
+  preStop command drains it: it leaves every proxy's /cluster and exits 0.
 
 systemd (deploy/systemd/*.service): `systemd-analyze verify` on copies whose binaries point at
 the build (any warning fails); ExecStart flags in --help; ExecStop is pdserve-drain on the
@@ -97,12 +100,19 @@ def of_kind(kind):
     return [doc for _, doc in RESOURCES if doc.get("kind") == kind]
 
 
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+
+
+def workloads():
+    return [doc for kind in WORKLOAD_KINDS for doc in of_kind(kind)]
+
+
 def containers():
-    """(deployment, pod spec, container) of every Deployment."""
-    for deployment in of_kind("Deployment"):
-        pod = deployment["spec"]["template"]["spec"]
+    """(workload, pod spec, container) of every Deployment and StatefulSet."""
+    for workload in workloads():
+        pod = workload["spec"]["template"]["spec"]
         for container in pod["containers"]:
-            yield deployment, pod, container
+            yield workload, pod, container
 
 
 def container_binary(container):
@@ -190,13 +200,13 @@ def check_selectors():
     for deployment, _, _ in containers():
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         selector = deployment["spec"]["selector"]["matchLabels"]
-        t.expect(selector.items() <= labels.items(), f"Deployment {deployment['metadata']['name']}: selector "
+        t.expect(selector.items() <= labels.items(), f"{deployment['kind']} {deployment['metadata']['name']}: selector "
                  f"{selector} does not match its pods {labels}")
         pod_labels.append((labels, deployment))
     for service in of_kind("Service"):
         selector = service["spec"]["selector"]
         matched = [d for labels, d in pod_labels if selector.items() <= labels.items()]
-        t.expect(matched, f"Service {service['metadata']['name']}: selector {selector} matches no Deployment")
+        t.expect(matched, f"Service {service['metadata']['name']}: selector {selector} matches no workload")
         for port in service["spec"]["ports"]:
             names = {p["name"] for d in matched for c in d["spec"]["template"]["spec"]["containers"]
                      for p in c.get("ports", [])}
@@ -284,10 +294,40 @@ def prestop_argv(container):
     return shlex.split(command[2])
 
 
+def proxy_workload():
+    (proxy,) = [w for w, _, c in containers() if container_binary(c) == "pdserve-proxy"]
+    return proxy
+
+
+def check_proxy_urls(binary, proxy_url, services):
+    """The node's --proxy value names every proxy replica by its stable name,
+    <workload>-<N>.<headless Service>:<port>, through a Service published before readiness."""
+    proxy = proxy_workload()
+    replicas = proxy["spec"].get("replicas", 1)
+    t.expect(proxy["kind"] == "StatefulSet" and replicas >= 2,
+             f"the proxy is a {proxy['kind']} of {replicas} replicas: no single front door needs at least two, with "
+             "names the nodes can register with one by one (a StatefulSet)")
+    service_name = proxy["spec"]["serviceName"]
+    service = services.get(service_name)
+    t.expect(service is not None and service["spec"].get("clusterIP") == "None",
+             f"the proxy StatefulSet's serviceName {service_name} is not a headless Service of the manifests")
+    t.expect(service["spec"].get("publishNotReadyAddresses") is True,
+             f"{binary}: registers through Service {service_name}, which follows the proxy's readiness (the proxy "
+             "is ready only once a node registered): it needs publishNotReadyAddresses")
+    named = []
+    for url in proxy_url.split(","):
+        match = re.fullmatch(r"http://([a-z0-9-]+)-(\d+)\.([a-z0-9-]+):(\d+)", url)
+        t.expect(match and match.group(1) == proxy["metadata"]["name"] and match.group(3) == service_name,
+                 f"{binary}: --proxy {url} is not <{proxy['metadata']['name']}-N>.<{service_name}>:PORT")
+        t.expect(int(match.group(4)) in [p["port"] for p in service["spec"]["ports"]],
+                 f"{binary}: --proxy {url}: no such port on Service {service_name}")
+        named.append(int(match.group(2)))
+    t.expect_equal(sorted(named), list(range(replicas)), f"{binary}: the proxy replicas --proxy names")
+
+
 def check_nodes():
     services = {s["metadata"]["name"]: s for s in of_kind("Service")}
-    proxy_services = [name for name, s in services.items() if s["spec"]["selector"].get("app.kubernetes.io/component") == "proxy"]
-    t.expect(len(of_kind("Deployment")) == 3, "one Deployment each for the proxy, prefill and decode pools")
+    t.expect(len(workloads()) == 3, "one workload each for the proxy, prefill and decode pools")
     for deployment, pod, container in node_containers():
         binary = container_binary(container)
         argv = container["args"]
@@ -298,14 +338,7 @@ def check_nodes():
                        f"{binary}: POD_IP from the downward API")
         proxy_arg = option_value(argv, "--proxy")
         proxy_url = env[re.fullmatch(r"\$\((\w+)\)", proxy_arg).group(1)]["value"] if proxy_arg.startswith("$(") else proxy_arg
-        match = re.fullmatch(r"http://([a-z0-9-]+):(\d+)", proxy_url)
-        t.expect(match and match.group(1) in proxy_services, f"{binary}: --proxy {proxy_url} is not a proxy Service "
-                 f"({proxy_services})")
-        t.expect(int(match.group(2)) in [p["port"] for p in services[match.group(1)]["spec"]["ports"]],
-                 f"{binary}: --proxy {proxy_url}: no such port on the Service")
-        t.expect(services[match.group(1)]["spec"].get("publishNotReadyAddresses") is True,
-                 f"{binary}: registers through Service {match.group(1)}, which follows the proxy's readiness (the proxy "
-                 "is ready only once a node registered): it needs publishNotReadyAddresses")
+        check_proxy_urls(binary, proxy_url, services)
         drain = prestop_argv(container)
         t.expect(drain[:2] == ["exec", "pdserve-drain"], f"{binary}: preStop runs {drain[:2]}, not pdserve-drain")
         t.expect_equal(option_value(drain, "--proxy"), "$" + re.fullmatch(r"\$\((\w+)\)", proxy_arg).group(1),
@@ -340,8 +373,10 @@ def check_live_cluster():
         return [t.BINARIES[ROLES[container_binary(container)]], *argv], run_env
 
     argv, env = local_argv(by_binary["pdserve-proxy"], None)
-    proxy = t.Process("proxy", argv, r"pdserve-proxy: listening on (http://\S+)", env=env)
-    proxy_url = proxy.match.group(1)
+    proxies = [t.Process(f"proxy-{index}", argv, r"pdserve-proxy: listening on (http://\S+)", env=env)
+               for index in range(proxy_workload()["spec"]["replicas"])]
+    proxy_urls = [proxy.match.group(1) for proxy in proxies]
+    proxy_url = ",".join(proxy_urls)  # the nodes' PDSERVE_PROXY_URL
     patterns = {"pdserve-prefill": r"pdserve-prefill: prefilling \S+ on (http://\S+)",
                 "pdserve-decode": r"pdserve-decode: serving \S+ on (http://\S+)"}
     node_env = {}
@@ -349,21 +384,23 @@ def check_live_cluster():
         argv, env = local_argv(by_binary[binary], proxy_url)
         processes[binary] = t.Process(ROLES[binary], argv, patterns[binary], timeout=180, env=env)
         node_env[binary] = env
-    t.wait_until(lambda: t.http("GET", proxy_url + "/ready")[0] == 200, 60, "the proxy's /ready answers 200")
-    t.wait_until(lambda: sum(n["state"] == "up" for n in t.get_json(proxy_url + "/cluster", headers=t.cluster_headers())["nodes"]) == 2,
-                 60, "both nodes up in /cluster")
-    urls = {"pdserve-proxy": proxy_url, **{b: p.match.group(1) for b, p in processes.items()}}
+    for url in proxy_urls:
+        t.wait_until(lambda: t.http("GET", url + "/ready")[0] == 200, 60, f"the proxy {url}'s /ready answers 200")
+        t.wait_until(lambda: sum(n["state"] == "up" for n in t.get_json(url + "/cluster", headers=t.cluster_headers())["nodes"]) == 2,
+                     60, f"both nodes up in {url}/cluster")
+    urls = {"pdserve-proxy": proxy_urls[0], **{b: p.match.group(1) for b, p in processes.items()}}
     for binary, container in by_binary.items():
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             if probe in container:
                 path = container[probe]["httpGet"]["path"]
                 status, body = t.http("GET", urls[binary] + path)
                 t.expect_equal((status, path), (200, path), f"{binary}: GET {path} ({probe}): {body[:200]}")
-    status, body = t.http("POST", proxy_url + "/v1/chat/completions",
-                          {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
-                          headers={"Authorization": f"Bearer {api_key}"})
-    t.expect_equal(status, 200, f"a chat completion through the proxy with the API key: {body[:300]}")
-    status, _ = t.http("POST", proxy_url + "/v1/chat/completions",
+    for url in proxy_urls:
+        status, body = t.http("POST", url + "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+                              headers={"Authorization": f"Bearer {api_key}"})
+        t.expect_equal(status, 200, f"a chat completion through the proxy {url} with the API key: {body[:300]}")
+    status, _ = t.http("POST", proxy_urls[0] + "/v1/chat/completions",
                        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
     t.expect_equal(status, 401, "a chat completion without the API key")
     for binary in ("pdserve-prefill", "pdserve-decode"):
@@ -380,9 +417,11 @@ def check_live_cluster():
         t.expect(result.returncode == 0 and "drained and exited" in result.stderr,
                  f"{binary}: the preStop command {command} exited {result.returncode}: {result.stderr}")
         t.expect_equal(processes[binary].process.wait(30), 0, f"{binary}: exit code after its drain")
-        nodes = t.get_json(proxy_url + "/cluster", headers=t.cluster_headers())["nodes"]
-        t.expect(all(n["url"] != node_url for n in nodes), f"{binary}: still in /cluster after its drain: {nodes}")
-    t.expect_equal(proxy.stop(), 0, "the proxy's exit code on SIGTERM")
+        for url in proxy_urls:
+            nodes = t.get_json(url + "/cluster", headers=t.cluster_headers())["nodes"]
+            t.expect(all(n["url"] != node_url for n in nodes), f"{binary}: still in {url}/cluster after its drain: {nodes}")
+    for proxy in proxies:
+        t.expect_equal(proxy.stop(), 0, f"{proxy.name}'s exit code on SIGTERM")
 
 
 # ---- systemd ------------------------------------------------------------------------------
@@ -492,7 +531,7 @@ def main():
         ("k8s secrets referenced exist and are read by the binary", check_secrets),
         ("k8s probes: /ready and /health on a container port", check_probes),
         ("k8s selectors, Service ports, HPA targets", check_selectors),
-        ("k8s nodes: --advertise-host from the pod IP, --proxy a Service, preStop drain", check_nodes),
+        ("k8s nodes: --advertise-host from the pod IP, --proxy every proxy replica, preStop drain", check_nodes),
         ("k8s NetworkPolicy: UCX ports only between node pods", check_network_policy),
         ("systemd-analyze verify", check_systemd_verify),
         ("systemd ExecStart flags, ExecStop drain, environment files", check_systemd_commands),

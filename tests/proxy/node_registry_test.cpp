@@ -246,6 +246,30 @@ TEST(NodeRegistryTest, DrainStopsNewWorkWaitsForInFlightThenRetires) {
   EXPECT_NE(gone.status().message().find("drained"), std::string::npos);
 }
 
+TEST(NodeRegistryTest, AHeartbeatSayingDrainingDrainsTheNodeHereToo) {
+  // A node registered with several proxies and drained at one says so in its heartbeats to
+  // the others: they stop sending it work and retire it once their requests there are done.
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string id = must_register(registry, "decode", 9000, now);
+  registry.begin_request(id, "", 0);
+  Result<NodeState> state = registry.heartbeat(id, Json{{"draining", true}}, now);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(*state, NodeState::kDraining);
+  EXPECT_FALSE(registry.pick_decode({}, now));
+  // A later heartbeat without the flag does not bring it back.
+  EXPECT_EQ(registry.heartbeat(id, Json::object(), now).value(), NodeState::kDraining);
+  registry.end_request(id, "", 0);
+  registry.expire(now);
+  EXPECT_EQ(registry.heartbeat(id, Json::object(), now).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry.heartbeat(must_register(registry, "decode", 9001, now),
+                               Json{{"draining", "yes"}}, now)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(NodeRegistryTest, DrainedStaticNodeIsRemovedToo) {
   NodeRegistry registry(test_options());
   const auto now = Clock::now();

@@ -31,6 +31,28 @@ def parse_bounds(text):
     return minimum, maximum
 
 
+def combine_advice(answers):
+    """One GET /cluster/advice answer from those of the proxy replicas in front of one cluster.
+    Each replica measures the requests it served, so its recommendation is for its share of the
+    workload, and the cluster needs the sum of the replicas' (each rounded up on its own: at most
+    one node per extra replica more than a single proxy would ask for). Pool loads are the nodes'
+    own reports, the same at every replica: the first answer's. A replica that served requests
+    but has no recommendation makes the pool hold; replicas that served none add nothing; all
+    idle: idle."""
+    if not answers:
+        raise ValueError("no proxy answered")
+    if len(answers) == 1:
+        return answers[0]
+    busy = [answer for answer in answers if answer["workload"]["requests"] > 0]
+    recommendation = {}
+    for pool in POOLS:
+        wanted = [answer["recommendation"][f"{pool}_nodes"] for answer in busy]
+        known = busy and all(isinstance(count, int) for count in wanted)
+        recommendation[f"{pool}_nodes"] = sum(wanted) if known else None
+    return {"load": answers[0]["load"], "recommendation": recommendation,
+            "workload": {"requests": sum(answer["workload"]["requests"] for answer in answers)}}
+
+
 @dataclass
 class Decision:
     pool: str
