@@ -69,9 +69,7 @@ http::Handler guarded(const AccessPolicy& policy, RouteAccess access, http::Hand
   return [policy, access, handler = std::move(handler)](
              const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> channel) {
     if (std::optional<ApiError> refused = check_access(policy, access, request)) {
-      http::HttpResponse response = http::api_error_response(*refused);
-      response.headers.emplace_back("WWW-Authenticate", "Bearer");
-      channel->send(std::move(response));
+      channel->send(http::api_error_response(*refused));
       return;
     }
     handler(request, std::move(channel));

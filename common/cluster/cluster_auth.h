@@ -52,7 +52,8 @@ struct AccessPolicy {
 std::optional<ApiError> check_access(const AccessPolicy& policy, RouteAccess access,
                                      const http::HttpRequest& request);
 
-// `handler` behind check_access; the 401 carries "WWW-Authenticate: Bearer".
+// `handler` behind check_access; the 401 carries "WWW-Authenticate: Bearer" (as every 401 of
+// api_error_response does).
 http::Handler guarded(const AccessPolicy& policy, RouteAccess access, http::Handler handler);
 
 }  // namespace pdserve
