@@ -30,9 +30,14 @@ inline std::string cluster_auth_header_value(std::string_view token) {
   return "Bearer " + std::string(token);
 }
 
+// InvalidArgument (a usage error, exit 2) for a cluster token no request could present: only
+// whitespace, whitespace at either end (HTTP trims it from a header value) or a control
+// character (no header value may hold one). An empty token (an open cluster) passes.
+Status check_cluster_token_format(std::string_view token);
+
 // Closed by default: InvalidArgument (a usage error, exit 2) when a process that is part of a
-// cluster has no cluster token and was not started with --insecure-no-cluster-token; a
-// warning when it runs open on purpose.
+// cluster has no cluster token and was not started with --insecure-no-cluster-token, or one
+// check_cluster_token_format refuses; a warning when it runs open on purpose.
 Status require_cluster_token(std::string_view token, bool insecure_no_cluster_token,
                              std::string_view who);
 
