@@ -1,5 +1,5 @@
 # xgrammar's C++ core (Apache-2.0; the grammar engine of vLLM, SGLang and TensorRT-LLM), built
-# as a static library from the sdist that scripts/setup.sh fetches from PyPI (pinned version and
+# as a static library from the sdist that scripts/setup.sh fetches with pip (pinned version and
 # sha256) into third_party/. Only the C++ core: its Python bindings (cpp/tvm_ffi) are left out.
 # It is third-party code: our warning flags are not applied to it.
 set(PDSERVE_XGRAMMAR_VERSION 0.2.8)
@@ -8,7 +8,7 @@ set(PDSERVE_XGRAMMAR_DIR "${PROJECT_SOURCE_DIR}/third_party/xgrammar-${PDSERVE_X
 if(NOT EXISTS "${PDSERVE_XGRAMMAR_DIR}/include/xgrammar/xgrammar.h")
   message(FATAL_ERROR "xgrammar ${PDSERVE_XGRAMMAR_VERSION} is missing (no "
                       "${PDSERVE_XGRAMMAR_DIR}/include/xgrammar/xgrammar.h): run "
-                      "`bash scripts/setup.sh`, which fetches it from PyPI")
+                      "`bash scripts/setup.sh`, which fetches it with pip")
 endif()
 
 file(GLOB_RECURSE PDSERVE_XGRAMMAR_SOURCES CONFIGURE_DEPENDS "${PDSERVE_XGRAMMAR_DIR}/cpp/*.cc")

@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
   app.add_option("--decode", options.decode_urls, "Static decode node(s): http://HOST:PORT");
   app.add_option("--cluster-token", options.cluster_token,
                  "Shared secret that nodes present to register and that the proxy presents to "
-                 "them; also read from $PDSERVE_CLUSTER_TOKEN")
+                 "them; also read from $PDSERVE_CLUSTER_TOKEN. No whitespace at either end, no "
+                 "control character")
       ->envname("PDSERVE_CLUSTER_TOKEN");
   app.add_flag("--insecure-no-cluster-token", options.insecure_no_cluster_token,
                "Run without a cluster token: anyone who can reach the proxy may register a node "

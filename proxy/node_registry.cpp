@@ -3,11 +3,30 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace pdserve::proxy {
 
 using Json = nlohmann::json;
+
+namespace {
+
+Status check_model_name(std::string_view model) {
+  if (model.empty()) return invalid_argument("registration: 'model' must name the served model");
+  if (model.size() > NodeRegistry::kMaxModelNameBytes) {
+    return invalid_argument("registration: 'model' is longer than " +
+                            std::to_string(NodeRegistry::kMaxModelNameBytes) + " bytes");
+  }
+  if (std::ranges::any_of(model, [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    return invalid_argument("registration: 'model' holds a control character");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
 
 NodeRegistry::Node NodeRegistry::make_node() const {
   Node node;
@@ -43,6 +62,7 @@ Result<std::string> NodeRegistry::add_static(NodeRole role, const std::string& u
 
 Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_point now) {
   PDS_ASSIGN_OR_RETURN(NodeRegistration registration, NodeRegistration::parse(body));
+  PDS_RETURN_IF_ERROR(check_model_name(registration.model));
   PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(registration.url));
   std::lock_guard lock(mutex_);
   const std::string url = registration.url;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -62,13 +63,16 @@ struct RegistryOptions {
 class NodeRegistry {
  public:
   using Clock = std::chrono::steady_clock;
+  // A served model name is listed by /v1/models and logged: a bound keeps one node from
+  // bloating both (vLLM's and Hugging Face's names are far shorter).
+  static constexpr size_t kMaxModelNameBytes = 256;
 
   explicit NodeRegistry(RegistryOptions options) : options_(options) {}
 
   // A node from the command line: never expires. InvalidArgument for a bad URL.
   Result<std::string> add_static(NodeRole role, const std::string& url);
-  // POST /cluster/nodes body: {"role", "url", "model", "kv_descriptor", "kv_blocks_total"
-  // (an integer >= 0)}.
+  // POST /cluster/nodes body: {"role", "url", "model" (1 to kMaxModelNameBytes bytes, no
+  // control character), "kv_descriptor", "kv_blocks_total" (an integer >= 0)}.
   // InvalidArgument for a malformed body or URL; AlreadyExists-like FailedPrecondition when a
   // live node already has this URL (a restarted node's stale entry, down or silent, is replaced).
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);

@@ -77,6 +77,7 @@ Status run(const Options& options) {
     const bool decode = index < options.decode_nodes;
     Json registration = {{"role", decode ? "decode" : "prefill"},
                          {"url", "http://127.0.0.1:" + std::to_string(10'000 + index)},
+                         {"model", "m"},
                          {"kv_blocks_total", 100'000}};
     PDS_ASSIGN_OR_RETURN(const std::string id, registry.register_node(registration, now));
     for (size_t sent = 0; sent < options.keys_per_node; sent += kMaxPrefixReportHashes) {

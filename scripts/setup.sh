@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs pdserve's build and test dependencies: Debian 12 packages (needs root or sudo; among
-# them `prometheus`, which tests/metrics/prometheus_test.py runs against a cluster) and
+# them the tools tests run: `prometheus` (tests/metrics/prometheus_test.py), `ip`, `tc` and `ss`
+# of iproute2 (tests/netfault), `curl` (tests/conformance), `systemd-analyze` (tests/deploy)) and
 # one Python virtual environment with the pinned packages of python/requirements.txt (the
 # official `openai` client, Hugging Face's tokenizer and chat-template code, schemathesis,
-# aiperf), and the source of the xgrammar grammar engine (the sdist on PyPI, pinned, into
-# third_party/; CMake builds its C++ core). Safe to run again: it installs only what is missing and repairs a broken venv.
+# aiperf), and the source of the xgrammar grammar engine (its sdist, fetched with pip and
+# pinned, into third_party/; CMake builds its C++ core). Safe to run again: it installs only
+# what is missing and repairs a broken venv.
 # The venv lives in $PDSERVE_VENV (default: .venv in the repository root).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +17,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
   libboost-dev libboost-system-dev libucx-dev ucx-utils
   python3 python3-venv python3-torch python3-numpy python3-matplotlib curl procps
-  systemd prometheus
+  systemd prometheus iproute2
 )
 
 missing=()
@@ -55,26 +57,29 @@ else
   echo "$want" >"$stamp"
 fi
 
-# xgrammar (Apache-2.0), the structured-output grammar engine: its PyPI sdist carries the C++
-# core that cmake/xgrammar.cmake builds (its Python bindings are not used). Pinned by version
-# and sha256; unpacked into third_party/ (not committed).
+# xgrammar (Apache-2.0), the structured-output grammar engine: its sdist carries the C++ core
+# that cmake/xgrammar.cmake builds (its Python bindings are not used). Fetched by the venv's pip
+# from the index pip is configured with, pinned by version and sha256, and unpacked into
+# third_party/ (not committed). Only xgrammar comes as source: the build tools pip runs to read
+# the sdist's metadata come as wheels (with --no-binary :all: pip would compile cmake first).
 xgrammar_version=0.2.8
 xgrammar_sha256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
-xgrammar_url=https://pypi.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$xgrammar_version.tar.gz
 xgrammar_dir=$repo/third_party/xgrammar-$xgrammar_version
 if [[ -f $xgrammar_dir/.pdserve-sha256 && $(cat "$xgrammar_dir/.pdserve-sha256") == "$xgrammar_sha256" ]]; then
   echo "setup: xgrammar $xgrammar_version present"
 else
-  echo "setup: fetching xgrammar $xgrammar_version from PyPI"
+  echo "setup: fetching the xgrammar $xgrammar_version sdist with pip"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  curl -fsSL --retry 3 -o "$tmp/xgrammar.tar.gz" "$xgrammar_url"
-  if [[ $(sha256sum "$tmp/xgrammar.tar.gz" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
-    echo "setup: xgrammar-$xgrammar_version.tar.gz does not have the pinned sha256" >&2
+  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-input --no-deps \
+    --no-binary xgrammar --dest "$tmp" "xgrammar==$xgrammar_version"
+  sdist=$tmp/xgrammar-$xgrammar_version.tar.gz
+  if [[ ! -f $sdist || $(sha256sum "$sdist" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
+    echo "setup: pip gave no xgrammar-$xgrammar_version.tar.gz with the pinned sha256" >&2
     exit 2
   fi
   rm -rf "$xgrammar_dir"
   mkdir -p "$repo/third_party"
-  tar -xzf "$tmp/xgrammar.tar.gz" -C "$repo/third_party"
+  tar -xzf "$sdist" -C "$repo/third_party"
   echo "$xgrammar_sha256" >"$xgrammar_dir/.pdserve-sha256"
 fi

@@ -95,7 +95,7 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
       ->delimiter(',');
   app.add_option("--cluster-token", options.cluster_token,
                  "Shared secret for internal endpoints (registration, KV); also read from "
-                 "$PDSERVE_CLUSTER_TOKEN")
+                 "$PDSERVE_CLUSTER_TOKEN. No whitespace at either end, no control character")
       ->envname("PDSERVE_CLUSTER_TOKEN");
   app.add_flag("--insecure-no-cluster-token", options.insecure_no_cluster_token,
                "Join a cluster without a cluster token: anyone who can reach the node may send it "
@@ -176,6 +176,8 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
                                               options.insecure_no_cluster_token,
                                               "a node that joins a cluster (pdserve-prefill, "
                                               "pdserve-decode with --proxy or --kv-transfer)"));
+  } else {
+    PDS_RETURN_IF_ERROR(check_cluster_token_format(options.cluster_token));
   }
   if (!options.proxy_urls.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
   // Checked before the (slow) model load.

@@ -27,9 +27,28 @@ bool cluster_token_matches(const http::HttpRequest& request, std::string_view to
   return token.empty() || bearer_matches(request, token);
 }
 
+Status check_cluster_token_format(std::string_view token) {
+  constexpr std::string_view kFlag = "--cluster-token ($PDSERVE_CLUSTER_TOKEN)";
+  const auto is_space = [](char c) { return c == ' ' || c == '\t'; };
+  if (!token.empty() && std::ranges::all_of(token, is_space)) {
+    return invalid_argument(std::string(kFlag) + " is only whitespace; give a secret");
+  }
+  if (std::ranges::any_of(token, [&](char c) {
+        return !is_space(c) && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f);
+      })) {
+    return invalid_argument(std::string(kFlag) +
+                            " holds a control character, which no HTTP header can carry");
+  }
+  if (!token.empty() && (is_space(token.front()) || is_space(token.back()))) {
+    return invalid_argument(std::string(kFlag) +
+                            " starts or ends with whitespace, which HTTP drops from a header");
+  }
+  return Status::ok_status();
+}
+
 Status require_cluster_token(std::string_view token, bool insecure_no_cluster_token,
                              std::string_view who) {
-  if (!token.empty()) return Status::ok_status();
+  if (!token.empty()) return check_cluster_token_format(token);
   if (!insecure_no_cluster_token) {
     return invalid_argument(std::string(who) +
                             " needs a cluster token (--cluster-token or $PDSERVE_CLUSTER_TOKEN, "
@@ -69,9 +88,7 @@ http::Handler guarded(const AccessPolicy& policy, RouteAccess access, http::Hand
   return [policy, access, handler = std::move(handler)](
              const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> channel) {
     if (std::optional<ApiError> refused = check_access(policy, access, request)) {
-      http::HttpResponse response = http::api_error_response(*refused);
-      response.headers.emplace_back("WWW-Authenticate", "Bearer");
-      channel->send(std::move(response));
+      channel->send(http::api_error_response(*refused));
       return;
     }
     handler(request, std::move(channel));

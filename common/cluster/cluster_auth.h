@@ -30,9 +30,14 @@ inline std::string cluster_auth_header_value(std::string_view token) {
   return "Bearer " + std::string(token);
 }
 
+// InvalidArgument (a usage error, exit 2) for a cluster token no request could present: only
+// whitespace, whitespace at either end (HTTP trims it from a header value) or a control
+// character (no header value may hold one). An empty token (an open cluster) passes.
+Status check_cluster_token_format(std::string_view token);
+
 // Closed by default: InvalidArgument (a usage error, exit 2) when a process that is part of a
-// cluster has no cluster token and was not started with --insecure-no-cluster-token; a
-// warning when it runs open on purpose.
+// cluster has no cluster token and was not started with --insecure-no-cluster-token, or one
+// check_cluster_token_format refuses; a warning when it runs open on purpose.
 Status require_cluster_token(std::string_view token, bool insecure_no_cluster_token,
                              std::string_view who);
 
@@ -52,7 +57,8 @@ struct AccessPolicy {
 std::optional<ApiError> check_access(const AccessPolicy& policy, RouteAccess access,
                                      const http::HttpRequest& request);
 
-// `handler` behind check_access; the 401 carries "WWW-Authenticate: Bearer".
+// `handler` behind check_access; the 401 carries "WWW-Authenticate: Bearer" (as every 401 of
+// api_error_response does).
 http::Handler guarded(const AccessPolicy& policy, RouteAccess access, http::Handler handler);
 
 }  // namespace pdserve

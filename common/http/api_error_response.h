@@ -1,5 +1,6 @@
-// An OpenAI-style error as an HTTP response: the error's status, its JSON body, and
-// Retry-After for 429 / 503. Shared by the server's own errors and every front end's handlers.
+// An OpenAI-style error as an HTTP response: the error's status, its JSON body, Retry-After for
+// 429 / 503 and "WWW-Authenticate: Bearer" for 401. Shared by the server's own errors and every
+// front end's handlers.
 #pragma once
 
 #include "common/http/http_message.h"

@@ -3,6 +3,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <boost/asio/post.hpp>
@@ -174,6 +175,20 @@ std::optional<ApiError> transfer_encoding_problem(
   return unsupported;
 }
 
+// RFC 9112 5.2: a header line continued on the next (a line break followed by a space or tab)
+// is obsolete line folding, which a server may refuse. Beast would join the lines into one
+// value, where a proxy in front may have read two (a Transfer-Encoding one side does not see:
+// request smuggling), so it is refused.
+bool has_obs_fold(std::string_view section) {
+  for (size_t at = section.find("\r\n"); at != std::string_view::npos;
+       at = section.find("\r\n", at + 2)) {
+    if (at + 2 < section.size() && (section[at + 2] == ' ' || section[at + 2] == '\t')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string header_text(bhttp::field field, beast::string_view custom) {
   if (field == bhttp::field::unknown) return std::string(custom);
   return std::string(bhttp::to_string(field));
@@ -260,25 +275,50 @@ void Connection::on_read_some(const error_code& ec, size_t bytes) {
         read_some();
       }
       return;
-    case State::kReadingRequest:
+    case State::kReadingHeader:
+      if (ec) {
+        close_now();  // the client left before its header was whole: nobody to answer
+      } else {
+        parse_header_bytes();
+      }
+      return;
+    case State::kReadingBody:
       PDS_CHECK(false, "read_some completed while the request parser owns the socket");
   }
 }
 
 void Connection::read_header() {
-  phase_ = State::kReadingRequest;
+  phase_ = State::kReadingHeader;
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(state_->options.max_header_bytes));
   parser_->body_limit(state_->options.max_body_bytes);
   arm(read_timer_, state_->options.header_timeout);
-  bhttp::async_read_header(
-      socket_, buffer_, *parser_,
-      [self = shared_from_this()](const error_code& ec, size_t) { self->on_header(ec); });
+  parse_header_bytes();
+}
+
+// Feeds the buffered bytes to Beast's parser, as async_read_header would, but sees what it
+// takes: a whole line at a time (a field with its continuation lines and their CRLF), so a
+// fold is inside the bytes taken and is refused before anything reads the fields.
+void Connection::parse_header_bytes() {
+  error_code ec;
+  const size_t taken = parser_->put(buffer_.data(), ec);
+  if (has_obs_fold({static_cast<const char*>(buffer_.data().data()), taken})) {
+    disarm(read_timer_);
+    reject(400, invalid_request("Malformed HTTP request: a header line is continued on the next "
+                                "line (obsolete line folding, RFC 9112 section 5.2).")
+                    .body());
+    return;
+  }
+  buffer_.consume(taken);
+  if (ec == bhttp::error::need_more) {
+    read_some();
+  } else {
+    on_header(ec);
+  }
 }
 
 void Connection::on_header(const error_code& ec) {
   disarm(read_timer_);
-  if (phase_ == State::kClosed) return;
   if (ec) {
     on_request_error(ec);
     return;
@@ -295,6 +335,7 @@ void Connection::on_header(const error_code& ec) {
     dispatch();
     return;
   }
+  phase_ = State::kReadingBody;
   arm(read_timer_, state_->options.body_timeout);
   bhttp::async_read(
       socket_, buffer_, *parser_,

@@ -71,7 +71,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::any_io_executor executor() { return socket_.get_executor(); }
 
  private:
-  enum class State { kIdle, kReadingRequest, kExchange, kClosing, kClosed };
+  // kReadingHeader: read_some feeds the header to Beast's parser; kReadingBody: Beast's
+  // parser owns the socket.
+  enum class State { kIdle, kReadingHeader, kReadingBody, kExchange, kClosing, kClosed };
 
   struct Outgoing {
     std::string data;
@@ -83,6 +85,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_some();
   void on_read_some(const boost::system::error_code& ec, size_t bytes);
   void read_header();
+  void parse_header_bytes();
   void on_header(const boost::system::error_code& ec);
   void on_body(const boost::system::error_code& ec);
   void on_request_error(const boost::system::error_code& ec);

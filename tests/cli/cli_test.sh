@@ -2,7 +2,8 @@
 # End-to-end checks of the command-line tools on a tiny synthetic checkpoint:
 #   pdserve-generate reproduces the float64 reference's greedy tokens, honours seeds, prints
 #   the stats line, and rejects bad input with exit code 2; pdserve-tokenize round-trips;
-#   the servers' log options (--log-level, --log-format json) and start-up lines.
+#   the servers' log options (--log-level, --log-format json), start-up lines and refused
+#   cluster tokens.
 # Usage: cli_test.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1
@@ -131,6 +132,21 @@ expect_exit "unknown KV transfer path" 2 "$prefill" --model "$model" --kv-transf
 expect_exit "no staging memory" 2 "$decode" --model "$model" --kv-staging-mib 0
 expect_exit "a decode node on an absent GPU" 2 "$decode" --model "$model" --device cuda:3 --port 0
 expect_exit "decode gpu memory utilization" 2 "$decode" --model "$model" --port 0 --gpu-memory-utilization 1.01
+# A cluster token no request could present is refused at start (the timeout stops a process
+# that took it and went on to serve).
+expect_token_refused() {  # name command...
+  local name=$1
+  shift
+  expect_exit "$name" 2 timeout 60 "$@"
+  grep -q 'error: --cluster-token' "$work/err" || fail "$name: stderr names no --cluster-token"
+}
+expect_token_refused "whitespace-only cluster token (proxy)" "$proxy" --port 0 --cluster-token "   "
+expect_token_refused "whitespace-only cluster token from the environment (prefill)" \
+  env PDSERVE_CLUSTER_TOKEN=" " "$prefill" --model "$model" --port 0
+expect_token_refused "cluster token with a line break (decode --proxy)" "$decode" --model "$model" \
+  --port 0 --proxy http://127.0.0.1:9 --cluster-token $'secret\r\nX-Injected: 1'
+expect_token_refused "cluster token with a trailing space (lone decode)" "$decode" --model "$model" \
+  --port 0 --cluster-token "secret "
 # With --log-format json every stderr line is one JSON object (ISO-8601 UTC time, level,
 # source, message), and a node logs its warm-up and KV capacity before it serves.
 "$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \

@@ -288,6 +288,51 @@ TEST_F(HttpServerTest, UnsupportedCodingsContentLengthConflictsAndHttp10ChunkedA
   EXPECT_EQ(response->body(), "hello");
 }
 
+// RFC 9112 5.2: a header line continued on the next (obs-fold) is refused, not joined into one
+// value: a front end that reads the lines apart would frame the body differently (smuggling).
+TEST_F(HttpServerTest, ObsFoldIs400AndClose) {
+  start();
+  const std::string chunked_body = "5\r\nhello\r\n0\r\n\r\n";
+  const std::string smuggled = make_request("GET", "/hello");
+  const std::vector<std::vector<std::string>> requests = {
+      // Transfer-Encoding's value on a continuation line (Beast would read "chunked").
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:\r\n chunked\r\n\r\n"},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip,\r\n\tchunked\r\n\r\n"},
+      // A Transfer-Encoding line that a fold hides inside another header.
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nX-Note: a\r\n Transfer-Encoding: chunked\r\n\r\n"},
+      // Any other header, and a fold split across two reads.
+      {"GET /hello HTTP/1.1\r\nHost: t\r\nX-Note: a\r\n b\r\n\r\n"},
+      {"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:\r\n", " chunked\r\n\r\n"},
+  };
+  for (const std::vector<std::string>& parts : requests) {
+    const std::string& name = parts.front();
+    TestClient client(port());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const bool last = i + 1 == parts.size();
+      ASSERT_TRUE(client.send(last ? parts[i] + chunked_body + smuggled : parts[i])) << name;
+    }
+    auto response = client.read_response();
+    ASSERT_TRUE(response) << name;
+    EXPECT_EQ(response->result_int(), 400) << name;
+    EXPECT_NE(json_body(*response)["error"]["message"].get<std::string>().find("folding"),
+              std::string::npos)
+        << name;
+    EXPECT_FALSE(response->keep_alive()) << name;
+    auto rest = client.read_until_closed(2000ms);
+    ASSERT_TRUE(rest) << name << ": the connection must close";
+    EXPECT_EQ(*rest, "") << name << ": the smuggled request was answered";
+  }
+  // Whitespace inside a value, and a pipelined pair, are no fold.
+  TestClient client(port());
+  ASSERT_TRUE(client.send(make_request("GET", "/hello", "", "X-Note: a \t b\r\n") +
+                          make_request("GET", "/hello")));
+  for (int i = 0; i < 2; ++i) {
+    auto response = client.read_response();
+    ASSERT_TRUE(response) << i;
+    EXPECT_EQ(response->result_int(), 200) << i;
+  }
+}
+
 TEST_F(HttpServerTest, GarbageBytesAreRejectedAndTheServerKeepsServing) {
   start();
   std::string garbage;

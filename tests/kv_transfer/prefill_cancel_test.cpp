@@ -325,6 +325,20 @@ TEST_F(PrefillCancelTest, WorkThatArrivesAfterItsCancelIsRefused) {
   EXPECT_TRUE(service_.wait_for_requests(1));
 }
 
+// RFC 9110 section 11.6.1, and docs/RELIABILITY.md: every refusal names the scheme to use.
+TEST_F(PrefillCancelTest, EveryRefusalWithoutTheClusterTokenSaysHowToAuthenticate) {
+  for (const char* target : {"/internal/v1/prefill", "/internal/v1/prefill/cancel"}) {
+    Result<http::ClientResponse> refused =
+        client_->fetch_and_wait(url_, post(target, "{}", /*token=*/false));
+    ASSERT_TRUE(refused.ok()) << target;
+    EXPECT_EQ(refused->status, 401) << target;
+    EXPECT_EQ(refused->header("WWW-Authenticate").value_or(""), "Bearer") << target;
+    EXPECT_NE(refused->body.find("\"invalid_cluster_token\""), std::string::npos)
+        << target << ": " << refused->body;
+  }
+  EXPECT_TRUE(service_.submitted().empty());
+}
+
 TEST_F(PrefillCancelTest, ACancelNeedsTheClusterTokenAndAWellFormedBody) {
   Result<http::ClientResponse> anonymous = cancel("req-1", 1, /*token=*/false);
   ASSERT_TRUE(anonymous.ok());

@@ -274,7 +274,7 @@ def faults(cluster, requests, reference):
         (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": "http://127.0.0.1:1"}), 401),
         (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": "not a url"}, auth), 400),
         (http("POST", proxy + "/cluster/nodes", {"role": "chef", "url": "http://127.0.0.1:1"}, auth), 400),
-        (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": cluster.url("decode", 0)}, auth), 409),
+        (http("POST", proxy + "/cluster/nodes", {"role": "decode", "url": cluster.url("decode", 0), "model": "m"}, auth), 409),
         (http("POST", proxy + "/cluster/nodes/nobody/heartbeat", {"load": {}}, auth), 404),
         (http("POST", proxy + "/cluster/nodes/nobody/drain", {}, auth), 404),
         (http("POST", cluster.url("prefill", 0) + "/internal/v1/prefill", {"request_id": "x"}), 401),

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,44 @@ TEST(NodeRegistryTest, RegistrationRefusesMalformedInput) {
         << body.dump() << ": " << id.status().message();
   }
   EXPECT_TRUE(registry.to_json(now)["nodes"].empty());
+}
+
+// The model name reaches /v1/models and the logs: it must be a name, not any string.
+TEST(NodeRegistryTest, RegistrationRefusesAMissingOverLongOrControlCharacterModelName) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const std::string longest(NodeRegistry::kMaxModelNameBytes, 'm');
+  const std::vector<std::pair<std::optional<std::string>, std::string>> refused = {
+      {std::nullopt, "must name"},
+      {"", "must name"},
+      {longest + "m", "longer than 256 bytes"},
+      {std::string(100'000, 'm'), "longer than 256 bytes"},
+      {"qwen\nINFO forged log line", "control character"},
+      {std::string("qwen\0", 5), "control character"},
+      {"qwen\x7f", "control character"},
+  };
+  for (const auto& [model, expected] : refused) {
+    Json body = registration("decode", 9000);
+    if (model) {
+      body["model"] = *model;
+    } else {
+      body.erase("model");
+    }
+    Result<std::string> id = registry.register_node(body, now);
+    ASSERT_FALSE(id.ok()) << body.dump().substr(0, 80);
+    EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(id.status().message().find("'model'"), std::string::npos) << id.status().message();
+    EXPECT_NE(id.status().message().find(expected), std::string::npos) << id.status().message();
+  }
+  EXPECT_TRUE(registry.to_json(now)["nodes"].empty());
+  // At the bound, and any UTF-8 name, is a name.
+  for (const std::string& model : {longest, std::string("Qwen/Qwen3-0.6B"), std::string("模型 ü")}) {
+    Json body = registration("decode", 9000);
+    body["model"] = model;
+    Result<std::string> id = registry.register_node(body, now);
+    ASSERT_TRUE(id.ok()) << model << ": " << id.status().to_string();
+    ASSERT_TRUE(registry.remove(*id).ok());
+  }
 }
 
 TEST(NodeRegistryTest, SecondLiveNodeAtTheSameAddressIsRefused) {

@@ -135,7 +135,8 @@ class ProxyFailover : public ::testing::Test {
 
   // Registers `node` and keeps it beating with `kv_used` blocks in use (less: picked first).
   std::string add(const FakeDecodeNode& node, int kv_used) {
-    const Json body = {{"role", "decode"}, {"url", node.url()}, {"kv_blocks_total", 100}};
+    const Json body = {
+        {"role", "decode"}, {"url", node.url()}, {"model", "m"}, {"kv_blocks_total", 100}};
     const std::string id = registry_.register_node(body, Clock::now()).value();
     std::lock_guard lock(mutex_);
     beating_.emplace_back(id, kv_used);

@@ -62,6 +62,7 @@ class ProxyServerTest : public ::testing::Test {
   std::string register_decode(int port) {
     const Json body = {{"role", "decode"},
                        {"url", "http://127.0.0.1:" + std::to_string(port)},
+                       {"model", "m"},
                        {"kv_blocks_total", 100}};
     const testing::HttpResponseMessage response = call("POST", "/cluster/nodes", body.dump());
     EXPECT_EQ(response.result_int(), 200) << response.body();
