@@ -96,8 +96,7 @@ std::string redact_secret(std::string_view text, std::string_view secret) {
   if (secret.empty()) return std::string(text);
   std::string out;
   size_t from = 0;
-  for (size_t at = text.find(secret); at != std::string_view::npos;
-       at = text.find(secret, from)) {
+  for (size_t at = text.find(secret); at != std::string_view::npos; at = text.find(secret, from)) {
     out.append(text.substr(from, at - from));
     out += kRedactedSecret;
     from = at + secret.size();

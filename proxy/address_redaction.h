@@ -1,7 +1,7 @@
 // What the proxy hides from clients that do not hold the cluster token: node addresses and ids
-// in error messages and in the per-request timeline, and the token itself in error messages (issue #15: internal topology never
-// reaches a client). Operators get the same text unredacted in the proxy's log and, with the
-// token, in responses.
+// in error messages and in the per-request timeline (issue #15: internal topology never
+// reaches a client), and the token itself in error messages (issue #34). Operators get the
+// same text unredacted in the proxy's log and, with the token, in responses.
 #pragma once
 
 #include <string>

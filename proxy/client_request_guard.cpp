@@ -30,8 +30,8 @@ class TopLevelKeyScan : public nlohmann::json_sax<Json> {
   bool start_array(std::size_t) override { return enter(); }
   bool end_array() override { return leave(); }
   bool key(string_t& name) override {
-    if (depth_ == 1 && std::ranges::find(kClusterOnlyBodyFields, name) !=
-                           kClusterOnlyBodyFields.end()) {
+    if (depth_ == 1 &&
+        std::ranges::find(kClusterOnlyBodyFields, name) != kClusterOnlyBodyFields.end()) {
       found = name;
       return false;  // stops the parse
     }

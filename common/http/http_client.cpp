@@ -143,8 +143,7 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
       }
       if (status >= 200) break;
       if (interim == kMaxInterimAnswers) {
-        co_return done(unavailable(where() + ": more than " +
-                                   std::to_string(kMaxInterimAnswers) +
+        co_return done(unavailable(where() + ": more than " + std::to_string(kMaxInterimAnswers) +
                                    " interim (1xx) answers before the final one"));
       }
     }

@@ -84,7 +84,7 @@ TEST(RedactErrorBody, OnlyTheMessageChanges) {
 TEST(RedactErrorBody, TheClusterTokenLeavesEveryString) {
   const std::string token = "tok-3f9a";
   const Json body = {{"error",
-                      {{"message", "prefill refused 'Authorization: Bearer tok-3f9a' twice: tok-3f9a"},
+                      {{"message", "refused 'Authorization: Bearer tok-3f9a' twice: tok-3f9a"},
                        {"type", "server_error"},
                        {"param", "header tok-3f9a"},
                        {"code", nullptr}}}};
@@ -92,7 +92,7 @@ TEST(RedactErrorBody, TheClusterTokenLeavesEveryString) {
   EXPECT_EQ(sent.find(token), std::string::npos) << sent;
   const Json redacted = Json::parse(sent);
   EXPECT_EQ(redacted["error"]["message"],
-            "prefill refused 'Authorization: Bearer <redacted>' twice: <redacted>");
+            "refused 'Authorization: Bearer <redacted>' twice: <redacted>");
   EXPECT_EQ(redacted["error"]["param"], "header <redacted>");
   EXPECT_EQ(redact_error_body("bad token tok-3f9a at 10.0.0.2:1", token),
             "bad token <redacted> at <internal>");

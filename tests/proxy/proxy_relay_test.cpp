@@ -43,14 +43,15 @@ class RecordingNode {
   explicit RecordingNode(http::HttpResponse answer) : answer_(std::move(answer)) {
     http::Router router;
     for (const char* path : {"/v1/completions", "/tokenize"}) {
-      router.add("POST", path,
-                 [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-                   {
-                     std::lock_guard lock(mutex_);
-                     seen_.push_back(request);
-                   }
-                   ch->send(answer_);
-                 });
+      router.add(
+          "POST", path,
+          [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+            {
+              std::lock_guard lock(mutex_);
+              seen_.push_back(request);
+            }
+            ch->send(answer_);
+          });
     }
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
   }
@@ -179,8 +180,8 @@ TEST_F(ProxyRelayTest, ClusterOnlyHeadersNeverReachANode) {
     const std::string client_value = "http://203.0.113.9:1/client-value";
     for (const char* auth : {"Authorization: Bearer client-key\r\n", kTokenAuth}) {
       for (const char* path : {"/v1/completions", "/tokenize"}) {
-        const std::string headers = std::string(auth) + std::string(header) + ": " + client_value +
-                                    "\r\n";
+        const std::string headers =
+            std::string(auth) + std::string(header) + ": " + client_value + "\r\n";
         EXPECT_EQ(call("POST", path, kCompletion, headers).result_int(), 200) << path;
         const http::HttpRequest seen = node.seen().back();
         for (const auto& [name, value] : seen.headers) {
@@ -197,7 +198,8 @@ TEST_F(ProxyRelayTest, ClusterOnlyHeadersNeverReachANode) {
 TEST_F(ProxyRelayTest, InterimAnswersFromANodeAreConsumed) {
   const std::string answer = R"({"choices":[{"text":"ok"}]})";
   for (const std::string& interim :
-       {std::string("HTTP/1.1 100 Continue\r\n\r\n"), std::string("HTTP/1.1 102 Processing\r\n\r\n"),
+       {std::string("HTTP/1.1 100 Continue\r\n\r\n"),
+        std::string("HTTP/1.1 102 Processing\r\n\r\n"),
         std::string("HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n")}) {
     ScriptedServer node(interim + reply_200("application/json", answer));
     remove_nodes();
@@ -250,8 +252,7 @@ TEST_F(ProxyRelayTest, ContentlessAnswersAreABadGateway) {
     remove_nodes();
     add_decode(node.url());
     for (const char* path : {"/v1/completions", "/tokenize"}) {
-      const HttpResponseMessage response =
-          call("POST", path, R"({"prompt":"hi","stream":true})");
+      const HttpResponseMessage response = call("POST", path, R"({"prompt":"hi","stream":true})");
       EXPECT_EQ(response.result_int(), 502) << status << " " << path;
       EXPECT_EQ(error_of(response).value("code", ""), "bad_gateway") << response.body();
       EXPECT_NE(error_of(response).value("message", "").find(std::to_string(status)),
@@ -290,7 +291,8 @@ TEST_F(ProxyRelayTest, AnSseEventOverTheBoundEndsTheStreamWithAnErrorEvent) {
 // the last refusal's 503; a token holder gets the text whole.
 TEST_F(ProxyRelayTest, TheClusterTokenLeavesRelayedErrorText) {
   const std::string message = std::string("prefill http://10.0.0.9:8100 refused Bearer ") + kToken;
-  const std::string error_body = Json{{"error", {{"message", message}, {"type", "server_error"}}}}.dump();
+  const std::string error_body =
+      Json{{"error", {{"message", message}, {"type", "server_error"}}}}.dump();
   const auto expect_redacted = [&](const std::string& body, const std::string& what) {
     EXPECT_EQ(body.find(kToken), std::string::npos) << what << ": " << body;
     EXPECT_EQ(body.find("10.0.0.9"), std::string::npos) << what << ": " << body;
