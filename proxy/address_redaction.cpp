@@ -92,14 +92,42 @@ RequestTimeline redact_timeline(const RequestTimeline& timeline) {
   return redacted;
 }
 
-std::string redact_error_body(std::string_view body) {
+std::string redact_secret(std::string_view text, std::string_view secret) {
+  if (secret.empty()) return std::string(text);
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(secret); at != std::string_view::npos; at = text.find(secret, from)) {
+    out.append(text.substr(from, at - from));
+    out += kRedactedSecret;
+    from = at + secret.size();
+  }
+  out.append(text.substr(from));
+  return out;
+}
+
+namespace {
+
+// Every string value in `value`, which nests at most kMaxJsonDepth deep (it was parsed bounded).
+void redact_secret_in_strings(Json& value, std::string_view secret) {
+  if (value.is_string()) {
+    value = redact_secret(value.get_ref<const std::string&>(), secret);
+  } else if (value.is_structured()) {
+    for (Json& item : value) redact_secret_in_strings(item, secret);
+  }
+}
+
+}  // namespace
+
+std::string redact_error_body(std::string_view body, std::string_view secret) {
+  const auto as_text = [&] { return redact_secret(redact_addresses(body), secret); };
   Result<Json> parsed = parse_json_bounded(body, "an error body");
-  if (!parsed.ok() || !parsed->is_object()) return redact_addresses(body);
+  if (!parsed.ok() || !parsed->is_object()) return as_text();
   auto error = parsed->find("error");
-  if (error == parsed->end() || !error->is_object()) return redact_addresses(body);
+  if (error == parsed->end() || !error->is_object()) return as_text();
   if (auto message = error->find("message"); message != error->end() && message->is_string()) {
     *message = redact_addresses(message->get_ref<const std::string&>());
   }
+  redact_secret_in_strings(*parsed, secret);
   return parsed->dump();
 }
 

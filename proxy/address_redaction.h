@@ -1,7 +1,7 @@
 // What the proxy hides from clients that do not hold the cluster token: node addresses and ids
 // in error messages and in the per-request timeline (issue #15: internal topology never
-// reaches a client). Operators get the same text unredacted in the proxy's log and, with the
-// token, in responses.
+// reaches a client), and the token itself in error messages (issue #34). Operators get the
+// same text unredacted in the proxy's log and, with the token, in responses.
 #pragma once
 
 #include <string>
@@ -22,8 +22,15 @@ std::string redact_addresses(std::string_view text);
 // string has its addresses redacted.
 RequestTimeline redact_timeline(const RequestTimeline& timeline);
 
+inline constexpr std::string_view kRedactedSecret = "<redacted>";
+
+// `text` with every occurrence of `secret` replaced by kRedactedSecret; unchanged for an empty
+// secret (an open cluster).
+std::string redact_secret(std::string_view text, std::string_view secret);
+
 // An OpenAI error body (or an SSE error event's data) with the addresses in its message
-// redacted; a body that is not such an object has its addresses redacted as text.
-std::string redact_error_body(std::string_view body);
+// redacted and `secret` (the cluster token) redacted from every string in it; a body that is
+// not such an object gets both redactions as text.
+std::string redact_error_body(std::string_view body, std::string_view secret);
 
 }  // namespace pdserve::proxy

@@ -13,6 +13,7 @@
 #include "common/protocol/openai_error.h"
 #include "common/protocol/pdserve_headers.h"
 #include "proxy/address_redaction.h"
+#include "proxy/client_request_guard.h"
 #include "proxy/timeline_alignment.h"
 #include "proxy/timeline_metrics.h"
 #include "proxy/timeline_relay.h"
@@ -67,6 +68,15 @@ std::optional<int64_t> usage_count(const Json* usage, const char* field) {
   const auto found = usage->find(field);
   if (found == usage->end() || !found->is_number_integer()) return std::nullopt;
   return found->get<int64_t>();
+}
+
+// A final answer that has no content by definition (RFC 9110: 204, 205, 304): never what a
+// node owes an API call, and not relayable as one (the proxy asked no conditional request).
+bool has_no_content(int status) { return status == 204 || status == 205 || status == 304; }
+
+ApiError contentless_answer(int status) {
+  return bad_gateway("the decode node answered HTTP " + std::to_string(status) +
+                     " (no content) instead of a response");
 }
 
 }  // namespace
@@ -299,6 +309,10 @@ void ProxyServer::handle_node_call(const http::HttpRequest& request,
 
 void ProxyServer::forward_to_decode(const http::HttpRequest& request,
                                     const std::shared_ptr<http::ResponseChannel>& channel) {
+  if (std::optional<ApiError> refusal = cluster_only_field_refusal(request.body)) {
+    channel->send(http::api_error_response(*refusal));
+    return;
+  }
   std::optional<NodeRef> decode = registry_.pick_decode({}, Clock::now());
   if (!decode) {
     channel->send(http::api_error_response(service_unavailable("no decode node is available", 1)));
@@ -312,9 +326,13 @@ void ProxyServer::forward_to_decode(const http::HttpRequest& request,
                                 cluster_auth_header_value(options_.access.cluster_token));
   upstream.timeout = std::chrono::seconds(10);
   const std::string what = request.method + " " + request.path;
+  // What errors a client without the token must not see: empty for a token holder.
+  const std::string secret = bearer_matches(request, options_.access.cluster_token)
+                                 ? std::string()
+                                 : options_.access.cluster_token;
   client_.fetch(
       decode->base, std::move(upstream),
-      [channel, decode = *decode, what](Result<http::ClientResponse> response) {
+      [channel, decode = *decode, what, secret](Result<http::ClientResponse> response) {
         if (!response.ok()) {
           PDS_LOG_WARN(what + " on decode node " + decode.id + " (" + decode.url +
                        ") failed: " + response.status().message());
@@ -322,13 +340,24 @@ void ProxyServer::forward_to_decode(const http::HttpRequest& request,
               service_unavailable("the decode node asked did not answer", 1)));
           return;
         }
-        // Node addresses never appear in these answers (no error of theirs names one).
+        if (has_no_content(response->status)) {
+          channel->send(http::api_error_response(contentless_answer(response->status)));
+          return;
+        }
+        if (response->status != 200 && !secret.empty()) {
+          response->body = redact_error_body(response->body, secret);
+        }
         channel->send({response->status, "application/json", {}, std::move(response->body)});
       });
 }
 
 void ProxyServer::handle_generation(const http::HttpRequest& request,
                                     const std::shared_ptr<http::ResponseChannel>& channel) {
+  if (std::optional<ApiError> refusal = cluster_only_field_refusal(request.body)) {
+    count_response(400);
+    channel->send(http::api_error_response(*refusal));
+    return;
+  }
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
   exchange->target = request.path;
@@ -460,7 +489,8 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                {{"Retry-After", "1"}},
                                exchange->holds_cluster_token
                                    ? exchange->last_refusal
-                                   : redact_error_body(exchange->last_refusal)});
+                                   : redact_error_body(exchange->last_refusal,
+                                                       options_.access.cluster_token)});
       return;
     }
     exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
@@ -476,7 +506,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   exchange->buffered.clear();
   // A resumption carries over what the client already has.
   exchange->relay = SseRelay(exchange->relay.delivered());
-  if (!exchange->holds_cluster_token) exchange->relay.redact_errors();
+  if (!exchange->holds_cluster_token) exchange->relay.redact_errors(options_.access.cluster_token);
   const std::vector<NodeRef> prefill = registry_.rank_prefill(now, query);
   PlacementInput placement_input;
   placement_input.prompt_known = !exchange->prompt_ids.empty();
@@ -531,7 +561,7 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       ex->streaming = status == 200 && ex->content_type.starts_with("text/event-stream");
       return;
     }
-    if (ex->content_type.starts_with("text/event-stream")) {
+    if (ex->content_type.starts_with("text/event-stream") && !has_no_content(status)) {
       ex->streaming = true;
       ex->client_stream_open = true;
       ex->channel->start_stream(status, ex->content_type, {});
@@ -551,9 +581,19 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     if (!ex->streaming) {
       if (ex->client_stream_open) return;  // a refused resumption's body: on_done ends the stream
       ex->buffered.append(bytes);
-    } else if (std::string out = ex->relay.feed(bytes);
-               !out.empty() && !ex->channel->write(std::move(out)) && ex->call) {
-      ex->call->cancel();  // the client is gone or cannot keep up
+      return;
+    }
+    std::string out = ex->relay.feed(bytes);
+    if (!out.empty() && !ex->channel->write(std::move(out))) {
+      if (ex->call) ex->call->cancel();  // the client is gone or cannot keep up
+    } else if (ex->relay.overflowed()) {
+      PDS_LOG_WARN("decode node " + ex->decode.id + " sent an SSE event over " +
+                   std::to_string(kMaxSseHeldBytes) + " bytes: the stream is cut");
+      record_failure(*ex);
+      count_response(200);
+      end_stream_with_error(*ex, bad_gateway("the decode node sent an SSE event over " +
+                                             std::to_string(kMaxSseHeldBytes) + " bytes"));
+      if (ex->call) ex->call->cancel();
     }
   };
   callbacks.on_done = [this, ex = strong](const Status& outcome) {
@@ -606,6 +646,13 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                        "the decode node serving this request failed and the "
                                        "stream could not be resumed",
                                        1));
+      } else if (has_no_content(ex->status)) {
+        PDS_LOG_WARN("decode node " + ex->decode.id + " answered HTTP " +
+                     std::to_string(ex->status) + " to a generation request");
+        ex->over = true;
+        count_response(502);
+        record_failure(*ex);
+        ex->channel->send(http::api_error_response(contentless_answer(ex->status)));
       } else {
         ex->over = true;
         count_response(ex->status);
@@ -721,7 +768,8 @@ std::optional<Json> ProxyServer::client_timeline(const Exchange& exchange,
 
 std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
   if (exchange.status != 200) {
-    return exchange.holds_cluster_token ? body : redact_error_body(body);
+    return exchange.holds_cluster_token ? body
+                                        : redact_error_body(body, options_.access.cluster_token);
   }
   Result<std::optional<TimelineBody>> parsed = parse_timeline_body(body);
   if (!parsed.ok()) {

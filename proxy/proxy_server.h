@@ -14,9 +14,12 @@
 // and /trace need the cluster token; the OpenAI API needs an API key when any is configured
 // (cluster_auth.h).
 //
-// Clients never see internal addresses unless they hold the cluster token: error messages
-// relayed from the nodes have them redacted, and the per-request timeline is opt-in
-// (`X-Pdserve-Timeline: 1`), with node ids and addresses removed (address_redaction.h).
+// Clients never see internal addresses or the cluster token unless they hold it: error
+// messages relayed from the nodes have them redacted, and the per-request timeline is opt-in
+// (`X-Pdserve-Timeline: 1`), with node ids and addresses removed (address_redaction.h). Nor do
+// they borrow the token the proxy forwards with: cluster-only body fields are a 400, client
+// headers never reach a node (client_request_guard.h). A node's answer is relayed by the RFC:
+// interim 1xx answers are consumed (http_client.h), 101 is a failed node, 204/205/304 a 502.
 //
 // A generation request goes to the decode node of lowest routing cost with the header
 // X-Pdserve-Prefill listing the prefill nodes, lowest cost first (none: the decode node

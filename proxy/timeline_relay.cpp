@@ -64,6 +64,7 @@ bool DeliveredStream::resumable() const {
 
 std::string SseRelay::feed(std::string_view bytes) {
   std::string out;
+  if (overflowed_) return out;
   pending_.append(bytes);
   size_t start = 0;
   while (true) {
@@ -74,6 +75,12 @@ std::string SseRelay::feed(std::string_view bytes) {
     start += end;
   }
   pending_.erase(0, start);
+  if (pending_.size() + held_after_.size() > kMaxSseHeldBytes) {
+    overflowed_ = true;
+    pending_.clear();
+    held_after_.clear();
+    return out;
+  }
   // A blank line may straddle reads: resume three bytes back ("\r\n\r" + "\n").
   scan_from_ = pending_.size() > 3 ? pending_.size() - 3 : 0;
   return out;
@@ -125,7 +132,7 @@ void SseRelay::route_event(std::string_view event, std::string& out) {
   const bool held = usage_event_.has_value() || comment_held_;
   std::string& destination = held ? held_after_ : out;
   if (redact_errors_ && event.starts_with(kErrorEventPrefix)) {
-    destination += "data: " + redact_error_body(trim(event.substr(5))) + "\n\n";
+    destination += "data: " + redact_error_body(trim(event.substr(5)), cluster_token_) + "\n\n";
     return;
   }
   if (event.find(kTimelineUsageField) == std::string_view::npos) {

@@ -27,29 +27,42 @@ struct DeliveredStream {
   StreamResume resume() const { return {id, created, choices}; }
 };
 
+// The most bytes an SSE relay holds back: the client connection's stream queue (8 MiB,
+// http::ServerOptions) could not take a larger event in one piece anyway.
+inline constexpr size_t kMaxSseHeldBytes = size_t{8} << 20;
+
 // Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
 // "\r\n\r\n" ends an event) and forwards them, except:
 //  * the comment `: pdserve_timeline {json}`: recorded and held back, with everything after
 //    it, until finish() puts the client's timeline (if any) in its place;
 //  * the event whose data has `usage.pdserve_timeline`: likewise;
 //  * with redact_errors(), an error event (`data: {"error"...`) has the addresses in its
-//    message redacted;
+//    message and the cluster token redacted;
 //  * a stream checkpoint (`: pdserve_resume {json}`, common/protocol/stream_resume.h): dropped;
 //    its tokens count as delivered once the next event has been forwarded, and a finish_reason
 //    in that event finishes the checkpoint's choice.
 // Only events that contain the text "pdserve_timeline", or that start as an error event, are
-// parsed.
+// parsed. What the relay holds back (an event not yet complete, the events after a timeline
+// carrier) is bounded by kMaxSseHeldBytes: past it the stream cannot be relayed (overflowed()).
 class SseRelay {
  public:
   SseRelay() = default;
   // Continues a stream resumed on another node: its delivered tokens so far.
   explicit SseRelay(DeliveredStream delivered) : delivered_(std::move(delivered)) {}
 
-  // Error events pass with their addresses redacted (a client without the cluster token).
-  void redact_errors() { redact_errors_ = true; }
+  // Error events pass with their addresses and `cluster_token` redacted (a client without the
+  // token).
+  void redact_errors(std::string cluster_token) {
+    redact_errors_ = true;
+    cluster_token_ = std::move(cluster_token);
+  }
 
-  // Takes the next bytes of the stream; returns the bytes to forward now (maybe none).
+  // Takes the next bytes of the stream; returns the bytes to forward now (maybe none). Nothing
+  // once overflowed().
   std::string feed(std::string_view bytes);
+  // The relay held more than kMaxSseHeldBytes (e.g. an event without its blank line): it dropped
+  // them, and the stream must end with an error.
+  bool overflowed() const { return overflowed_; }
 
   const DeliveredStream& delivered() const { return delivered_; }
 
@@ -81,6 +94,8 @@ class SseRelay {
   bool comment_held_ = false;                  // the timeline came as the comment
   std::string held_after_;                     // events after the carrier
   bool redact_errors_ = false;
+  std::string cluster_token_;
+  bool overflowed_ = false;
   std::optional<Status> problem_;
   DeliveredStream delivered_;
   std::vector<StreamCheckpoint> checkpoints_;  // wait for the event they precede

@@ -32,6 +32,11 @@ namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
+// Interim answers taken before the final one: a server that sends nothing else is broken.
+constexpr int kMaxInterimAnswers = 16;
+// The most bytes of a body handed to on_body at once.
+constexpr size_t kBodyPieceBytes = 64 * 1024;
+
 // One call: its connection (on a strand, so cancel() from any thread is safe) and callbacks.
 class Call : public ClientCall, public std::enable_shared_from_this<Call> {
  public:
@@ -116,13 +121,33 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
     co_await bhttp::async_write(stream_, message, asio::redirect_error(asio::use_awaitable, ec));
     if (ec || cancelled_) co_return done(failure(ec, "send"));
 
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    // RFC 9110 15.2: interim answers (100 Continue, 103 Early Hints, ...) may come before the
+    // final one; each is read and dropped, all within the one head deadline. The body is read
+    // into a fixed buffer and handed on piece by piece, whatever its framing: a string body
+    // would reserve a whole Content-Length (a node could name a terabyte) and hold an
+    // unchunked stream until its end.
+    std::optional<bhttp::response_parser<bhttp::buffer_body>> head;
     beast::flat_buffer buffer;
     arm(request_.head_timeout, "no response head in time");
-    co_await bhttp::async_read_header(stream_, buffer, parser,
-                                      asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || cancelled_) co_return done(failure(ec, "read the response head"));
+    for (int interim = 0;; ++interim) {
+      head.emplace();
+      head->body_limit(std::numeric_limits<std::uint64_t>::max());
+      co_await bhttp::async_read_header(stream_, buffer, *head,
+                                        asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || cancelled_) co_return done(failure(ec, "read the response head"));
+      const unsigned status = head->get().result_int();
+      if (status == 101) {
+        // No request of this client asks for an upgrade, so the server broke the protocol.
+        co_return done(unavailable(where() + ": the server switched protocols (HTTP 101) " +
+                                   "though no upgrade was asked"));
+      }
+      if (status >= 200) break;
+      if (interim == kMaxInterimAnswers) {
+        co_return done(unavailable(where() + ": more than " + std::to_string(kMaxInterimAnswers) +
+                                   " interim (1xx) answers before the final one"));
+      }
+    }
+    bhttp::response_parser<bhttp::buffer_body>& parser = *head;
     if (callbacks_.on_head) {
       HeaderList headers;
       for (const auto& field : parser.get()) {
@@ -130,20 +155,17 @@ class Call : public ClientCall, public std::enable_shared_from_this<Call> {
       }
       callbacks_.on_head(static_cast<int>(parser.get().result_int()), headers);
     }
-    const bool chunked = parser.chunked();
-    auto forward_chunk = [this](std::uint64_t, beast::string_view body, beast::error_code&) {
-      if (callbacks_.on_body) callbacks_.on_body(std::string_view(body.data(), body.size()));
-      return body.size();
-    };
-    if (chunked) parser.on_chunk_body(forward_chunk);
+    std::vector<char> piece(kBodyPieceBytes);
     while (!parser.is_done()) {
+      parser.get().body().data = piece.data();
+      parser.get().body().size = piece.size();
       arm(request_.idle_timeout, "the response went silent");
       co_await bhttp::async_read_some(stream_, buffer, parser,
                                       asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == bhttp::error::need_buffer) ec = {};  // the piece is full: hand it on
       if (ec || cancelled_) co_return done(failure(ec, "read the response body"));
-    }
-    if (!chunked && callbacks_.on_body && !parser.get().body().empty()) {
-      callbacks_.on_body(parser.get().body());
+      const size_t got = piece.size() - parser.get().body().size;
+      if (got > 0 && callbacks_.on_body) callbacks_.on_body(std::string_view(piece.data(), got));
     }
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -3,7 +3,9 @@
 // call, a deadline on every call covering connect, send and the whole response (and optional
 // deadlines for the response head and for silence mid-body), responses
 // streamed to callbacks as they arrive, and cancellation from any thread. Callbacks run on the
-// client's I/O threads and must not block.
+// client's I/O threads and must not block. Interim answers (1xx, e.g. 100 Continue or 103 Early
+// Hints) are read and dropped, under the head deadline: callers see only the final answer. A
+// 101 Switching Protocols fails the call (Unavailable): no call asks for an upgrade.
 #pragma once
 
 #include <chrono>

@@ -98,6 +98,10 @@ ApiError internal_server_error(std::string message) {
   return {500, std::move(message), kServerError, std::nullopt, "internal_error", std::nullopt};
 }
 
+ApiError bad_gateway(std::string message) {
+  return {502, std::move(message), kServerError, std::nullopt, "bad_gateway", std::nullopt};
+}
+
 ApiError api_error_from_status(const Status& status) {
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
@@ -142,6 +146,8 @@ std::string_view http_reason_phrase(int http_status) {
       return "Too Many Requests";
     case 500:
       return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
     case 503:
       return "Service Unavailable";
     default:

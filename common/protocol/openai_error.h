@@ -46,6 +46,9 @@ ApiError invalid_api_key(std::string message);
 // 500 for a bug or an unexpected failure.
 ApiError internal_server_error(std::string message);
 
+// 502 (server_error) when an upstream node gave an answer the proxy cannot relay.
+ApiError bad_gateway(std::string message);
+
 // Default Retry-After for statuses that map to 429 / 503.
 inline constexpr int kDefaultRetryAfterSeconds = 1;
 

@@ -9,9 +9,11 @@
 #include <future>
 #include <tuple>
 #include <thread>
+#include <utility>
 #include <tuple>
 
 #include "common/http/http_server.h"
+#include "tests/http/scripted_server.h"
 
 namespace pdserve::http {
 namespace {
@@ -206,6 +208,100 @@ TEST_F(HttpClientTest, OnSendingRunsOnlyWhenTheRequestStartsToGoOut) {
   const auto refused = call_once("/echo");
   EXPECT_EQ(std::get<0>(refused).code(), StatusCode::kUnavailable);
   EXPECT_EQ(std::get<1>(refused), 0);
+}
+
+// RFC 9110 15.2: a client must take interim answers before the final one. They were the final
+// answer before (issue #34 item 4): the call ended with status 100 and no body.
+TEST(HttpClientInterimTest, InterimAnswersAreReadAndDropped) {
+  testing::ScriptedServer server(
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 102 Processing\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Final: yes\r\n"
+      "Content-Length: 11\r\n\r\n{\"ok\":true}");
+  auto client = std::move(HttpClient::create(1).value());
+  ClientRequest request;
+  request.method = "POST";
+  request.body = "{}";
+  request.timeout = 5s;
+  Result<ClientResponse> response =
+      client->fetch_and_wait({"127.0.0.1", std::to_string(server.port())}, request);
+  ASSERT_TRUE(response.ok()) << response.status().to_string();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, R"({"ok":true})");
+  EXPECT_EQ(response->header("X-Final").value_or(""), "yes");
+  EXPECT_FALSE(response->header("Link").has_value());  // the interim answer's header
+}
+
+// Interim answers do not restart the head deadline: a node that sends 100 Continue and then
+// nothing fails the call when the head deadline runs out.
+TEST(HttpClientInterimTest, InterimAnswersDoNotExtendTheHeadDeadline) {
+  testing::ScriptedServer server("HTTP/1.1 100 Continue\r\n\r\n");
+  auto client = std::move(HttpClient::create(1).value());
+  ClientRequest request;
+  request.timeout = 30s;
+  request.head_timeout = 300ms;
+  const auto start = std::chrono::steady_clock::now();
+  Result<ClientResponse> response =
+      client->fetch_and_wait({"127.0.0.1", std::to_string(server.port())}, request);
+  EXPECT_EQ(response.status().code(), StatusCode::kDeadlineExceeded)
+      << response.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// No call asks for an upgrade, so 101 is a broken answer, not a final one to relay.
+TEST(HttpClientInterimTest, SwitchingProtocolsUnaskedFailsTheCall) {
+  testing::ScriptedServer server(
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+  auto client = std::move(HttpClient::create(1).value());
+  ClientRequest request;
+  request.timeout = 5s;
+  Result<ClientResponse> response =
+      client->fetch_and_wait({"127.0.0.1", std::to_string(server.port())}, request);
+  EXPECT_EQ(response.status().code(), StatusCode::kUnavailable) << response.status().to_string();
+  EXPECT_NE(response.status().message().find("HTTP 101"), std::string::npos);
+}
+
+// A server that sends only interim answers is cut off after a bounded number of them.
+TEST(HttpClientInterimTest, EndlessInterimAnswersFailTheCall) {
+  std::string interims;
+  for (int i = 0; i < 40; ++i) interims += "HTTP/1.1 100 Continue\r\n\r\n";
+  testing::ScriptedServer server(interims);
+  auto client = std::move(HttpClient::create(1).value());
+  ClientRequest request;
+  request.timeout = 5s;
+  Result<ClientResponse> response =
+      client->fetch_and_wait({"127.0.0.1", std::to_string(server.port())}, request);
+  EXPECT_EQ(response.status().code(), StatusCode::kUnavailable) << response.status().to_string();
+  EXPECT_NE(response.status().message().find("interim"), std::string::npos);
+}
+
+// A body without chunks is handed on as it arrives, not held to its end: a node's unchunked
+// stream reaches the proxy's relay piece by piece, and a Content-Length of a terabyte reserves
+// nothing (it was reserved whole before the first byte).
+TEST(HttpClientBodyTest, AnUnchunkedBodyIsHandedOnAsItArrives) {
+  testing::ScriptedServer server(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 1000000000000\r\n"
+      "\r\ndata: 1\n\n");
+  auto client = std::move(HttpClient::create(1).value());
+  std::promise<std::string> first_piece;
+  std::promise<Status> done;
+  StreamCallbacks callbacks;
+  bool first = true;
+  callbacks.on_body = [&](std::string_view bytes) {
+    if (std::exchange(first, false)) first_piece.set_value(std::string(bytes));
+  };
+  callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
+  ClientRequest request;
+  request.timeout = 30s;
+  auto call = client->stream({"127.0.0.1", std::to_string(server.port())}, request, callbacks);
+  auto piece = first_piece.get_future();
+  ASSERT_EQ(piece.wait_for(5s), std::future_status::ready) << "the body was held back";
+  EXPECT_EQ(piece.get(), "data: 1\n\n");
+  call->cancel();
+  auto outcome = done.get_future();
+  ASSERT_EQ(outcome.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(outcome.get().code(), StatusCode::kCancelled);
 }
 
 TEST(BaseUrlTest, ParsesAndRejects) {

@@ -70,12 +70,35 @@ TEST(RedactErrorBody, OnlyTheMessageChanges) {
                        {"type", "server_error"},
                        {"param", nullptr},
                        {"code", 503}}}};
-  const Json redacted = Json::parse(redact_error_body(body.dump()));
+  const Json redacted = Json::parse(redact_error_body(body.dump(), "cluster-secret"));
   EXPECT_EQ(redacted["error"]["message"], "decode node <internal> failed");
   EXPECT_EQ(redacted["error"]["type"], "server_error");
   EXPECT_EQ(redacted["error"]["code"], 503);
   // Not an error object: redacted as text.
-  EXPECT_EQ(redact_error_body("upstream 10.0.0.2:8000 reset"), "upstream <internal> reset");
+  EXPECT_EQ(redact_error_body("upstream 10.0.0.2:8000 reset", "cluster-secret"),
+            "upstream <internal> reset");
+}
+
+// The cluster token leaves every string of an error body (issue #34: addresses were scrubbed,
+// the token was not), and text that is not an error object.
+TEST(RedactErrorBody, TheClusterTokenLeavesEveryString) {
+  const std::string token = "tok-3f9a";
+  const Json body = {{"error",
+                      {{"message", "refused 'Authorization: Bearer tok-3f9a' twice: tok-3f9a"},
+                       {"type", "server_error"},
+                       {"param", "header tok-3f9a"},
+                       {"code", nullptr}}}};
+  const std::string sent = redact_error_body(body.dump(), token);
+  EXPECT_EQ(sent.find(token), std::string::npos) << sent;
+  const Json redacted = Json::parse(sent);
+  EXPECT_EQ(redacted["error"]["message"],
+            "refused 'Authorization: Bearer <redacted>' twice: <redacted>");
+  EXPECT_EQ(redacted["error"]["param"], "header <redacted>");
+  EXPECT_EQ(redact_error_body("bad token tok-3f9a at 10.0.0.2:1", token),
+            "bad token <redacted> at <internal>");
+  // An open cluster has no token to hide.
+  EXPECT_EQ(redact_secret("tok-3f9a", ""), "tok-3f9a");
+  EXPECT_EQ(redact_secret("aXa", "X"), "a<redacted>a");
 }
 
 }  // namespace

@@ -139,7 +139,7 @@ TEST(SseRelay, ErrorEventsHaveTheirAddressesRedactedWhenAsked) {
   SseRelay plain;
   EXPECT_EQ(plain.feed(error_event), error_event);
   SseRelay redacting;
-  redacting.redact_errors();
+  redacting.redact_errors("cluster-secret");
   const std::string sent = redacting.feed(error_event);
   EXPECT_EQ(sent.find("10.0.0.7"), std::string::npos) << sent;
   const Json error = Json::parse(sent.substr(6));
@@ -148,6 +148,37 @@ TEST(SseRelay, ErrorEventsHaveTheirAddressesRedactedWhenAsked) {
   // Content chunks pass untouched, even when they mention an address.
   const std::string chunk = data_event({{"choices", {{{"text", "see http://example.com"}}}}});
   EXPECT_EQ(redacting.feed(chunk), chunk);
+}
+
+TEST(SseRelay, ErrorEventsLoseTheClusterTokenWhenAsked) {
+  const std::string error_event =
+      R"(data: {"error":{"message":"prefill refused Bearer cluster-secret","type":"server_error"}})"
+      "\n\n";
+  SseRelay redacting;
+  redacting.redact_errors("cluster-secret");
+  const std::string sent = redacting.feed(error_event);
+  EXPECT_EQ(sent.find("cluster-secret"), std::string::npos) << sent;
+  EXPECT_EQ(Json::parse(sent.substr(6))["error"]["message"], "prefill refused Bearer <redacted>");
+}
+
+// An event that never ends (no blank line) is not held without bound (issue #34: a 20 MB event
+// was held whole, then cut the client's stream): past kMaxSseHeldBytes the relay overflows,
+// drops what it held and forwards nothing more; the events before it were forwarded.
+TEST(SseRelay, AnEventOverTheBoundOverflowsTheRelay) {
+  SseRelay relay;
+  const std::string first = "data: {\"a\":1}\n\n";
+  EXPECT_EQ(relay.feed(first + "data: "), first);
+  const std::string piece(1 << 20, 'x');
+  size_t fed = 6;
+  while (fed + piece.size() <= kMaxSseHeldBytes) {
+    EXPECT_EQ(relay.feed(piece), "");
+    fed += piece.size();
+  }
+  EXPECT_FALSE(relay.overflowed()) << fed << " bytes held";
+  EXPECT_EQ(relay.feed(piece), "");
+  EXPECT_TRUE(relay.overflowed());
+  EXPECT_EQ(relay.feed("\n\ndata: {\"b\":2}\n\n"), "");
+  EXPECT_EQ(relay.finish(nullptr), "");
 }
 
 TEST(SseRelay, UnreadableTimelinesAreReportedAndTheStreamUntouched) {
