@@ -104,7 +104,7 @@ class ProxyRelayTest : public ::testing::Test {
   }
 
   void add_decode(const std::string& url) {
-    const Json body = {{"role", "decode"}, {"url", url}, {"kv_blocks_total", 100}};
+    const Json body = {{"role", "decode"}, {"url", url}, {"model", "m"}, {"kv_blocks_total", 100}};
     ASSERT_TRUE(registry_.register_node(body, std::chrono::steady_clock::now()).ok());
   }
 
