@@ -398,7 +398,10 @@ TEST_F(PrefillCancelTest, ACancelIsAnsweredOnlyOnceNoPutOfTheWorkCanLand) {
 // this node runs the work and aborts it when the connection closes, and the error event that
 // would have confirmed it has nowhere to go. The cancel's answer, sent once the work ended, is
 // the confirmation: the blocks are freed at once, not at the hold deadline (32 s here). A fault
-// hook holds the work's send until the import was given up.
+// hook holds the work's send until the import was given up; the bytes then usually leave before
+// the call's close runs, but not always (the close is queued behind the send on the call's
+// strand): an attempt whose work never arrived checks that plain close instead (nothing sent,
+// the blocks freed at once), and the test needs the race itself within five attempts.
 TEST_F(PrefillCancelTest, AnImportGivenUpWhileItsWorkGoesOutIsFreedOnTheCancelsAnswer) {
   std::mutex mutex;
   std::condition_variable changed;
@@ -425,59 +428,72 @@ TEST_F(PrefillCancelTest, AnImportGivenUpWhileItsWorkGoesOutIsFreedOnTheCancelsA
     woken = true;
     changed.notify_all();
   });
-  InferenceRequest request;
-  request.id = "req-34";
-  request.prompt_tokens.assign(16, 7);  // one block
-  request.sampling.max_tokens = 4;
-  request.kv_import = KvImportSource{{"http://127.0.0.1:" + url_.port}, milliseconds(60'000), ""};
-  const std::vector<int32_t> blocks = {5};
-  ASSERT_TRUE(decode->start(request, blocks, 0).ok());
-  {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(changed.wait_for(lock, milliseconds(5000), [&] { return sending; }));
-  }
-  const auto given_up_at = Clock::now();
-  decode->cancel("req-34");  // nothing sent as far as the import knows: it closes the call
-  {
-    std::lock_guard lock(mutex);
-    given_up = true;
-    changed.notify_all();
-  }
-  ASSERT_TRUE(service_.wait_for_submissions(1)) << "the race was not reproduced: no work arrived";
 
-  std::vector<KvEvent> events;
-  const auto count = [&](KvEventKind kind) {
-    return std::count_if(events.begin(), events.end(),
-                         [&](const KvEvent& event) { return event.kind == kind; });
-  };
-  const auto give_up = Clock::now() + milliseconds(10'000);
-  while (count(KvEventKind::kImportReleased) == 0 && Clock::now() < give_up) {
+  bool reproduced = false;
+  for (int attempt = 0; attempt < 5 && !reproduced; ++attempt) {
+    const std::string id = "req-34-" + std::to_string(attempt);
+    {
+      std::lock_guard lock(mutex);
+      sending = given_up = false;
+    }
+    InferenceRequest request;
+    request.id = id;
+    request.prompt_tokens.assign(16, 7);  // one block
+    request.sampling.max_tokens = 4;
+    request.kv_import =
+        KvImportSource{{"http://127.0.0.1:" + url_.port}, milliseconds(60'000), ""};
+    const std::vector<int32_t> blocks = {5};
+    ASSERT_TRUE(decode->start(request, blocks, 0).ok());
     {
       std::unique_lock lock(mutex);
-      changed.wait_until(lock, give_up, [&] { return woken; });
-      woken = false;
+      ASSERT_TRUE(changed.wait_for(lock, milliseconds(5000), [&] { return sending; }));
     }
-    for (KvEvent& event : decode->poll()) events.push_back(std::move(event));
+    const auto given_up_at = Clock::now();
+    decode->cancel(id);  // nothing sent as far as the import knows: it closes the call
+    {
+      std::lock_guard lock(mutex);
+      given_up = true;
+      changed.notify_all();
+    }
+
+    std::vector<KvEvent> events;
+    const auto count = [&](KvEventKind kind) {
+      return std::count_if(events.begin(), events.end(),
+                           [&](const KvEvent& event) { return event.kind == kind; });
+    };
+    const auto give_up = Clock::now() + milliseconds(10'000);
+    while (count(KvEventKind::kImportReleased) == 0 && Clock::now() < give_up) {
+      {
+        std::unique_lock lock(mutex);
+        changed.wait_until(lock, give_up, [&] { return woken; });
+        woken = false;
+      }
+      for (KvEvent& event : decode->poll()) events.push_back(std::move(event));
+    }
+    ASSERT_EQ(count(KvEventKind::kImportReleased), 1) << "the blocks are still held";
+    EXPECT_LT(Clock::now() - given_up_at, milliseconds(10'000));
+    for (const KvEvent& event : events) {
+      if (event.kind == KvEventKind::kImportReleased) {
+        EXPECT_TRUE(event.status.ok())
+            << "freed by the hold deadline: " << event.status.to_string();
+      }
+      if (event.kind == KvEventKind::kImportFailed) {
+        EXPECT_EQ(event.status.code(), StatusCode::kCancelled);
+      }
+    }
+    EXPECT_EQ(count(KvEventKind::kImportFailed), 1);
+    // Whether the work arrived: by the release it had, or it never will (its call is closed
+    // and this node answers a cancel only once the work is settled).
+    Result<http::ClientResponse> settled = cancel(id, 1);
+    ASSERT_TRUE(settled.ok());
+    const std::vector<std::string> aborted = service_.aborted();
+    reproduced = std::any_of(aborted.begin(), aborted.end(), [&](const std::string& engine_id) {
+      return engine_id.find(id) != std::string::npos;
+    });
+    // Either way this node has forgotten the work: a cancel finds nothing.
+    EXPECT_EQ(answer_of(*settled), (Answer{.found = false, .settled = true}));
   }
-  ASSERT_EQ(count(KvEventKind::kImportReleased), 1) << "the blocks are still held";
-  EXPECT_LT(Clock::now() - given_up_at, milliseconds(10'000));
-  for (const KvEvent& event : events) {
-    if (event.kind == KvEventKind::kImportReleased) {
-      EXPECT_TRUE(event.status.ok()) << "freed by the hold deadline: " << event.status.to_string();
-    }
-    if (event.kind == KvEventKind::kImportFailed) {
-      EXPECT_EQ(event.status.code(), StatusCode::kCancelled);
-    }
-  }
-  EXPECT_EQ(count(KvEventKind::kImportFailed), 1);
-  // Not while a put could land: by then this node had aborted the work, before any export.
-  const std::vector<std::string> aborted = service_.aborted();
-  ASSERT_FALSE(aborted.empty());
-  EXPECT_NE(aborted[0].find("req-34"), std::string::npos);
-  // And it forgot the work: a cancel now finds nothing.
-  Result<http::ClientResponse> again = cancel("req-34", 1);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(answer_of(*again), (Answer{.found = false, .settled = true}));
+  EXPECT_TRUE(reproduced) << "the race was not reproduced in five attempts: no work arrived";
 }
 
 // A cancel that arrives while its work is being admitted must find it, never answer "not here"
