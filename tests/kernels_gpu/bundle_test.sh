@@ -109,7 +109,7 @@ expect_files() {
 }
 
 start=$(date +%s)
-CUDA_VISIBLE_DEVICES= PATH=/usr/bin:/bin timeout 120 "$run_tests" "$work/no-gpu" >"$work/no-gpu.out" 2>&1
+CUDA_VISIBLE_DEVICES='' PATH=/usr/bin:/bin timeout 120 "$run_tests" "$work/no-gpu" >"$work/no-gpu.out" 2>&1
 code=$?
 seconds=$(($(date +%s) - start))
 if [[ $code -eq 3 ]] && grep -q 'error: no usable CUDA device' "$work/no-gpu.out" && [[ $seconds -le 30 ]]; then
@@ -125,7 +125,7 @@ expect_files "$work/no-gpu" verdicts.txt preflight.log details.tar.gz
 fake() {  # fake NAME EXPECTED_EXIT BUDGET FAKES
   local start code seconds
   start=$(date +%s)
-  CUDA_VISIBLE_DEVICES= PDSERVE_GPU_WORK=$work/fake-work PDSERVE_PLUMBING_FAKE=$4 timeout 60 \
+  CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/fake-work PDSERVE_PLUMBING_FAKE=$4 timeout 60 \
     "$run_tests" "$work/$1" --plumbing-check --budget-s "$3" >"$work/$1.out" 2>&1
   code=$?
   seconds=$(($(date +%s) - start))
@@ -148,12 +148,12 @@ if pgrep -f 'sleep 100000' >/dev/null; then fail "fake-hang: the hanging stage o
 # No time for any stage: all NOT RUN, exit 5.
 fake fake-starved 5 6 "$all_pass"
 expect_verdicts "$work/fake-starved" "preflight NOT RUN" "model NOT RUN" "gpu_tests NOT RUN" "generate NOT RUN" "hf NOT RUN"
-CUDA_VISIBLE_DEVICES= PDSERVE_PLUMBING_FAKE=preflight=pass PATH=/usr/bin:/bin timeout 60 "$run_tests" "$work/no-fake" \
+CUDA_VISIBLE_DEVICES='' PDSERVE_PLUMBING_FAKE=preflight=pass PATH=/usr/bin:/bin timeout 60 "$run_tests" "$work/no-fake" \
   >/dev/null 2>&1
 [[ $? -eq 3 ]] || fail "PDSERVE_PLUMBING_FAKE is honoured outside the plumbing check"
 
 # The stages' plumbing on the CPU: every stage that can run here passes, the others skip.
-CUDA_VISIBLE_DEVICES= PDSERVE_GPU_WORK=$work/plumbing-work timeout 300 "$run_tests" "$work/plumbing" \
+CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 300 "$run_tests" "$work/plumbing" \
   --plumbing-check >"$work/plumbing.out" 2>&1
 code=$?
 verdicts=$work/plumbing/verdicts.txt
@@ -166,7 +166,7 @@ grep -q 'cuda32: 2/2 prompts equal ids' "$verdicts" || fail "plumbing check: cpu
 expect_files "$work/plumbing" verdicts.txt details.tar.gz preflight.log model.log gpu_tests.log generate.log hf.log
 listing=$(tar -tzf "$work/plumbing/details.tar.gz")  # not piped into grep -q: pipefail
 grep -q 'details/generate.jsonl' <<<"$listing" || fail "details.tar.gz lacks the comparison records"
-CUDA_VISIBLE_DEVICES= PDSERVE_GPU_WORK=$work/plumbing-work timeout 120 "$run_tests" "$work/plumbing2" \
+CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 120 "$run_tests" "$work/plumbing2" \
   --second --plumbing-check >"$work/plumbing2.out" 2>&1
 code=$?
 expect_verdicts "$work/plumbing2" "preflight PASS" "bench SKIP" "sanitizer SKIP"
