@@ -171,6 +171,8 @@ CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 120 "$run_t
 code=$?
 expect_verdicts "$work/plumbing2" "preflight PASS" "bench SKIP" "sanitizer SKIP"
 [[ $code -eq 0 ]] || fail "second run's plumbing check exit $code"
+grep -q '^bench SKIP .*its flags parsed' "$work/plumbing2/verdicts.txt" ||
+  fail "second run: pdserve-bench-gpu did not reach the device check with the bench stage's flags"
 if [[ $failures -ne 0 ]]; then
   echo "--- plumbing output"; cat "$work/plumbing.out" "$work/plumbing2.out"
   tail -30 "$work/plumbing"/*.log 2>/dev/null
