@@ -483,10 +483,12 @@ for stage in "${STAGES[@]}"; do
   pid=$!
   while kill -0 "$pid" 2>/dev/null && [[ $(date +%s) -lt $stage_end ]]; do sleep 0.2; done
   if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL -- "-$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
+    {  # (bash's "Terminated" notice for the job goes nowhere)
+      kill -TERM -- "-$pid"
+      for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" || break; sleep 0.5; done
+      kill -KILL -- "-$pid"
+      wait "$pid"
+    } 2>/dev/null
     code=124
     echo "(the stage ran past its limit of ${limit}s and was stopped)" >>"$stage_log"
   else
