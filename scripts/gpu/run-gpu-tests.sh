@@ -210,6 +210,9 @@ stage_preflight() {
     finding "libraries not found: $(grep 'not found' "$work/details/ldd.txt" | awk '{print $1 $2}' | sort -u | tr '\n' ' ')(LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
     return 3
   fi
+  # Which CUDA libraries resolved (cudart and cuBLAS 13 on a CUDA 13 machine).
+  finding "$(grep -oE '(libcudart|libcublas)\.so\.[0-9]+ => [^ ]+' "$work/details/ldd.txt" | sort -u |
+             sed 's/ => /: /' | paste -sd ' ')"
   # The bundle's own device probe: a gpu test binary that runs no test but opens the device.
   run "$limit" "$bin/cuda_strict_test" --gtest_filter=NoTestHasThisName
   code=$?
