@@ -182,6 +182,20 @@ elapsed() { echo $(($(date +%s) - started)); }
 wanted() {
   [[ $skip != *",$1,"* ]] && { [[ -z $only ]] || [[ $only == *",$1,"* ]]; }
 }
+# descendants PID: the process ids under PID, its children's first.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+# alive PID...: whether any of them still runs.
+alive() {
+  local pid
+  for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
 # The outcome PDSERVE_PLUMBING_FAKE gives STAGE (plumbing check only), or nothing.
 fake_outcome() {
   [[ $plumbing -eq 1 ]] || return 0
@@ -479,7 +493,8 @@ for stage in "${STAGES[@]}"; do
     case $(fake_outcome "$stage") in
       pass) finding "faked: pass"; exit 0 ;;
       fail) finding "faked: fail"; exit 1 ;;
-      hang) finding "faked: hang"; exec sleep 100000 ;;
+      # (under timeout, which moves itself to a process group of its own, as run's commands do)
+      hang) finding "faked: hang"; timeout 100000 sleep 100000; exit 1 ;;
     esac
     "stage_$stage" "$limit"
   ) >>"$stage_log" 2>&1 3>&- &
@@ -487,9 +502,15 @@ for stage in "${STAGES[@]}"; do
   while kill -0 "$pid" 2>/dev/null && [[ $(date +%s) -lt $stage_end ]]; do sleep 0.2; done
   if kill -0 "$pid" 2>/dev/null; then
     {  # (bash's "Terminated" notice for the job goes nowhere)
-      kill -TERM -- "-$pid"
-      for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" || break; sleep 0.5; done
-      kill -KILL -- "-$pid"
+      # The group and every descendant: `timeout` moves itself and its command to a group of
+      # their own, which a signal to the stage's group would miss.
+      mapfile -t pids < <(descendants "$pid")
+      kill -TERM -- "-$pid" "${pids[@]}"
+      for _ in 1 2 3 4 5 6 7 8 9 10; do
+        alive "${pids[@]}" || break  # (the stage's own shell stays a zombie until `wait`)
+        sleep 0.5
+      done
+      kill -KILL -- "-$pid" "${pids[@]}"
       wait "$pid"
     } 2>/dev/null
     code=124
