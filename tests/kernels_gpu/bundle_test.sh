@@ -138,9 +138,9 @@ expect_verdicts "$work/fake-pass" "preflight PASS" "model PASS" "gpu_tests PASS"
 expect_files "$work/fake-pass" verdicts.txt details.tar.gz preflight.log model.log gpu_tests.log generate.log hf.log
 fake fake-fail 1 360 "${all_pass/model=pass/model=fail}"
 expect_verdicts "$work/fake-fail" "preflight PASS" "model FAIL" "gpu_tests PASS" "generate PASS" "hf PASS"
-# A hanging stage (its command under timeout, in a process group of its own) is stopped when the
-# budget ends (14 s less the 5 s reserve): TIMEOUT, and the
-# stages after it are NOT RUN; its process group is gone.
+# A hanging stage (its command under timeout, in a process group of its own) is stopped when
+# the budget ends (14 s less the 5 s reserve): TIMEOUT, the stages after it NOT RUN, and none of
+# its processes left.
 fake fake-hang 4 14 "${all_pass/gpu_tests=pass/gpu_tests=hang}"
 expect_verdicts "$work/fake-hang" "preflight PASS" "model PASS" "gpu_tests TIMEOUT" "generate NOT RUN" "hf NOT RUN"
 grep -q '^gpu_tests TIMEOUT [0-9]*s (limit [89]s; stand-in' "$work/fake-hang/verdicts.txt" ||
