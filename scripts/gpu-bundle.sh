@@ -14,7 +14,7 @@
 #   OUT_DIR/cuda-libraries.txt   the CUDA sonames the binaries need (bundle-env.sh finds them)
 #   OUT_DIR/bundle-env.sh        the library search (sourced by the two scripts below)
 #   OUT_DIR/run.sh NAME ARGS...  one binary with the bundle's libraries and the checkout's assets
-#   OUT_DIR/run-gpu-tests.sh OUT the whole GPU session (scripts/gpu/run-gpu-tests.sh --help)
+#   OUT_DIR/run-gpu-tests.sh OUT the GPU session's first run (360 s; --second: the second, 300 s)
 set -euo pipefail
 
 # The tools the GPU stages run, besides the gpu-label tests.

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# run-gpu-tests.sh OUT [--skip S1,S2] [--only S1,S2] [--budget-s N] [--list] [--plumbing-check]
+# run-gpu-tests.sh OUT [--second] [--skip S1,S2] [--only S1,S2] [--budget-s N] [--list]
+#                  [--plumbing-check]
 #
-# The whole GPU session of issue #13 in one command, from a bundle made by scripts/gpu-bundle.sh
-# and placed at the root of the repository checkout (build-gpu-bundle/run-gpu-tests.sh OUT).
-# Every stage runs under its own `timeout`, inside one time budget (default 540 s, so the
-# command ends well inside a 10-minute limit); a stage that would not fit what is left is
-# skipped, not started. Everything goes to OUT/gpu-run.log; OUT ends with at most 4 files:
-#   gpu-run.log      every stage's output, with its command lines
-#   summary.txt      one line per stage (PASS / FAIL / TIMEOUT / SKIP, seconds, what it found)
-#   bench-gpu.md     pdserve-bench-gpu's tables (when the bench stage ran)
-#   details.tar.gz   comparison records, gtest XML, nvidia-smi, library resolution
-# Exit status: 0 when no stage failed, 1 when one did, 3 when there is no usable CUDA device
-# (the preflight fails in seconds and nothing else runs), 2 for bad arguments.
+# A GPU session of issue #28 in two commands, from a bundle made by scripts/gpu-bundle.sh and
+# placed at the root of the repository checkout:
+#   build-gpu-bundle/run-gpu-tests.sh OUT            the first run: budget 360 s; decisive first:
+#                                                    preflight, model, gpu_tests, generate, hf
+#   build-gpu-bundle/run-gpu-tests.sh OUT --second   the second run: budget 300 s; preflight,
+#                                                    bench, sanitizer
+# Each stage runs in its own process group under the limit min(its own limit, what is left of
+# the budget), so no stage outlives the budget; a stage that cannot start (less than 5 s left,
+# or no device) is written as NOT RUN. As each stage ends, OUT gets its log and its verdict:
+#   verdicts.txt     one line per stage, appended as it ends: STAGE PASS / FAIL / TIMEOUT /
+#                    NOT RUN / SKIP, seconds, its limit and stand-in duration, what it found
+#   STAGE.log        the stage's output, with its command lines
+#   bench-gpu.md     pdserve-bench-gpu's tables (the second run's bench stage)
+#   details.tar.gz   at the end: comparison records, gtest XML, nvidia-smi, library resolution
+# Exit status: 0 every stage passed; 1 a stage failed; 4 a stage timed out (none failed);
+# 5 a stage did not run (none failed or timed out); 3 no usable CUDA device (the preflight
+# fails in seconds, the rest is NOT RUN); 2 bad arguments. A stage left out with --skip or
+# --only is SKIP and changes nothing.
 #
 # --plumbing-check runs the stages' plumbing where there is no GPU (CPU test gpu_bundle_script):
 # the device runs become CPU runs on a 2-layer model, and stages that need the device or
-# PyTorch report SKIP instead of FAIL.
+# PyTorch report SKIP instead of FAIL. Only there, PDSERVE_PLUMBING_FAKE=STAGE=OUTCOME,...
+# (pass, fail, hang) replaces a stage by that outcome, so the test can check the verdicts and
+# exit codes of failed, timed-out and starved stages.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,55 +33,79 @@ repo=${PDSERVE_REPO:-$(cd "$here/.." && pwd)}  # the checkout the bundle sits in
 started=$(date +%s)
 
 # ---- stages ---------------------------------------------------------------------------------
-# Order matters: model before the stages that read it; the bench and the sanitizer last (the
-# longest, and the ones a short budget can best lose). Seconds are each stage's own limit.
-STAGES=(preflight model gpu_tests generate hf bench sanitizer)
-declare -A STAGE_LIMIT=([preflight]=60 [model]=90 [gpu_tests]=300 [generate]=180 [hf]=150
-                        [bench]=240 [sanitizer]=200)
+# Order: the decisive evidence first (the device opens, the kernels' tests, the engine's strict
+# float32 ids against the CPU's, transformers), the model before the stages that read it.
+# Limits (seconds) sum to at most each run's budget less its reserve. STAGE_STANDIN: seconds
+# each stage took in --plumbing-check (2-layer model, CPU, 2 prompts x 12 tokens, the 2-core CI
+# machine, 2026-11-28), printed beside the limits; gpu_tests, bench and sanitizer skip there
+# (no device), hf too without transformers. The GPU's full-depth durations are not measured
+# yet: the limits are estimates, to be replaced by the first run's seconds.
+FIRST_STAGES=(preflight model gpu_tests generate hf)
+SECOND_STAGES=(preflight bench sanitizer)
+declare -A STAGE_LIMIT=([preflight]=20 [model]=40 [gpu_tests]=150 [generate]=90 [hf]=55
+                        [bench]=200 [sanitizer]=75)
+declare -A STAGE_STANDIN=([preflight]=0 [model]=4 [gpu_tests]=0 [generate]=13 [hf]=1
+                          [bench]=0 [sanitizer]=1)
+GPU_TEST_LIMIT=60  # each gpu test binary in the gpu_tests stage
+MIN_START=5        # a stage with fewer seconds of the budget left is NOT RUN
+RESERVE=5          # seconds of the budget kept for packing details.tar.gz
 declare -A STAGE_WHAT=(
-  [preflight]="device, driver, libraries resolve, the binaries start"
+  [preflight]="device, driver, libraries resolve, the device opens"
   [model]="pdserve-make-model: full-depth synthetic Qwen3-0.6B (28 layers, bf16)"
-  [gpu_tests]="every gpu-label test binary (ctest -L gpu: cuda_backend, cuda_strict, cuda_engine, device_sampler)"
-  [generate]="pdserve-generate (the engine's runner) cuda float32 == cpu float32 greedy ids; bf16 margins"
+  [gpu_tests]="every gpu-label test binary (cuda_backend, cuda_strict, cuda_engine, device_sampler), ${GPU_TEST_LIMIT}s each"
+  [generate]="pdserve-generate cuda float32 == cpu float32 greedy ids (4 prompts x 64 tokens); bf16 margins"
   [hf]="transformers Qwen3ForCausalLM vs pdserve cuda float32 / bf16 and cpu float32"
-  [bench]="pdserve-bench-gpu: peaks, decode 1/8/64/256, prefill 4k, 0.6B and 8B shapes"
+  [bench]="pdserve-bench-gpu, 0.6B and 8B shapes: decode batch 1/8/32/128 at context 1k and 4k, prefill 1k/4k/8k"
   [sanitizer]="compute-sanitizer memcheck + racecheck on the kernel tests"
 )
 # ---- LATER STAGES GO HERE -------------------------------------------------------------------
-# To add one (the PD tests of issue #14):
-# write a function stage_NAME below (it gets its time limit in $1, writes to "$work/NAME/",
-# returns 0 / 1 / 77 = skipped, and calls `finding "..."` for its summary line), put NAME into
-# STAGES where it belongs, give it a STAGE_LIMIT and a STAGE_WHAT, and list in gpu-bundle.sh's
-# BUNDLED_BINARIES any binary it needs (PD stages: pdserve-prefill, pdserve-decode,
-# pdserve-proxy; the bundle then carries UCX's transport modules too).
+# To add one (the PD tests of issue #14 belong in the second run):
+# write a function stage_NAME below (it gets its time limit in $1, runs its commands through
+# `run`, writes its files to "$work/NAME/", returns 0 / 1 / 77 = skipped, and calls
+# `finding "..."` for its verdict), put NAME into FIRST_STAGES or SECOND_STAGES where it
+# belongs, give it a STAGE_LIMIT (keep the sum within the budget), a STAGE_STANDIN and a
+# STAGE_WHAT, and list in gpu-bundle.sh's BUNDLED_BINARIES any binary it needs.
 # ----------------------------------------------------------------------------------------------
 
 usage() {
-  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 out=""
-budget=540
+budget=""
 skip=","
 only=""
 plumbing=0
+second=0
+list=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --skip) skip=",${2:?},"; shift 2 ;;
     --only) only=",${2:?},"; shift 2 ;;
     --budget-s) budget=${2:?}; shift 2 ;;
+    --second) second=1; shift ;;
     --plumbing-check) plumbing=1; shift ;;
-    --list)
-      for stage in "${STAGES[@]}"; do
-        printf '%-10s %4ss  %s\n' "$stage" "${STAGE_LIMIT[$stage]}" "${STAGE_WHAT[$stage]}"
-      done
-      exit 0 ;;
+    --list) list=1; shift ;;
     -h|--help) usage ;;
     -*) echo "error: unknown option $1" >&2; usage ;;
     *) [[ -z $out ]] || { echo "error: one OUT folder" >&2; usage; }; out=$1; shift ;;
   esac
 done
+if [[ $second -eq 1 ]]; then
+  STAGES=("${SECOND_STAGES[@]}"); run_name=second; budget=${budget:-300}
+else
+  STAGES=("${FIRST_STAGES[@]}"); run_name=first; budget=${budget:-360}
+fi
+if [[ $list -eq 1 ]]; then
+  printf '%-10s %6s %9s  %s\n' stage limit stand-in what
+  for stage in "${STAGES[@]}"; do
+    printf '%-10s %5ss %8ss  %s\n' "$stage" "${STAGE_LIMIT[$stage]}" "${STAGE_STANDIN[$stage]}" \
+      "${STAGE_WHAT[$stage]}"
+  done
+  echo "budget ${budget}s (the $run_name run)"
+  exit 0
+fi
 [[ -n $out ]] || { echo "error: name the OUT folder" >&2; usage; }
 [[ $budget =~ ^[0-9]+$ ]] || { echo "error: --budget-s takes seconds" >&2; exit 2; }
 for name in ${skip//,/ } ${only//,/ }; do
@@ -85,15 +119,15 @@ fi
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-log=$out/gpu-run.log
-summary=$out/summary.txt
+verdicts=$out/verdicts.txt
+log=/dev/null  # each stage's subshell sets its own: $out/STAGE.log
 work=${PDSERVE_GPU_WORK:-${TMPDIR:-/tmp}/pdserve-gpu-run}
 rm -rf "$work"
 mkdir -p "$work/details"
-: >"$log"
-: >"$summary"
-exec 3>&1  # the terminal: stage lines and the summary; everything else goes to the log
-say() { echo "$*" | tee -a "$log" >&3; }
+rm -f "$out"/*.log "$out/verdicts.txt" "$out/details.tar.gz" "$out/bench-gpu.md"
+: >"$verdicts"
+exec 3>&1  # the terminal: stage lines and the verdicts; everything else goes to the logs
+verdict() { echo "$*" >>"$verdicts"; echo "$*" >&3; }
 
 # ---- the bundle's environment (bundle-env.sh: the libraries the binaries need) -----------------
 # shellcheck source=bundle-env.sh
@@ -118,24 +152,58 @@ python_with() {
   local python
   for python in python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
     command -v "$python" >/dev/null 2>&1 || continue
-    if timeout 60 "$python" -c "import $1" >/dev/null 2>&1; then echo "$python"; return 0; fi
+    if run 30 "$python" -c "import $1" >/dev/null 2>&1; then echo "$python"; return 0; fi
   done
   return 1
 }
 
-# ---- running stages --------------------------------------------------------------------------
-stage_finding=""
-finding() { stage_finding="${stage_finding:+$stage_finding; }$*"; }
-# run LIMIT COMMAND...: logs the command line, runs it under timeout with its output in the log.
+# ---- running stages (inside a stage's subshell) ------------------------------------------------
+stage=""
+stage_deadline=0
+finding() { echo "$*" >>"$work/$stage.finding"; }
+# run LIMIT COMMAND...: logs the command line, runs it under timeout (LIMIT, at most what is left
+# of the stage) with its output in the stage's log; a timeout is noted for the verdict.
 run() {
-  local limit=$1
+  local limit=$1 left code
   shift
+  left=$((stage_deadline - $(date +%s)))
+  [[ $left -lt $limit ]] && limit=$left
+  [[ $limit -ge 1 ]] || limit=1
   echo "\$ $*" >>"$log"
-  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  timeout --kill-after=5 "$limit" "$@" >>"$log" 2>&1
+  code=$?
+  if [[ $code -eq 124 || $code -eq 137 ]]; then
+    echo "(timed out after ${limit}s)" >>"$log"
+    : >"$work/$stage.timedout"
+  fi
+  return $code
 }
 elapsed() { echo $(($(date +%s) - started)); }
 wanted() {
   [[ $skip != *",$1,"* ]] && { [[ -z $only ]] || [[ $only == *",$1,"* ]]; }
+}
+# descendants PID: the process ids under PID, its children's first.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+# alive PID...: whether any of them still runs.
+alive() {
+  local pid
+  for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  return 1
+}
+# The outcome PDSERVE_PLUMBING_FAKE gives STAGE (plumbing check only), or nothing.
+fake_outcome() {
+  [[ $plumbing -eq 1 ]] || return 0
+  local item
+  for item in ${PDSERVE_PLUMBING_FAKE//,/ }; do
+    [[ ${item%%=*} == "$1" ]] && echo "${item#*=}"
+  done
+  return 0
 }
 
 stage_preflight() {
@@ -156,6 +224,9 @@ stage_preflight() {
     finding "libraries not found: $(grep 'not found' "$work/details/ldd.txt" | awk '{print $1 $2}' | sort -u | tr '\n' ' ')(LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
     return 3
   fi
+  # Which CUDA libraries resolved (cudart and cuBLAS 13 on a CUDA 13 machine).
+  finding "$(grep -oE '(libcudart|libcublas)\.so\.[0-9]+ => [^ ]+' "$work/details/ldd.txt" | sort -u |
+             sed 's/ => /: /' | paste -sd ' ')"
   # The bundle's own device probe: a gpu test binary that runs no test but opens the device.
   run "$limit" "$bin/cuda_strict_test" --gtest_filter=NoTestHasThisName
   code=$?
@@ -183,7 +254,8 @@ stage_gpu_tests() {
   while read -r name; do
     [[ -n $name ]] || continue
     left=$((deadline - $(date +%s)))
-    if [[ $left -lt 10 ]]; then finding "$name: no time left"; failed=1; continue; fi
+    if [[ $left -lt 10 ]]; then finding "$name NOT RUN (no time left)"; failed=1; continue; fi
+    [[ $left -gt $GPU_TEST_LIMIT ]] && left=$GPU_TEST_LIMIT
     run "$left" "$bin/$name" --gtest_output="xml:$work/details/$name.xml"
     code=$?
     case $code in
@@ -303,21 +375,40 @@ stage_hf() {
   return $code
 }
 
+# Issue #28's table: decode batch 1/8/32/128 at context 1k and 4k, prefill 1k/4k/8k (one
+# pdserve-bench-gpu run per context; the 8k prefill's run repeats batch 1 at 1k), both shapes;
+# PDSERVE_BENCH_ARGS replaces them by one run with those flags.
+BENCH_RUNS=("--batches 1 8 32 128 --context 1024 --prompt 1024 --repeats 3"
+            "--batches 1 8 32 128 --context 4096 --prompt 4096 --repeats 3"
+            "--batches 1 --context 1024 --prompt 8192 --repeats 3")
 stage_bench() {
-  local code
-  echo "\$ $bin/pdserve-bench-gpu ${PDSERVE_BENCH_ARGS:-}" >>"$log"
-  # shellcheck disable=SC2086  # PDSERVE_BENCH_ARGS: extra flags, split on spaces
-  timeout --kill-after=10 "$1" "$bin/pdserve-bench-gpu" ${PDSERVE_BENCH_ARGS:-} \
-    >"$out/bench-gpu.md" 2>>"$log"
-  code=$?
+  local code left runs=("${BENCH_RUNS[@]}") index failed=0 args
+  [[ -n ${PDSERVE_BENCH_ARGS:-} ]] && runs=("$PDSERVE_BENCH_ARGS")
+  : >"$out/bench-gpu.md"
+  for ((index = 0; index < ${#runs[@]}; index++)); do
+    args=${runs[$index]}
+    # Each run gets an equal share of what is left, so the later ones are not starved.
+    left=$(((stage_deadline - $(date +%s)) / (${#runs[@]} - index)))
+    if [[ $left -lt 5 ]]; then finding "pdserve-bench-gpu $args NOT RUN (no time left)"; failed=1; continue; fi
+    echo "\$ $bin/pdserve-bench-gpu $args (limit ${left}s)" >>"$log"
+    printf '\n## pdserve-bench-gpu %s\n\n' "$args" >>"$out/bench-gpu.md"
+    # shellcheck disable=SC2086  # args: flags, split on spaces
+    timeout --kill-after=5 "$left" "$bin/pdserve-bench-gpu" $args >>"$out/bench-gpu.md" 2>>"$log"
+    code=$?
+    if [[ $plumbing -eq 1 && $code -eq 2 ]] && tail -3 "$log" | grep -q 'no usable CUDA device'; then
+      finding "exits 2 without a device (its flags parsed)"
+      rm -f "$out/bench-gpu.md"
+      return 77
+    fi
+    case $code in
+      0) ;;
+      124|137) failed=1; : >"$work/$stage.timedout"; finding "pdserve-bench-gpu $args TIMEOUT" ;;
+      *) failed=1; finding "pdserve-bench-gpu $args FAILED (exit $code)" ;;
+    esac
+  done
   cat "$out/bench-gpu.md" >>"$log"
-  if [[ $plumbing -eq 1 && $code -eq 2 ]]; then
-    finding "exits 2 without a device"
-    rm -f "$out/bench-gpu.md"
-    return 77
-  fi
   finding "$(grep -c '^| decode\|^| prefill' "$out/bench-gpu.md") rows in bench-gpu.md"
-  [[ $code -eq 0 ]]
+  return $failed
 }
 
 stage_sanitizer() {
@@ -355,55 +446,104 @@ RUNS
 }
 
 # ---- the run ----------------------------------------------------------------------------------
-reserve=15  # seconds kept for packing the results
+# Each stage is a background job in its own process group (set -m), watched against its limit:
+# past it the group gets TERM, then KILL, and the stage is TIMEOUT.
+set -m
 status=0
-say "pdserve GPU run: $(date -u +%FT%TZ), budget ${budget}s, bundle $here, work $work"
-say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+failed=0
+timed_out=0
+not_run=0
+no_device=""
+echo "# pdserve GPU run ($run_name): $(date -u +%FT%TZ), budget ${budget}s, bundle $here, work $work" \
+  >>"$verdicts"
+echo "# stage result seconds (limit; stand-in) findings" >>"$verdicts"
 for stage in "${STAGES[@]}"; do
-  if ! wanted "$stage"; then
-    echo "$stage SKIP 0s (not asked for)" >>"$summary"
-    continue
-  fi
-  left=$((budget - reserve - $(elapsed)))
   limit=${STAGE_LIMIT[$stage]}
-  [[ $left -lt $limit ]] && limit=$left
-  if [[ $limit -lt 20 ]]; then
-    say "$stage SKIP (${left}s of the budget left)"
-    echo "$stage SKIP 0s (budget spent)" >>"$summary"
+  standin=${STAGE_STANDIN[$stage]}
+  if ! wanted "$stage"; then
+    verdict "$stage SKIP 0s (not asked for)"
     continue
   fi
-  say "== $stage (limit ${limit}s): ${STAGE_WHAT[$stage]}"
-  echo "== $stage $(date -u +%T)" >>"$log"
-  stage_finding=""
+  left=$((budget - RESERVE - $(elapsed)))
+  if [[ -n $no_device ]]; then
+    verdict "$stage NOT RUN 0s (limit ${limit}s; stand-in ${standin}s): no usable CUDA device"
+    not_run=1
+    continue
+  fi
+  [[ $left -lt $limit ]] && limit=$left
+  if [[ $limit -lt $MIN_START ]]; then
+    verdict "$stage NOT RUN 0s (limit ${STAGE_LIMIT[$stage]}s; stand-in ${standin}s): ${left}s of the budget left"
+    not_run=1
+    continue
+  fi
+  echo "== $stage (limit ${limit}s): ${STAGE_WHAT[$stage]}" >&3
+  stage_log=$out/$stage.log
+  {
+    echo "== $stage $(date -u +%T), limit ${limit}s: ${STAGE_WHAT[$stage]}"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  } >"$stage_log"
+  rm -f "$work/$stage.finding" "$work/$stage.timedout"
   mkdir -p "$work/$stage"
   stage_started=$(date +%s)
-  "stage_$stage" "$limit"
-  code=$?
+  stage_end=$((stage_started + limit))
+  (
+    set +m  # the stage's own background jobs stay in its process group
+    log=$stage_log
+    stage_deadline=$stage_end
+    case $(fake_outcome "$stage") in
+      pass) finding "faked: pass"; exit 0 ;;
+      fail) finding "faked: fail"; exit 1 ;;
+      # (under timeout, which moves itself to a process group of its own, as run's commands do)
+      hang) finding "faked: hang"; timeout 100000 sleep 100000; exit 1 ;;
+    esac
+    "stage_$stage" "$limit"
+  ) >>"$stage_log" 2>&1 3>&- &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [[ $(date +%s) -lt $stage_end ]]; do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    {  # (bash's "Terminated" notice for the job goes nowhere)
+      # The group and every descendant: `timeout` moves itself and its command to a group of
+      # their own, which a signal to the stage's group would miss.
+      mapfile -t pids < <(descendants "$pid")
+      kill -TERM -- "-$pid" "${pids[@]}"
+      for _ in 1 2 3 4 5 6 7 8 9 10; do
+        alive "${pids[@]}" || break  # (the stage's own shell stays a zombie until `wait`)
+        sleep 0.5
+      done
+      kill -KILL -- "-$pid" "${pids[@]}"
+      wait "$pid"
+    } 2>/dev/null
+    code=124
+    echo "(the stage ran past its limit of ${limit}s and was stopped)" >>"$stage_log"
+  else
+    wait "$pid"
+    code=$?
+    [[ $code -ne 0 && -e $work/$stage.timedout ]] && code=124
+  fi
   seconds=$(($(date +%s) - stage_started))
   case $code in
     0) result=PASS ;;
-    77) result=SKIP ;;
-    124|137) result=TIMEOUT; status=1 ;;
-    *) result=FAIL; status=1 ;;
+    77) if [[ $plumbing -eq 1 ]]; then result=SKIP; else result="NOT RUN"; not_run=1; fi ;;
+    124|137) result=TIMEOUT; timed_out=1 ;;
+    *) result=FAIL; failed=1 ;;
   esac
-  line="$stage $result ${seconds}s${stage_finding:+ ($stage_finding)}"
-  echo "$line" >>"$summary"
-  say "$line"
+  stage_finding=$(awk 'NR > 1 { printf "; " } { printf "%s", $0 }' "$work/$stage.finding" 2>/dev/null)
+  verdict "$stage $result ${seconds}s (limit ${limit}s; stand-in ${standin}s)${stage_finding:+: $stage_finding}"
   if [[ $stage == preflight && $code -eq 3 ]]; then
-    say "error: no usable CUDA device: $stage_finding"
-    status=3
-    break
+    no_device=$stage_finding
+    echo "error: no usable CUDA device: $stage_finding" >&3
   fi
 done
-say "total $(elapsed)s"
+if [[ -n $no_device ]]; then status=3
+elif [[ $failed -eq 1 ]]; then status=1
+elif [[ $timed_out -eq 1 ]]; then status=4
+elif [[ $not_run -eq 1 ]]; then status=5
+fi
 
-# ---- packing: at most 4 files in OUT ------------------------------------------------------------
+# ---- packing ----------------------------------------------------------------------------------
 cp "$work/prompts.json" "$work/details/" 2>/dev/null
 find "$work/details" -name '*.npy' -delete
-tar -czf "$out/details.tar.gz" -C "$work" details >/dev/null 2>&1
-{
-  echo "== summary"
-  cat "$summary"
-} >>"$log"
-cat "$summary" >&3
+timeout 30 tar -czf "$out/details.tar.gz" -C "$work" details >/dev/null 2>&1
+echo "# total $(elapsed)s, exit $status" >>"$verdicts"
+echo "total $(elapsed)s, exit $status (verdicts in $verdicts)" >&3
 exit $status

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # scripts/gpu-bundle.sh on this build: the bundle holds what the GPU run needs and stays under
-# its size limit; its binaries run with an empty environment; its run script lists its stages,
-# refuses bad arguments, fails fast and clearly without a GPU (exit 3, the summary and the log
-# in OUT, at most 4 files), and its stages' plumbing works end to end on the CPU
-# (--plumbing-check: make-model, pdserve-generate runs and their comparisons).
+# its size limit; its binaries run with an empty environment; its run script lists both runs'
+# stages (decisive first, limits within the budget, beside their stand-in durations), refuses
+# bad arguments, fails fast and clearly without a GPU (exit 3, the other stages NOT RUN), gives
+# the verdicts and exit codes of passed, failed, timed-out and starved stages (stages faked
+# with PDSERVE_PLUMBING_FAKE) with the output layout (verdicts.txt, STAGE.log,
+# details.tar.gz), and both runs' plumbing works end to end on the CPU (--plumbing-check:
+# make-model, pdserve-generate runs and their comparisons).
 set -uo pipefail
 build_dir=$1
 source_dir=$2
@@ -69,48 +72,112 @@ env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-bench-gpu --help >/de
 env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-make-model --help >/dev/null 2>&1 ||
   fail "run.sh pdserve-make-model --help under env -i"
 
-# The run script: its stage list, bad arguments, and no GPU.
+# The run script: its stage lists (decisive first), bad arguments, and no GPU.
 run_tests=$bundle/run-gpu-tests.sh
 export PDSERVE_REPO=$source_dir
-"$run_tests" --list >"$work/list" 2>&1 && grep -q '^generate ' "$work/list" && grep -q '^bench ' "$work/list" ||
-  fail "--list: $(cat "$work/list")"
+stages_of() { "$run_tests" --list "$@" 2>&1 | awk 'NR > 1 && !/^budget/ { printf "%s ", $1 }'; }
+[[ $(stages_of) == "preflight model gpu_tests generate hf " ]] || fail "first run's stages: $(stages_of)"
+[[ $(stages_of --second) == "preflight bench sanitizer " ]] || fail "second run's stages: $(stages_of --second)"
+"$run_tests" --list | grep -q '^budget 360s' || fail "the first run's budget is not 360 s"
+"$run_tests" --list --second | grep -q '^budget 300s' || fail "the second run's budget is not 300 s"
+# Every stage's limit and stand-in duration are printed; the limits fit the budget.
+for run in "" --second; do
+  sum=$("$run_tests" --list $run | awk 'NR > 1 && !/^budget/ { if ($2 !~ /^[0-9]+s$/ || $3 !~ /^[0-9]+s$/) bad = 1; sum += $2 } END { print bad ? "bad" : sum }')
+  budget=$("$run_tests" --list $run | awk '/^budget/ { print $2 + 0 }')
+  [[ $sum != bad && $sum -le $((budget - 5)) ]] || fail "--list $run: limits sum to $sum of a ${budget}s budget"
+done
 "$run_tests" "$work/o1" --skip nonsense >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "an unknown stage is not exit 2"
 "$run_tests" >/dev/null 2>&1
 [[ $? -eq 2 ]] || fail "no OUT folder is not exit 2"
 
+# expect_verdicts OUT LINE...: verdicts.txt holds each "STAGE RESULT" in this order, one per stage.
+expect_verdicts() {
+  local dir=$1 got want
+  shift
+  got=$(grep -v '^#' "$dir/verdicts.txt" 2>/dev/null | sed -E 's/^([a-z_]+) (PASS|FAIL|TIMEOUT|NOT RUN|SKIP) .*/\1 \2/' | paste -sd ',')
+  want=$(IFS=,; echo "$*")
+  [[ $got == "$want" ]] || fail "$dir: verdicts '$got', expected '$want'"
+}
+# expect_files OUT NAME...: OUT holds exactly these files.
+expect_files() {
+  local dir=$1 got want
+  shift
+  got=$(cd "$dir" && find . -type f | sed 's|^\./||' | sort | paste -sd ' ')
+  want=$(printf '%s\n' "$@" | sort | paste -sd ' ')
+  [[ $got == "$want" ]] || fail "$dir holds '$got', expected '$want'"
+}
+
 start=$(date +%s)
-CUDA_VISIBLE_DEVICES= PATH=/usr/bin:/bin timeout 120 "$run_tests" "$work/no-gpu" >"$work/no-gpu.out" 2>&1
+CUDA_VISIBLE_DEVICES='' PATH=/usr/bin:/bin timeout 120 "$run_tests" "$work/no-gpu" >"$work/no-gpu.out" 2>&1
 code=$?
 seconds=$(($(date +%s) - start))
-if [[ $code -eq 3 ]] && grep -q 'error: no usable CUDA device' "$work/no-gpu.out" && [[ $seconds -le 60 ]]; then
+if [[ $code -eq 3 ]] && grep -q 'error: no usable CUDA device' "$work/no-gpu.out" && [[ $seconds -le 30 ]]; then
   pass "without a GPU: exit 3 in ${seconds}s: $(grep 'error:' "$work/no-gpu.out")"
 else
   fail "without a GPU: exit $code after ${seconds}s: $(cat "$work/no-gpu.out")"
 fi
-files=$(find "$work/no-gpu" -type f | wc -l)
-[[ $files -le 4 && -s $work/no-gpu/gpu-run.log && -s $work/no-gpu/summary.txt ]] ||
-  fail "without a GPU OUT holds: $(ls "$work/no-gpu")"
+expect_verdicts "$work/no-gpu" "preflight FAIL" "model NOT RUN" "gpu_tests NOT RUN" "generate NOT RUN" "hf NOT RUN"
+expect_files "$work/no-gpu" verdicts.txt preflight.log details.tar.gz
+
+# The exit codes and verdicts of passed, failed, timed-out and starved stages, with stages
+# replaced by PDSERVE_PLUMBING_FAKE (honoured only with --plumbing-check).
+fake() {  # fake NAME EXPECTED_EXIT BUDGET FAKES
+  local start code seconds
+  start=$(date +%s)
+  CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/fake-work PDSERVE_PLUMBING_FAKE=$4 timeout 60 \
+    "$run_tests" "$work/$1" --plumbing-check --budget-s "$3" >"$work/$1.out" 2>&1
+  code=$?
+  seconds=$(($(date +%s) - start))
+  [[ $code -eq $2 ]] || fail "$1: exit $code, expected $2: $(cat "$work/$1.out")"
+  [[ $seconds -le $(($3 + 3)) ]] || fail "$1: took ${seconds}s of a ${3}s budget"
+}
+all_pass=preflight=pass,model=pass,gpu_tests=pass,generate=pass,hf=pass
+fake fake-pass 0 360 "$all_pass"
+expect_verdicts "$work/fake-pass" "preflight PASS" "model PASS" "gpu_tests PASS" "generate PASS" "hf PASS"
+expect_files "$work/fake-pass" verdicts.txt details.tar.gz preflight.log model.log gpu_tests.log generate.log hf.log
+fake fake-fail 1 360 "${all_pass/model=pass/model=fail}"
+expect_verdicts "$work/fake-fail" "preflight PASS" "model FAIL" "gpu_tests PASS" "generate PASS" "hf PASS"
+# A hanging stage (its command under timeout, in a process group of its own) is stopped when
+# the budget ends (14 s less the 5 s reserve): TIMEOUT, the stages after it NOT RUN, and none of
+# its processes left.
+fake fake-hang 4 14 "${all_pass/gpu_tests=pass/gpu_tests=hang}"
+expect_verdicts "$work/fake-hang" "preflight PASS" "model PASS" "gpu_tests TIMEOUT" "generate NOT RUN" "hf NOT RUN"
+grep -q '^gpu_tests TIMEOUT [0-9]*s (limit [89]s; stand-in' "$work/fake-hang/verdicts.txt" ||
+  fail "fake-hang: the hanging stage's limit is not what was left of the budget: $(cat "$work/fake-hang/verdicts.txt")"
+if pgrep -f 'sleep 100000' >/dev/null; then fail "fake-hang: the hanging stage outlived its limit"; fi
+# No time for any stage: all NOT RUN, exit 5.
+fake fake-starved 5 6 "$all_pass"
+expect_verdicts "$work/fake-starved" "preflight NOT RUN" "model NOT RUN" "gpu_tests NOT RUN" "generate NOT RUN" "hf NOT RUN"
+CUDA_VISIBLE_DEVICES='' PDSERVE_PLUMBING_FAKE=preflight=pass PATH=/usr/bin:/bin timeout 60 "$run_tests" "$work/no-fake" \
+  >/dev/null 2>&1
+[[ $? -eq 3 ]] || fail "PDSERVE_PLUMBING_FAKE is honoured outside the plumbing check"
 
 # The stages' plumbing on the CPU: every stage that can run here passes, the others skip.
-CUDA_VISIBLE_DEVICES= PDSERVE_GPU_WORK=$work/plumbing-work timeout 400 "$run_tests" "$work/plumbing" \
+CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 300 "$run_tests" "$work/plumbing" \
   --plumbing-check >"$work/plumbing.out" 2>&1
 code=$?
-summary=$work/plumbing/summary.txt
-for expected in "preflight PASS" "model PASS" "gpu_tests SKIP" "generate PASS" "bench SKIP"; do
-  grep -q "^$expected " "$summary" 2>/dev/null || fail "plumbing check: no '$expected' in the summary"
+verdicts=$work/plumbing/verdicts.txt
+for expected in "preflight PASS" "model PASS" "gpu_tests SKIP" "generate PASS"; do
+  grep -q "^$expected " "$verdicts" 2>/dev/null || fail "plumbing check: no '$expected' in the verdicts"
 done
-grep -q '^hf \(SKIP\|PASS\) ' "$summary" || fail "plumbing check: hf neither skipped nor passed"
-grep -q '^sanitizer SKIP ' "$summary" || fail "plumbing check: sanitizer not skipped"
-grep -q 'cuda32: 2/2 prompts equal ids' "$summary" || fail "plumbing check: cpu float32 twice gave other ids"
+grep -q '^hf \(SKIP\|PASS\) ' "$verdicts" || fail "plumbing check: hf neither skipped nor passed"
+grep -q 'cuda32: 2/2 prompts equal ids' "$verdicts" || fail "plumbing check: cpu float32 twice gave other ids"
 [[ $code -eq 0 ]] || fail "plumbing check exit $code"
-files=$(find "$work/plumbing" -type f | wc -l)
-[[ $files -le 4 ]] || fail "plumbing check left $files files in OUT: $(ls "$work/plumbing")"
+expect_files "$work/plumbing" verdicts.txt details.tar.gz preflight.log model.log gpu_tests.log generate.log hf.log
 listing=$(tar -tzf "$work/plumbing/details.tar.gz")  # not piped into grep -q: pipefail
 grep -q 'details/generate.jsonl' <<<"$listing" || fail "details.tar.gz lacks the comparison records"
+CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 120 "$run_tests" "$work/plumbing2" \
+  --second --plumbing-check >"$work/plumbing2.out" 2>&1
+code=$?
+expect_verdicts "$work/plumbing2" "preflight PASS" "bench SKIP" "sanitizer SKIP"
+[[ $code -eq 0 ]] || fail "second run's plumbing check exit $code"
+grep -q '^bench SKIP .*its flags parsed' "$work/plumbing2/verdicts.txt" ||
+  fail "second run: pdserve-bench-gpu did not reach the device check with the bench stage's flags"
 if [[ $failures -ne 0 ]]; then
-  echo "--- plumbing output"; cat "$work/plumbing.out"; cat "$work/plumbing/gpu-run.log" 2>/dev/null | tail -60
+  echo "--- plumbing output"; cat "$work/plumbing.out" "$work/plumbing2.out"
+  tail -30 "$work/plumbing"/*.log 2>/dev/null
 fi
-cat "$summary"
+cat "$verdicts" "$work/plumbing2/verdicts.txt"
 echo "gpu bundle: $failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -77,14 +77,25 @@ RowErrors row_errors(std::span<const float> actual, std::span<const float> expec
 
 std::vector<float> uniform_floats(size_t count, uint64_t seed, float scale) {
   std::vector<float> values(count);
-  uint64_t state = seed;
-  for (float& value : values) value = next_uniform(state) * scale;
+  // SplitMix64's state after i steps is seed + i * gamma, so element i needs no predecessor:
+  // the same sequence as one thread stepping through it, filled on every core (the real-size
+  // GEMM operands reach 622M floats).
+  const auto total = static_cast<int64_t>(count);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < total; ++i) {
+    uint64_t state = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    values[static_cast<size_t>(i)] = next_uniform(state) * scale;
+  }
   return values;
 }
 
 std::vector<float> rounded_to(std::vector<float> values, DType dtype) {
   if (dtype == DType::kBF16) {
-    for (float& value : values) value = bf16_to_float(float_to_bf16(value));
+    const auto total = static_cast<int64_t>(values.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < total; ++i) {
+      values[static_cast<size_t>(i)] = bf16_to_float(float_to_bf16(values[static_cast<size_t>(i)]));
+    }
   }
   return values;
 }

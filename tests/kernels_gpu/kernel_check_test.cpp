@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/core/dtype.h"
 #include "kernels/backend.h"
 
 namespace pdserve {
@@ -26,6 +27,28 @@ constexpr double kFloat32AttentionTolerance = 5e-5;
 
 std::unique_ptr<Backend> cpu_backend() {
   return std::move(create_backend(BackendOptions{})).value();
+}
+
+// uniform_floats fills on every core; its values are one SplitMix64 stream stepped on one
+// thread, whatever the thread count.
+TEST(UniformFloats, EqualOneSerialSplitMix64Stream) {
+  const size_t count = 300007;
+  const std::vector<float> values = kernel_check::uniform_floats(count, 51, 0.25f);
+  ASSERT_EQ(values.size(), count);
+  uint64_t state = 51;
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float expected =
+        (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f) * 0.25f;
+    ASSERT_EQ(values[i], expected) << "element " << i;
+  }
+  const std::vector<float> rounded = kernel_check::rounded_to(values, DType::kBF16);
+  for (size_t i = 0; i < count; i += 9973) {
+    EXPECT_EQ(rounded[i], bf16_to_float(float_to_bf16(values[i]))) << "element " << i;
+  }
 }
 
 // The CPU backend's paged attention on the problem (its K/V pools in the problem's KV dtype).
