@@ -130,7 +130,7 @@ fake() {  # fake NAME EXPECTED_EXIT BUDGET FAKES
   code=$?
   seconds=$(($(date +%s) - start))
   [[ $code -eq $2 ]] || fail "$1: exit $code, expected $2: $(cat "$work/$1.out")"
-  [[ $seconds -le $(($3 + 3)) ]] || fail "$1: took ${seconds}s of a ${3}s budget"
+  [[ $seconds -le $(($3 + 10)) ]] || fail "$1: took ${seconds}s of a ${3}s budget"
 }
 all_pass=preflight=pass,model=pass,gpu_tests=pass,generate=pass,hf=pass
 fake fake-pass 0 360 "$all_pass"
@@ -139,11 +139,11 @@ expect_files "$work/fake-pass" verdicts.txt details.tar.gz preflight.log model.l
 fake fake-fail 1 360 "${all_pass/model=pass/model=fail}"
 expect_verdicts "$work/fake-fail" "preflight PASS" "model FAIL" "gpu_tests PASS" "generate PASS" "hf PASS"
 # A hanging stage (its command under timeout, in a process group of its own) is stopped when
-# the budget ends (14 s less the 5 s reserve): TIMEOUT, the stages after it NOT RUN, and none of
-# its processes left.
+# the budget ends (14 s less the 5 s reserve and what the stages before it took: 5 to 9 s under
+# load): TIMEOUT, the stages after it NOT RUN, and none of its processes left.
 fake fake-hang 4 14 "${all_pass/gpu_tests=pass/gpu_tests=hang}"
 expect_verdicts "$work/fake-hang" "preflight PASS" "model PASS" "gpu_tests TIMEOUT" "generate NOT RUN" "hf NOT RUN"
-grep -q '^gpu_tests TIMEOUT [0-9]*s (limit [89]s; stand-in' "$work/fake-hang/verdicts.txt" ||
+grep -q '^gpu_tests TIMEOUT [0-9]*s (limit [5-9]s; stand-in' "$work/fake-hang/verdicts.txt" ||
   fail "fake-hang: the hanging stage's limit is not what was left of the budget: $(cat "$work/fake-hang/verdicts.txt")"
 if pgrep -f 'sleep 100000' >/dev/null; then fail "fake-hang: the hanging stage outlived its limit"; fi
 # No time for any stage: all NOT RUN, exit 5.
