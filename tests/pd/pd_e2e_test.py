@@ -164,16 +164,32 @@ def topology(prefill, decode, extra=(), prefill_args=()):
             "decode": [{"port": 0} for _ in range(decode)]}
 
 
-def check_no_blocks_in_use(cluster, roles=("decode", "prefill")):
+# What each role counts for every prompt it took: a node whose counter moved held KV blocks
+# for it, so "no block in use" afterwards means they were released, not that none were taken.
+WORK_COUNTERS = {"decode": "vllm:prompt_tokens_total", "prefill": "pdserve:prefill_prompt_tokens_total"}
+
+
+def check_no_blocks_in_use(cluster, roles=("decode", "prefill"), killed=()):
+    """Every node of `roles` took work and holds no KV block now; `killed`: the URLs of nodes the
+    test killed itself (skipped). Any other node that does not answer died unasked: a failure."""
     for role in roles:
         for index in range(len(cluster.topology[role])):
             url = cluster.url(role, index)
+            if url in killed:
+                continue
+            try:
+                served = metric(url, WORK_COUNTERS[role])
+            except OSError as error:
+                raise AssertionError(f"{role} {url} died unasked: {error}") from error
+            if served == 0:
+                raise AssertionError(f"{role} {url} took no work ({WORK_COUNTERS[role]} is 0): "
+                                     "its free pool proves nothing")
             deadline = time.monotonic() + 15
             while True:
                 try:
                     used = metric(url, "vllm:kv_cache_usage_perc")
-                except OSError:
-                    break  # a node killed by the test
+                except OSError as error:
+                    raise AssertionError(f"{role} {url} died unasked: {error}") from error
                 if used == 0:
                     break
                 if time.monotonic() > deadline:
@@ -299,6 +315,7 @@ def faults(cluster, requests, reference):
     print("ok: clients that left mid-flight left no KV block in use", flush=True)
 
     # A prefill node dies: the decode node tries the next one.
+    killed = {cluster.url("prefill", 0)}
     os.kill(cluster.pid("prefill", 0), signal.SIGKILL)
     got = run_all(proxy, requests[:8])
     expect_same(reference[:8], got, "after kill -9 of a prefill node")
@@ -320,15 +337,16 @@ def faults(cluster, requests, reference):
         time.sleep(0.2)
     got = run_all(proxy, requests[:8])
     expect_same(reference[:8], got, "after SIGSTOP and SIGCONT of a decode node mid-stream")
-    check_no_blocks_in_use(cluster, roles=("decode",))
+    check_no_blocks_in_use(cluster, roles=("decode",), killed=killed)
 
     victim_url = cut_streams(cluster, streams, uninterrupted, signal.SIGKILL, "kill -9")
+    killed.add(victim_url)
     states = {n["url"]: n["state"] for n in cluster.nodes()}
     if states.get(victim_url, "down") != "down":
         raise AssertionError(f"the proxy still routes to the killed decode node: {states}")
     got = run_all(proxy, requests[:8])
     expect_same(reference[:8], got, "after kill -9 of a decode node mid-stream")
-    check_no_blocks_in_use(cluster, roles=("decode",))
+    check_no_blocks_in_use(cluster, roles=("decode",), killed=killed)
 
 
 def long_streams(requests):
