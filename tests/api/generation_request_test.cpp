@@ -10,19 +10,16 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/protocol/pdserve_headers.h"
+#include "tests/tokenizer/test_support.h"
 
 namespace pdserve {
 namespace {
 
 using Json = nlohmann::json;
+using tokenizer_test::qwen3_tokenizer;
 
 constexpr std::string_view kToken = "cluster-secret";
 
-const Tokenizer& tokenizer() {
-  static const Tokenizer instance =
-      Tokenizer::from_model_dir(PDSERVE_ASSETS_DIR "/qwen3-tokenizer").value();
-  return instance;
-}
 const ChatTemplate& chat_template() {
   static const ChatTemplate instance =
       ChatTemplate::from_tokenizer_config(PDSERVE_ASSETS_DIR
@@ -51,7 +48,7 @@ http::HttpRequest request(const Json& body, bool cluster_member = false,
 
 ApiResult<PreparedGeneration> prepare(const http::HttpRequest& http_request, bool chat = false) {
   return prepare_generation(http_request, chat,
-                            {tokenizer(), chat_template(), model(), false, false, kToken});
+                            {qwen3_tokenizer(), chat_template(), model(), false, false, kToken});
 }
 
 // A resumption as the proxy writes it (StreamResume's own serialiser).
@@ -66,8 +63,8 @@ TEST(PrepareGeneration, PromptsAreTheTokenizersTokensWithNChoicesEach) {
       prepare(request({{"prompt", Json::array({"one", "two three"})}, {"n", 2}}));
   ASSERT_TRUE(prepared.ok()) << prepared.error().message;
   ASSERT_EQ(prepared.value().prompts.size(), 2u);
-  EXPECT_EQ(prepared.value().prompts[0].tokens, tokenizer().encode("one").value());
-  EXPECT_EQ(prepared.value().prompts[1].tokens, tokenizer().encode("two three").value());
+  EXPECT_EQ(prepared.value().prompts[0].tokens, qwen3_tokenizer().encode("one").value());
+  EXPECT_EQ(prepared.value().prompts[1].tokens, qwen3_tokenizer().encode("two three").value());
   EXPECT_EQ(prepared.value().num_choices(), 4u);
   EXPECT_FALSE(prepared.value().resume);
   EXPECT_FALSE(prepared.value().resumable);
@@ -78,7 +75,7 @@ TEST(PrepareGeneration, AChatPromptIsTheRenderedTemplateTokenized) {
   ApiResult<PreparedGeneration> prepared = prepare(request({{"messages", messages}}), true);
   ASSERT_TRUE(prepared.ok()) << prepared.error().message;
   ASSERT_EQ(prepared.value().prompts.size(), 1u);
-  const std::string text = tokenizer().decode(prepared.value().prompts[0].tokens, false).value();
+  const std::string text = qwen3_tokenizer().decode(prepared.value().prompts[0].tokens, false).value();
   EXPECT_NE(text.find("<|im_start|>user\nHi<|im_end|>"), std::string::npos) << text;
   EXPECT_TRUE(text.ends_with("<|im_start|>assistant\n")) << text;
 }

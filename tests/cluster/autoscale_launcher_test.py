@@ -9,7 +9,6 @@ Environment: PDSERVE_SOURCE_DIR.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,17 +16,15 @@ import tempfile
 import threading
 import time
 
+from stand_in_build import install_stand_ins
+
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
     signal.alarm(100)  # below the CTest TIMEOUT
     with tempfile.TemporaryDirectory(prefix="pdserve-autoscale-loop-") as directory:
-        for sub, name in (("proxy", "pdserve-proxy"), ("prefill_node", "pdserve-prefill"),
-                          ("decode_node", "pdserve-decode")):
-            os.makedirs(os.path.join(directory, sub))
-            shutil.copy(os.path.join(HERE, "fake_cluster_binary.py"), os.path.join(directory, sub, name))
+        install_stand_ins(directory)
         advice_path, fail_path = os.path.join(directory, "advice.json"), os.path.join(directory, "fail")
 
         def advise(decode_nodes, requests=10):

@@ -11,14 +11,14 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 
+from stand_in_build import install_stand_ins
+
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
-HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICE = re.compile(r"^(cpu|cuda|cuda:[0-9]+)$")
 
 
@@ -61,10 +61,7 @@ def launch(directory, config):
 def main():
     signal.alarm(100)  # below the CTest TIMEOUT
     with tempfile.TemporaryDirectory(prefix="pdserve-gpu-topologies-") as directory:
-        for sub, name in (("proxy", "pdserve-proxy"), ("prefill_node", "pdserve-prefill"),
-                          ("decode_node", "pdserve-decode")):
-            os.makedirs(os.path.join(directory, sub))
-            shutil.copy(os.path.join(HERE, "fake_cluster_binary.py"), os.path.join(directory, sub, name))
+        install_stand_ins(directory)
         with open(os.path.join(directory, "advice.json"), "w") as handle:
             json.dump({"prefill_nodes": 1, "decode_nodes": 1, "requests": 0}, handle)
 

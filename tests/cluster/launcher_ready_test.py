@@ -12,15 +12,15 @@ Environment: PDSERVE_SOURCE_DIR.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+from stand_in_build import install_stand_ins
+
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def on_deadline(_signum, _frame):
@@ -33,10 +33,7 @@ def main():
     signal.signal(signal.SIGALRM, on_deadline)
     signal.alarm(50)
     with tempfile.TemporaryDirectory(prefix="pdserve-launcher-ready-") as directory:
-        for sub, name in (("proxy", "pdserve-proxy"), ("prefill_node", "pdserve-prefill"),
-                          ("decode_node", "pdserve-decode")):
-            os.makedirs(os.path.join(directory, sub))
-            shutil.copy(os.path.join(HERE, "fake_cluster_binary.py"), os.path.join(directory, sub, name))
+        install_stand_ins(directory)
         topology = os.path.join(directory, "topology.json")
         with open(topology, "w") as handle:
             json.dump({"proxy": {"port": 0}, "prefill": [{"port": 0}], "decode": [{"port": 0}, {"port": 0}]},
