@@ -1,6 +1,7 @@
 #include "proxy/node_registry.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,9 +19,8 @@ Status check_model_name(std::string_view model) {
     return invalid_argument("registration: 'model' is longer than " +
                             std::to_string(NodeRegistry::kMaxModelNameBytes) + " bytes");
   }
-  if (std::ranges::any_of(model, [](char c) {
-        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-      })) {
+  if (std::ranges::any_of(model,
+                          [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); })) {
     return invalid_argument("registration: 'model' holds a control character");
   }
   return Status::ok_status();

@@ -1,6 +1,7 @@
 #include "common/cluster/cluster_auth.h"
 
 #include <algorithm>
+#include <cctype>
 #include <utility>
 
 #include "common/core/log.h"
@@ -34,7 +35,7 @@ Status check_cluster_token_format(std::string_view token) {
     return invalid_argument(std::string(kFlag) + " is only whitespace; give a secret");
   }
   if (std::ranges::any_of(token, [&](char c) {
-        return !is_space(c) && (static_cast<unsigned char>(c) < 0x20 || c == 0x7f);
+        return !is_space(c) && std::iscntrl(static_cast<unsigned char>(c));
       })) {
     return invalid_argument(std::string(kFlag) +
                             " holds a control character, which no HTTP header can carry");
