@@ -63,13 +63,6 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
-std::optional<int64_t> usage_count(const Json* usage, const char* field) {
-  if (usage == nullptr || !usage->is_object()) return std::nullopt;
-  const auto found = usage->find(field);
-  if (found == usage->end() || !found->is_number_integer()) return std::nullopt;
-  return found->get<int64_t>();
-}
-
 // A final answer that has no content by definition (RFC 9110: 204, 205, 304): never what a
 // node owes an API call, and not relayable as one (the proxy asked no conditional request).
 bool has_no_content(int status) { return status == 204 || status == 205 || status == 304; }
@@ -660,9 +653,9 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
         if (ex->streaming) {
           if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
           const std::optional<RequestTimeline> aligned =
-              ex->relay.timeline()
-                  ? record_timeline(*ex, *ex->relay.timeline(), ex->relay.usage())
-                  : std::nullopt;
+              ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline(),
+                                                     ex->relay.usage().value_or(UsageCounts{}))
+                                   : std::nullopt;
           const std::optional<Json> for_client = client_timeline(*ex, aligned);
           if (std::string rest = ex->relay.finish(for_client ? &*for_client : nullptr);
               !rest.empty()) {
@@ -704,7 +697,7 @@ Result<std::string> ProxyServer::resumed_body(const Exchange& exchange) {
 
 std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
                                                             const Json& node_timeline,
-                                                            const Json* usage) {
+                                                            const UsageCounts& usage) {
   ProxyMeasurements measured;
   measured.trace_id = exchange.trace.trace_id;
   measured.routes = exchange.routes;
@@ -737,15 +730,15 @@ std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
   return std::move(*aligned);
 }
 
-OtlpRequestInfo ProxyServer::otlp_request_info(const Exchange& exchange, const Json* usage) {
+OtlpRequestInfo ProxyServer::otlp_request_info(const Exchange& exchange, const UsageCounts& usage) {
   OtlpRequestInfo info;
   info.root_span_id = exchange.trace.span_id;
   info.client_span_id = exchange.client_span_id;
   info.arrival_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              exchange.arrival_wall.time_since_epoch())
                              .count();
-  info.prompt_tokens = usage_count(usage, "prompt_tokens");
-  info.completion_tokens = usage_count(usage, "completion_tokens");
+  info.prompt_tokens = usage.prompt_tokens;
+  info.completion_tokens = usage.completion_tokens;
   return info;
 }
 
@@ -777,9 +770,8 @@ std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
     return body;
   }
   if (!parsed->has_value()) return body;
-  const std::optional<RequestTimeline> aligned = record_timeline(
-      exchange, (*parsed)->timeline,
-      (*parsed)->response.contains("usage") ? &(*parsed)->response["usage"] : nullptr);
+  const std::optional<RequestTimeline> aligned =
+      record_timeline(exchange, (*parsed)->timeline, (*parsed)->counts);
   const std::optional<Json> for_client = client_timeline(exchange, aligned);
   return (*parsed)->with_timeline(for_client ? &*for_client : nullptr);
 }

@@ -47,6 +47,7 @@
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/request_timeline.h"
+#include "common/protocol/stream_event.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
 #include "proxy/otlp_exporter.h"
@@ -106,12 +107,12 @@ class ProxyServer {
   void count_prefix_hits(NodeRole pool, const NodeRef& node);
   // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
   // trace file, histograms, OTLP); the aligned timeline, or nullopt (logged) when it cannot be
-  // read. `usage` is the response's usage object when it carried one (its token counts).
+  // read. `usage`: the response's token counts, where it had them.
   std::optional<RequestTimeline> record_timeline(Exchange& exchange,
                                                  const nlohmann::json& node_timeline,
-                                                 const nlohmann::json* usage);
+                                                 const UsageCounts& usage);
   // The OTLP span tree's ids, wall-clock arrival and the response's token counts.
-  static OtlpRequestInfo otlp_request_info(const Exchange& exchange, const nlohmann::json* usage);
+  static OtlpRequestInfo otlp_request_info(const Exchange& exchange, const UsageCounts& usage);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
   // Ends a stream the client already has with an error event and [DONE].

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/core/json_depth.h"
+#include "common/protocol/openai_response.h"
 #include "common/protocol/request_timeline.h"
 #include "proxy/address_redaction.h"
 
@@ -10,11 +11,6 @@ namespace pdserve::proxy {
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr std::string_view kErrorEventPrefix = "data: {\"error\"";
-// A choice's finish_reason with a value: JSON escapes every quote inside a string, so this
-// text cannot come from generated content.
-constexpr std::string_view kFinishReasonSet = "\"finish_reason\":\"";
 
 // The length of the event at the start of `text` including its blank line, or npos when the
 // blank line has not arrived. Looks no earlier than `from`.
@@ -26,13 +22,6 @@ size_t event_end(std::string_view text, size_t from) {
     return lf + 2;
   }
   return crlf + 4;
-}
-
-std::string_view trim(std::string_view text) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\r' || c == '\n' || c == '\t'; };
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
 }
 
 // The JSON object in `text`, or InvalidArgument naming `where`.
@@ -86,28 +75,23 @@ std::string SseRelay::feed(std::string_view bytes) {
   return out;
 }
 
-void SseRelay::note_checkpoint(std::string_view event) {
-  Result<StreamCheckpoint> checkpoint = StreamCheckpoint::parse_comment(trim(event));
-  if (!checkpoint.ok()) {
-    problem_ = checkpoint.status();
-    return;
-  }
+void SseRelay::note_checkpoint(StreamCheckpoint checkpoint) {
   if (delivered_.id.empty()) {
-    delivered_.id = checkpoint->id;
-    delivered_.created = checkpoint->created;
-    delivered_.choices.resize(static_cast<size_t>(checkpoint->choices));
+    delivered_.id = checkpoint.id;
+    delivered_.created = checkpoint.created;
+    delivered_.choices.resize(static_cast<size_t>(checkpoint.choices));
   }
-  if (static_cast<size_t>(checkpoint->choices) != delivered_.choices.size()) {
-    problem_ = invalid_argument("a stream checkpoint names " +
-                                std::to_string(checkpoint->choices) + " choices, the stream has " +
-                                std::to_string(delivered_.choices.size()));
+  if (static_cast<size_t>(checkpoint.choices) != delivered_.choices.size()) {
+    problem_ =
+        invalid_argument("a stream checkpoint names " + std::to_string(checkpoint.choices) +
+                         " choices, the stream has " + std::to_string(delivered_.choices.size()));
     return;
   }
-  checkpoints_.push_back(std::move(*checkpoint));
+  checkpoints_.push_back(std::move(checkpoint));
 }
 
-void SseRelay::note_forwarded(std::string_view event) {
-  if (delivered_.id.empty()) return;  // no checkpoint yet: nothing to resume, nothing to scan
+void SseRelay::note_forwarded(const StreamEvent* event) {
+  if (delivered_.id.empty()) return;  // no checkpoint yet: nothing to resume
   // Several checkpoints in a row (the head's, then a choice's) all count with this event.
   for (StreamCheckpoint& checkpoint : checkpoints_) {
     ResumedChoice& choice = delivered_.choices[static_cast<size_t>(checkpoint.index)];
@@ -115,74 +99,73 @@ void SseRelay::note_forwarded(std::string_view event) {
                                    checkpoint.token_ids.end());
     if (checkpoint.sampler_state) choice.sampler_state = checkpoint.sampler_state;
   }
-  if (event.find(kFinishReasonSet) != std::string_view::npos) {
-    // The checkpoint just before an event names its choice.
-    const size_t index = checkpoints_.empty() ? 0 : static_cast<size_t>(checkpoints_.back().index);
-    delivered_.choices[index].finished = true;
-  }
   checkpoints_.clear();
+  const auto* chunk = event ? std::get_if<ChunkEvent>(event) : nullptr;
+  if (chunk == nullptr) return;
+  for (const ChunkChoice& choice : chunk->choices) {
+    if (!choice.finish_reason) continue;
+    if (static_cast<size_t>(choice.index) >= delivered_.choices.size()) {
+      problem_ = invalid_argument("a chunk finishes choice " + std::to_string(choice.index) +
+                                  ", the stream has " + std::to_string(delivered_.choices.size()));
+      continue;
+    }
+    delivered_.choices[static_cast<size_t>(choice.index)].finished = true;
+  }
 }
 
 void SseRelay::route_event(std::string_view event, std::string& out) {
-  if (event.starts_with(kStreamCheckpointPrefix)) {
-    note_checkpoint(event);
+  Result<StreamEvent> parsed = parse_stream_event(event);
+  if (!parsed.ok()) {
+    problem_ = parsed.status();
+    // An unreadable pdserve comment is no client's business: dropped. Anything else passes as
+    // it came, and its checkpoint's tokens count as delivered.
+    if (event.starts_with(':')) return;
+    note_forwarded(nullptr);
+    ((usage_event_ || comment_held_) ? held_after_ : out).append(event);
     return;
   }
-  note_forwarded(event);
-  const bool held = usage_event_.has_value() || comment_held_;
-  std::string& destination = held ? held_after_ : out;
-  if (redact_errors_ && event.starts_with(kErrorEventPrefix)) {
-    destination += "data: " + redact_error_body(trim(event.substr(5)), cluster_token_) + "\n\n";
+  StreamEvent& typed = *parsed;
+  if (auto* checkpoint = std::get_if<CheckpointEvent>(&typed)) {
+    note_checkpoint(std::move(checkpoint->checkpoint));
     return;
   }
-  if (event.find(kTimelineUsageField) == std::string_view::npos) {
-    destination.append(event);
+  if (const auto* timeline = std::get_if<TimelineEvent>(&typed)) {
+    timeline_ = Json(timeline->timeline);
+    comment_held_ = true;
     return;
   }
-  if (event.starts_with(kTimelineCommentPrefix)) {
-    Result<Json> timeline = parse_object(trim(event.substr(kTimelineCommentPrefix.size())),
-                                         "the ': pdserve_timeline' comment");
-    if (timeline.ok()) {
-      timeline_ = std::move(*timeline);
-      comment_held_ = true;
-    } else {
-      problem_ = timeline.status();  // dropped: a comment is no client's business
-    }
+  note_forwarded(&typed);
+  std::string& destination = (usage_event_ || comment_held_) ? held_after_ : out;
+  if (const auto* error = std::get_if<ErrorEvent>(&typed); error && redact_errors_) {
+    destination += "data: " + redact_error_body(to_json_text(error->data), cluster_token_) + "\n\n";
     return;
   }
-  if (!usage_event_ && event.starts_with("data:")) {
-    std::string_view data = event.substr(5);
-    Result<Json> chunk = parse_object(trim(data), "the stream's usage chunk");
-    Result<std::optional<Json>> timeline = chunk.ok()
-                                               ? usage_timeline(*chunk, "the stream's usage chunk")
-                                               : Result<std::optional<Json>>(chunk.status());
-    if (timeline.ok() && timeline->has_value()) {
-      timeline_ = std::move(**timeline);
-      usage_event_ = std::move(*chunk);
-      return;
-    }
-    if (!timeline.ok()) problem_ = timeline.status();
+  if (auto* usage = std::get_if<UsageEvent>(&typed); usage && usage->timeline && !usage_event_) {
+    timeline_ = Json(*usage->timeline);
+    usage_event_ = std::move(*usage);
+    return;
   }
-  (held ? held_after_ : out).append(event);
+  destination.append(event);
 }
 
-const Json* SseRelay::usage() const {
-  return usage_event_ && usage_event_->contains("usage") ? &(*usage_event_)["usage"] : nullptr;
+std::optional<UsageCounts> SseRelay::usage() const {
+  if (!usage_event_) return std::nullopt;
+  return usage_event_->usage;
 }
 
 std::string SseRelay::finish(const Json* client_timeline) {
   std::string out;
   if (usage_event_) {
-    Json& usage = (*usage_event_)["usage"];
+    nlohmann::ordered_json& usage = usage_event_->data["usage"];
     if (client_timeline) {
       usage[kTimelineUsageField] = *client_timeline;
     } else {
       usage.erase(kTimelineUsageField);
     }
-    out = "data: " + usage_event_->dump() + "\n\n";
+    out = to_sse(UsageEvent::of(std::move(usage_event_->data)));
     usage_event_.reset();
   } else if (comment_held_ && client_timeline) {
-    out = std::string(kTimelineCommentPrefix) + client_timeline->dump() + "\n\n";
+    out = to_sse(TimelineEvent{*client_timeline});
   }
   comment_held_ = false;
   out += held_after_;
@@ -200,7 +183,9 @@ Result<std::optional<TimelineBody>> parse_timeline_body(std::string_view body) {
   PDS_ASSIGN_OR_RETURN(std::optional<Json> timeline,
                        usage_timeline(response, "the decode node's response body"));
   if (!timeline) return std::optional<TimelineBody>();
-  return std::optional<TimelineBody>(TimelineBody{std::move(response), std::move(*timeline)});
+  UsageCounts usage = read_usage_counts(response["usage"]);
+  return std::optional<TimelineBody>(
+      TimelineBody{std::move(response), std::move(*timeline), std::move(usage)});
 }
 
 std::string TimelineBody::with_timeline(const Json* client_timeline) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/core/status.h"
+#include "common/protocol/stream_event.h"
 #include "common/protocol/stream_resume.h"
 
 namespace pdserve::proxy {
@@ -32,18 +33,20 @@ struct DeliveredStream {
 inline constexpr size_t kMaxSseHeldBytes = size_t{8} << 20;
 
 // Frames a relayed SSE stream into events (split across reads in any way; "\n\n" or
-// "\r\n\r\n" ends an event) and forwards them, except:
-//  * the comment `: pdserve_timeline {json}`: recorded and held back, with everything after
-//    it, until finish() puts the client's timeline (if any) in its place;
-//  * the event whose data has `usage.pdserve_timeline`: likewise;
-//  * with redact_errors(), an error event (`data: {"error"...`) has the addresses in its
-//    message and the cluster token redacted;
-//  * a stream checkpoint (`: pdserve_resume {json}`, common/protocol/stream_resume.h): dropped;
-//    its tokens count as delivered once the next event has been forwarded, and a finish_reason
-//    in that event finishes the checkpoint's choice.
-// Only events that contain the text "pdserve_timeline", or that start as an error event, are
-// parsed. What the relay holds back (an event not yet complete, the events after a timeline
-// carrier) is bounded by kMaxSseHeldBytes: past it the stream cannot be relayed (overflowed()).
+// "\r\n\r\n" ends an event), reads each once as a typed event
+// (common/protocol/stream_event.h) and forwards it as it came, except:
+//  * the timeline comment (TimelineEvent): recorded and held back, with everything after it,
+//    until finish() puts the client's timeline (if any) in its place;
+//  * the usage chunk with `usage.pdserve_timeline` (UsageEvent): likewise;
+//  * with redact_errors(), an error event (ErrorEvent) has the addresses in its message and
+//    the cluster token redacted;
+//  * a stream checkpoint (CheckpointEvent, common/protocol/stream_resume.h): dropped; its
+//    tokens count as delivered once the next event has been forwarded, and a chunk's choice
+//    with a finish_reason is finished;
+//  * an event that cannot be read: forwarded as it came (a problem()), or dropped when it
+//    starts as a comment (an unreadable pdserve comment).
+// What the relay holds back (an event not yet complete, the events after a timeline carrier)
+// is bounded by kMaxSseHeldBytes: past it the stream cannot be relayed (overflowed()).
 class SseRelay {
  public:
   SseRelay() = default;
@@ -68,10 +71,10 @@ class SseRelay {
 
   // The node's timeline, once an event has carried one.
   const std::optional<nlohmann::json>& timeline() const { return timeline_; }
-  // The usage object of the held usage chunk (streams with include_usage), until finish().
-  const nlohmann::json* usage() const;
-  // Why an event that looked like a timeline carrier could not be read (it is then forwarded
-  // as it came, or dropped if it was the comment).
+  // The token counts of the held usage chunk (streams with include_usage), until finish().
+  std::optional<UsageCounts> usage() const;
+  // Why the last unreadable event (or checkpoint that does not fit the stream) could not be
+  // read: it was forwarded as it came, or dropped if it was a comment.
   const std::optional<Status>& problem() const { return problem_; }
 
   // At the end of the stream: what is still held back, the timeline carrier first, with
@@ -83,14 +86,14 @@ class SseRelay {
  private:
   // Decides what happens to one complete event; appends what to forward now to `out`.
   void route_event(std::string_view event, std::string& out);
-  // Records a checkpoint, or the delivery of the event after it.
-  void note_checkpoint(std::string_view event);
-  void note_forwarded(std::string_view event);
+  // Records a checkpoint, or the delivery of the event after it (null: an unreadable one).
+  void note_checkpoint(StreamCheckpoint checkpoint);
+  void note_forwarded(const StreamEvent* event);
 
   std::string pending_;   // bytes of the event not yet complete
   size_t scan_from_ = 0;  // where to resume looking for the end of the pending event
   std::optional<nlohmann::json> timeline_;
-  std::optional<nlohmann::json> usage_event_;  // parsed data of the held event
+  std::optional<UsageEvent> usage_event_;      // the held usage chunk
   bool comment_held_ = false;                  // the timeline came as the comment
   std::string held_after_;                     // events after the carrier
   bool redact_errors_ = false;
@@ -105,6 +108,7 @@ class SseRelay {
 struct TimelineBody {
   nlohmann::json response;
   nlohmann::json timeline;  // response.usage.pdserve_timeline as the node sent it
+  UsageCounts counts;       // response.usage's token counts
 
   // The body with `usage.pdserve_timeline` replaced by `client_timeline`, or without it when
   // that is null.

@@ -39,11 +39,15 @@ Status read_head(FieldReader& reader, const std::string& where, std::string& id,
 
 }  // namespace
 
-std::string StreamCheckpoint::to_comment() const {
+Json StreamCheckpoint::to_json() const {
   Json json = {{"id", id},         {"created", created},    {"choices", choices},
                {"index", index},   {"token_ids", token_ids}};
   put_sampler_state(json, sampler_state);
-  return std::string(kStreamCheckpointPrefix) + json.dump() + "\n\n";
+  return json;
+}
+
+std::string StreamCheckpoint::to_comment() const {
+  return std::string(kStreamCheckpointPrefix) + to_json().dump() + "\n\n";
 }
 
 Result<StreamCheckpoint> StreamCheckpoint::parse_comment(std::string_view event) {
@@ -54,6 +58,12 @@ Result<StreamCheckpoint> StreamCheckpoint::parse_comment(std::string_view event)
   }
   PDS_ASSIGN_OR_RETURN(const Json json,
                        parse_object(event.substr(kStreamCheckpointPrefix.size()), where));
+  return parse(json);
+}
+
+Result<StreamCheckpoint> StreamCheckpoint::parse(const Json& json) {
+  const std::string where = "the stream checkpoint";
+  if (!json.is_object()) return invalid_argument(where + " is not a JSON object");
   FieldReader reader(json, where);
   StreamCheckpoint checkpoint;
   PDS_RETURN_IF_ERROR(read_head(reader, where, checkpoint.id, checkpoint.created));

@@ -42,6 +42,11 @@ struct StreamCheckpoint {
   // From the comment event (with or without its blank line); InvalidArgument when malformed.
   // A comment without "choices" and "index" (a node of an older version) is choice 0 of 1.
   static Result<StreamCheckpoint> parse_comment(std::string_view event);
+  // The comment's JSON object, and back (stream_event.h reads comments of any spacing).
+  nlohmann::json to_json() const;
+  static Result<StreamCheckpoint> parse(const nlohmann::json& json);
+
+  bool operator==(const StreamCheckpoint&) const = default;
 };
 
 // One choice of a stream to continue.

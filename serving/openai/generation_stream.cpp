@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/http/api_error_response.h"
+#include "common/protocol/stream_event.h"
 #include "common/protocol/stream_resume.h"
 
 namespace pdserve {
@@ -40,9 +41,9 @@ GenerationStream::GenerationStream(RequestMetrics& series, const Tokenizer& toke
       channel_(std::move(channel)),
       lifecycle_(streamed) {}
 
-// Called with the mutex held. A resumable stream's choice events follow their checkpoint
-// (the usage chunk, of no choice, needs none). With continuous usage stats every choice
-// chunk carries its choice's usage so far (vLLM).
+// Called with the mutex held: a chunk of one choice. A resumable stream's choice events follow
+// their checkpoint (the usage chunk, of no choice, needs none and is written by finish()). With
+// continuous usage stats every choice chunk carries its choice's usage so far (vLLM).
 void GenerationStream::write_event(nlohmann::ordered_json payload) {
   if (resumable && payload["choices"].size() == 1) {
     write_checkpoint(payload["choices"][0]["index"].get<size_t>());
@@ -53,18 +54,14 @@ void GenerationStream::write_event(nlohmann::ordered_json payload) {
                         {"completion_tokens", choice.tokens_streamed},
                         {"total_tokens", choice.prompt_length + choice.tokens_streamed}};
   }
-  channel_->write(sse_event(payload));
+  channel_->write(to_sse(ChunkEvent::of(std::move(payload))));
 }
 
 void GenerationStream::write_checkpoint(size_t index) {
   Choice& choice = choices[index];
-  const StreamCheckpoint checkpoint{meta.id,
-                                    meta.created,
-                                    static_cast<int>(choices.size()),
-                                    static_cast<int>(index),
-                                    std::move(choice.unnamed_tokens),
-                                    choice.sampler_state};
-  channel_->write(checkpoint.to_comment());
+  channel_->write(to_sse(CheckpointEvent{{meta.id, meta.created, static_cast<int>(choices.size()),
+                                          static_cast<int>(index), std::move(choice.unnamed_tokens),
+                                          choice.sampler_state}}));
   choice.unnamed_tokens.clear();
 }
 
@@ -74,8 +71,8 @@ void GenerationStream::fail(const ApiError& error) {
       return;
     case FailureDelivery::kErrorEvent:
       metrics.count_response(200);
-      channel_->write(sse_event(nlohmann::ordered_json::parse(error.body())));
-      channel_->write(sse_done());
+      channel_->write(to_sse(ErrorEvent::of(error)));
+      channel_->write(to_sse(DoneEvent{}));
       channel_->end_stream();
       break;
     case FailureDelivery::kErrorResponse:
@@ -286,11 +283,11 @@ void GenerationStream::finish() {
     if (stream_options.include_usage) {
       nlohmann::ordered_json chunk = usage_chunk(meta, chat, usage);
       if (wants_timeline) chunk["usage"][kTimelineUsageField] = timeline_json();
-      write_event(chunk);
+      channel_->write(to_sse(UsageEvent::of(std::move(chunk))));
     } else if (wants_timeline) {
-      channel_->write(std::string(kTimelineCommentPrefix) + to_json_text(timeline_json()) + "\n\n");
+      channel_->write(to_sse(TimelineEvent{timeline_json()}));
     }
-    channel_->write(sse_done());
+    channel_->write(to_sse(DoneEvent{}));
     channel_->end_stream();
   } else if (chat) {
     std::vector<ChatChoice> out;

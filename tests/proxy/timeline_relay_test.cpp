@@ -264,8 +264,10 @@ TEST(SseRelayResume, TokensWhoseEventNeverCameAreNotDelivered) {
   SseRelay next(relay.delivered());
   next.feed(StreamCheckpoint{"cmpl-7", 99, 1, 0, {}, std::nullopt}.to_comment());
   next.feed(StreamCheckpoint{"cmpl-7", 99, 1, 0, {12, 13}, SamplerRng::State{3, 3, 3, 3}}.to_comment());
-  EXPECT_EQ(next.feed("data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n"),
-            "data: {\"choices\":[{\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n");
+  EXPECT_EQ(
+      next.feed(
+          "data: {\"choices\":[{\"index\":0,\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n"),
+      "data: {\"choices\":[{\"index\":0,\"text\":\"bc\",\"finish_reason\":\"length\"}]}\n\n");
   EXPECT_EQ(next.delivered().choices.at(0).output_token_ids,
             (std::vector<int32_t>{10, 11, 12, 13}));
   EXPECT_EQ(next.delivered().choices.at(0).sampler_state, (SamplerRng::State{3, 3, 3, 3}));
@@ -332,9 +334,14 @@ TEST(SseRelayResume, ChoicesAreTrackedApartAndTheStreamEndsWithItsLastChoice) {
 
 TEST(SseRelayResume, AStreamWithoutCheckpointsIsNotResumableAndABadCheckpointIsAProblem) {
   SseRelay plain;
-  plain.feed("data: {\"choices\":[{\"text\":\"a\"}]}\n\n");
+  plain.feed("data: {\"choices\":[{\"index\":0,\"text\":\"a\"}]}\n\n");
   EXPECT_FALSE(plain.delivered().resumable());
   EXPECT_FALSE(plain.problem().has_value());
+  // A chunk whose choice has no index (not OpenAI's schema) passes as it came, as a problem.
+  const std::string no_index = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n";
+  EXPECT_EQ(plain.feed(no_index), no_index);
+  ASSERT_TRUE(plain.problem().has_value());
+  EXPECT_NE(plain.problem()->message().find("'index'"), std::string::npos);
 
   SseRelay bad;
   EXPECT_EQ(bad.feed(": pdserve_resume {not json}\n\n"), "");
@@ -346,6 +353,68 @@ TEST(SseRelayResume, AStreamWithoutCheckpointsIsNotResumableAndABadCheckpointIsA
   content.feed("data: " + Json{{"choices", {{{"text", "\"finish_reason\":\"stop\""}}}}}.dump() +
                "\n\n");
   EXPECT_TRUE(content.delivered().resumable());
+}
+
+// Issue #29 item 4: the relay reads events as JSON, not as text. The same stream written with
+// another spacing and key order (as another writer, or a later version of ours, may) finishes
+// the same choices, has its error redacted and its usage timeline found; before, a finish
+// reason written `"finish_reason": "stop"` went unnoticed (the finished choice would have been
+// generated again on resumption) and an error event written `data: { "error"` passed with its
+// addresses.
+TEST(SseRelayResume, SpacingAndKeyOrderDoNotDecide) {
+  const auto checkpoint = [](int index, std::vector<int32_t> tokens) {
+    return StreamCheckpoint{"cmpl-2", 5, 2, index, std::move(tokens), SamplerRng::State{1, 1, 1, 1}}
+        .to_comment();
+  };
+  SseRelay relay;
+  relay.redact_errors("cluster-secret");
+  relay.feed(checkpoint(0, {}));
+  const std::string spaced =
+      "data: { \"choices\" : [ { \"text\" : \"a\", \"finish_reason\" : \"stop\", "
+      "\"index\" : 1 } ], \"id\" : \"cmpl-2\" }\r\n\r\n";
+  EXPECT_EQ(relay.feed(checkpoint(1, {7}) + spaced), spaced) << "forwarded as it came";
+  EXPECT_FALSE(relay.delivered().choices.at(0).finished);
+  EXPECT_TRUE(relay.delivered().choices.at(1).finished);
+  EXPECT_EQ(relay.delivered().choices.at(1).output_token_ids, (std::vector<int32_t>{7}));
+  EXPECT_TRUE(relay.delivered().resumable());
+
+  // Pretty-printed over several data lines: still choice 0's finish.
+  std::string pretty;
+  const std::string dumped = Json{{"index", 0}, {"finish_reason", "length"}, {"text", "b"}}.dump(1);
+  pretty = "data: {\"choices\": [\n";
+  for (size_t from = 0; from < dumped.size();) {
+    const size_t end = std::min(dumped.find('\n', from), dumped.size());
+    pretty += "data: " + dumped.substr(from, end - from) + "\n";
+    from = end + 1;
+  }
+  pretty += "data: ]}\n\n";
+  EXPECT_EQ(relay.feed(checkpoint(0, {8, 9}) + pretty), pretty);
+  EXPECT_TRUE(relay.delivered().choices.at(0).finished);
+  EXPECT_EQ(relay.delivered().choices.at(0).output_token_ids, (std::vector<int32_t>{8, 9}));
+  EXPECT_FALSE(relay.delivered().resumable());
+  EXPECT_FALSE(relay.problem().has_value()) << relay.problem()->to_string();
+
+  const std::string error =
+      "data: { \"error\" : { \"type\" : \"server_error\", \"message\" : "
+      "\"prefill node http://10.0.0.7:8100 said Bearer cluster-secret\" } }\n\n";
+  const std::string sent = relay.feed(error);
+  EXPECT_EQ(sent.find("10.0.0.7"), std::string::npos) << sent;
+  EXPECT_EQ(sent.find("cluster-secret"), std::string::npos) << sent;
+  EXPECT_EQ(Json::parse(sent.substr(6))["error"]["message"],
+            "prefill node <internal> said Bearer <redacted>");
+
+  const std::string usage =
+      "data: {\"usage\": {\"pdserve_timeline\": " + kTimeline.dump(2) +
+      ", \"completion_tokens\": 3, \"prompt_tokens\": 4}, \"choices\": []}\n\n";
+  std::string one_line_usage = usage;
+  std::erase(one_line_usage, '\n');
+  one_line_usage += "\n\n";
+  EXPECT_EQ(relay.feed(one_line_usage), "") << "held for the client's timeline";
+  ASSERT_TRUE(relay.timeline().has_value());
+  EXPECT_EQ(*relay.timeline(), kTimeline);
+  ASSERT_TRUE(relay.usage().has_value());
+  EXPECT_EQ(relay.usage()->prompt_tokens, 4);
+  EXPECT_EQ(relay.usage()->completion_tokens, 3);
 }
 
 }  // namespace
