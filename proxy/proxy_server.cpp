@@ -1,4 +1,5 @@
 #include "proxy/proxy_server.h"
+#include "proxy/exchange_state.h"  // the Exchange's lifecycle
 
 #include <mutex>
 #include <optional>
@@ -91,25 +92,18 @@ struct ProxyServer::Exchange {
   bool holds_cluster_token = false;  // may see node addresses and ids
 
   std::mutex mutex;
+  // Where the exchange stands and what comes next (exchange_state.h); driven under `mutex`.
+  ExchangeLifecycle lifecycle;
   std::vector<std::string> tried;  // decode node ids
   int attempts = 0;
-  bool over = false;  // answered, or the client left
   // The current attempt.
   std::shared_ptr<http::ClientCall> call;
   NodeRef decode;
   std::string prefill_id;
-  int status = 0;
-  bool retry = false;      // refused before answering: try another decode node
-  std::string refusal;     // the body of that refusal (its first 4 KiB)
+  std::string refusal;  // the body of a refusal another node may replace (its first 4 KiB)
   // The last refusal's error body: what the client gets when no decode node is left, rather
   // than a generic message that drops the reason (e.g. every prefill node failed).
   std::string last_refusal;
-  bool busy = false;       // a decode node answered 429 (its KV pool, sequences or queue full)
-  bool streaming = false;  // forwarding a stream
-  // The client has the stream's head: a later attempt continues that stream (a resumption)
-  // and a failure can only be an error event.
-  bool client_stream_open = false;
-  bool first_byte = false;
   std::string content_type;
   std::string buffered;
   Clock::time_point head_at;
@@ -389,8 +383,7 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   channel->on_cancel([weak = std::weak_ptr<Exchange>(exchange)] {
     if (auto ex = weak.lock()) {
       std::lock_guard lock(ex->mutex);
-      ex->over = true;
-      if (ex->call) ex->call->cancel();
+      if (ex->lifecycle.client_left().cancel_call && ex->call) ex->call->cancel();
     }
   });
   attempt(exchange);
@@ -412,7 +405,7 @@ void ProxyServer::expire_nodes(Clock::time_point now) {
       if (!exchange) continue;
       std::lock_guard lock(exchange->mutex);
       // An exchange that moved on to another node is that node's business.
-      if (exchange->over || !exchange->call || exchange->decode.id != id) continue;
+      if (!exchange->lifecycle.calling() || !exchange->call || exchange->decode.id != id) continue;
       exchange->call->cancel();  // on_done reroutes it or ends it with an error
       ++cancelled;
     }
@@ -433,16 +426,13 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   const Clock::time_point now = Clock::now();
   expire_nodes(now);
   std::lock_guard lock(exchange->mutex);
-  if (exchange->over) return;
+  if (exchange->lifecycle.state() != ExchangeState::kRouting) return;  // the client left
   std::string body = exchange->body;
-  if (exchange->client_stream_open) {
+  if (exchange->lifecycle.client_stream_open()) {
     Result<std::string> resumed = resumed_body(*exchange);
     if (!resumed.ok()) {
       PDS_LOG_WARN("a stream cannot be resumed: " + resumed.status().message());
-      count_response(200);
-      record_failure(*exchange);
-      end_stream_with_error(*exchange, service_unavailable(
-                                           "the decode node serving this request failed", 1));
+      carry_out(*exchange, exchange->lifecycle.resume_unreadable());
       return;
     }
     body = std::move(resumed).value();
@@ -452,50 +442,14 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
                                       ? registry_.pick_decode(exchange->tried, now, query)
                                       : std::nullopt;
   if (!decode) {
-    exchange->over = true;
-    const std::string message = exchange->tried.empty()
-                                    ? "no decode node is available"
-                                    : "no decode node could take the request (tried " +
-                                          std::to_string(exchange->tried.size()) + ")";
-    if (exchange->client_stream_open) {
-      count_response(200);
-      record_failure(*exchange);
-      end_stream_with_error(*exchange, service_unavailable(
-                                           "the decode node serving this request failed and no "
-                                           "other could continue the stream",
-                                           1));
-      return;
-    }
-    if (exchange->busy) {
-      // Backpressure: the decode pool is full, not broken; the client should come back.
-      count_response(429);
-      exchange->channel->send(http::api_error_response(too_many_requests(
-          "every decode node is full (KV pool, sequences or queue); " + message, 1)));
-      return;
-    }
-    count_response(503);
-    record_failure(*exchange);
-    if (!exchange->last_refusal.empty()) {
-      // The decode node's own reason (its 503 body), addresses redacted for the client.
-      exchange->channel->send({503,
-                               "application/json",
-                               {{"Retry-After", "1"}},
-                               exchange->holds_cluster_token
-                                   ? exchange->last_refusal
-                                   : redact_error_body(exchange->last_refusal,
-                                                       options_.access.cluster_token)});
-      return;
-    }
-    exchange->channel->send(http::api_error_response(service_unavailable(message, 1)));
+    carry_out(*exchange, exchange->lifecycle.no_node());
     return;
   }
   ++exchange->attempts;
   exchange->tried.push_back(decode->id);
   exchange->decode = *decode;
-  exchange->status = 0;
-  exchange->retry = false;
+  exchange->lifecycle.call_started();
   exchange->refusal.clear();
-  exchange->streaming = false;
   exchange->buffered.clear();
   // A resumption carries over what the client already has.
   exchange->relay = SseRelay(exchange->relay.delivered());
@@ -541,52 +495,34 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   callbacks.on_head = [this, ex = strong, can_retry](int status, const http::HeaderList& headers) {
     std::lock_guard guard(ex->mutex);
     ex->head_at = Clock::now();
-    ex->status = status;
     ex->content_type = std::string(http::find_header(headers, "Content-Type").value_or(""));
-    if ((status == 429 || status == 503) && can_retry) {
-      ex->retry = true;
-      ex->busy = ex->busy || status == 429;
-      return;
-    }
-    if (ex->over) return;
-    if (ex->client_stream_open) {
-      // A resumption: only a stream continues the client's; anything else ends it (on_done).
-      ex->streaming = status == 200 && ex->content_type.starts_with("text/event-stream");
-      return;
-    }
-    if (ex->content_type.starts_with("text/event-stream") && !has_no_content(status)) {
-      ex->streaming = true;
-      ex->client_stream_open = true;
-      ex->channel->start_stream(status, ex->content_type, {});
-    }
+    carry_out(*ex, ex->lifecycle.head({status, ex->content_type.starts_with("text/event-stream"),
+                                       has_no_content(status), can_retry}));
   };
   callbacks.on_body = [this, ex = strong](std::string_view bytes) {
     std::lock_guard guard(ex->mutex);
-    if (ex->retry) {
-      if (ex->refusal.size() < 4096) ex->refusal.append(bytes.substr(0, 4096 - ex->refusal.size()));
-      return;
-    }
-    if (ex->over) return;
-    if (!ex->first_byte) {
-      ex->first_byte = true;
-      first_byte_time_.observe(seconds_since(ex->arrival));
-    }
-    if (!ex->streaming) {
-      if (ex->client_stream_open) return;  // a refused resumption's body: on_done ends the stream
-      ex->buffered.append(bytes);
-      return;
+    const BodyAction action = ex->lifecycle.body();
+    if (action.first_byte) first_byte_time_.observe(seconds_since(ex->arrival));
+    switch (action.use) {
+      case BodyUse::kIgnore:
+      case BodyUse::kDrop:
+        return;
+      case BodyUse::kRefusal:
+        if (ex->refusal.size() < 4096) {
+          ex->refusal.append(bytes.substr(0, 4096 - ex->refusal.size()));
+        }
+        return;
+      case BodyUse::kBuffer:
+        ex->buffered.append(bytes);
+        return;
+      case BodyUse::kRelay:
+        break;
     }
     std::string out = ex->relay.feed(bytes);
     if (!out.empty() && !ex->channel->write(std::move(out))) {
-      if (ex->call) ex->call->cancel();  // the client is gone or cannot keep up
+      carry_out(*ex, ex->lifecycle.client_write_failed());  // gone, or cannot keep up
     } else if (ex->relay.overflowed()) {
-      PDS_LOG_WARN("decode node " + ex->decode.id + " sent an SSE event over " +
-                   std::to_string(kMaxSseHeldBytes) + " bytes: the stream is cut");
-      record_failure(*ex);
-      count_response(200);
-      end_stream_with_error(*ex, bad_gateway("the decode node sent an SSE event over " +
-                                             std::to_string(kMaxSseHeldBytes) + " bytes"));
-      if (ex->call) ex->call->cancel();
+      carry_out(*ex, ex->lifecycle.relay_overflowed());
     }
   };
   callbacks.on_done = [this, ex = strong](const Status& outcome) {
@@ -595,80 +531,14 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       std::lock_guard guard(ex->mutex);
       ex->call.reset();
       registry_.end_request(ex->decode.id, ex->prefill_id, ex->prompt_estimate);
-      if (ex->over) return;
-      if (ex->retry && outcome.ok()) {
-        if (ex->status == 503) ex->last_refusal = std::move(ex->refusal);
-        retries_.inc();
-        again = true;
-      } else if (!outcome.ok() && ex->status == 0) {
-        // Never answered: the node is gone. Try another one.
-        PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url +
-                     ") failed: " + outcome.message());
-        registry_.mark_down(ex->decode.id, Clock::now());
-        upstream_failures_.inc();
-        again = true;
-      } else if (!outcome.ok()) {
-        PDS_LOG_WARN("decode node " + ex->decode.id + " failed mid-response: " + outcome.message());
-        registry_.mark_down(ex->decode.id, Clock::now());
-        upstream_failures_.inc();
-        if (ex->streaming && ex->relay.delivered().resumable()) {
-          // Another decode node continues the stream from the last event the client got.
-          stream_resumes_.inc();
-          again = true;
-        } else {
-          ex->over = true;
-          record_failure(*ex);
-          const ApiError error =
-              service_unavailable("the decode node serving this request failed", 1);
-          if (ex->client_stream_open) {
-            count_response(200);
-            end_stream_with_error(*ex, error);
-          } else {
-            count_response(503);
-            ex->channel->send(http::api_error_response(error));
-          }
-        }
-      } else if (ex->client_stream_open && !ex->streaming) {
-        // A resumption the node refused (its status and body are not the client's stream).
-        PDS_LOG_WARN("decode node " + ex->decode.id + " refused to resume a stream: HTTP " +
-                     std::to_string(ex->status));
-        ex->over = true;
-        record_failure(*ex);
-        count_response(200);
-        end_stream_with_error(*ex, service_unavailable(
-                                       "the decode node serving this request failed and the "
-                                       "stream could not be resumed",
-                                       1));
-      } else if (has_no_content(ex->status)) {
-        PDS_LOG_WARN("decode node " + ex->decode.id + " answered HTTP " +
-                     std::to_string(ex->status) + " to a generation request");
-        ex->over = true;
-        count_response(502);
-        record_failure(*ex);
-        ex->channel->send(http::api_error_response(contentless_answer(ex->status)));
-      } else {
-        ex->over = true;
-        count_response(ex->status);
-        e2e_time_.observe(seconds_since(ex->arrival));
-        if (ex->streaming) {
-          if (ex->relay.problem()) PDS_LOG_WARN(ex->relay.problem()->message());
-          const std::optional<RequestTimeline> aligned =
-              ex->relay.timeline() ? record_timeline(*ex, *ex->relay.timeline(),
-                                                     ex->relay.usage().value_or(UsageCounts{}))
-                                   : std::nullopt;
-          const std::optional<Json> for_client = client_timeline(*ex, aligned);
-          if (std::string rest = ex->relay.finish(for_client ? &*for_client : nullptr);
-              !rest.empty()) {
-            ex->channel->write(std::move(rest));
-          }
-          ex->channel->end_stream();
-        } else {
-          ex->channel->send({ex->status,
-                             ex->content_type.empty() ? "application/json" : ex->content_type,
-                             {},
-                             relay_body(*ex, std::move(ex->buffered))});
-        }
+      const bool answered = ex->lifecycle.status() != 0;
+      const ExchangeActions actions =
+          ex->lifecycle.call_ended(outcome.ok(), ex->relay.delivered().resumable());
+      if (actions.node_failed) {
+        PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url + ") failed" +
+                     (answered ? " mid-response: " : ": ") + outcome.message());
       }
+      again = carry_out(*ex, actions);
     }
     if (again) attempt(ex);
   };
@@ -680,8 +550,120 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   track_in_flight(decode->id, exchange);
 }
 
+bool ProxyServer::carry_out(Exchange& exchange, const ExchangeActions& actions) {
+  if (actions.node_failed) {
+    registry_.mark_down(exchange.decode.id, Clock::now());
+    upstream_failures_.inc();
+  }
+  if (actions.keep_refusal) exchange.last_refusal = std::move(exchange.refusal);
+  if (actions.count_retry) retries_.inc();
+  if (actions.count_resume) stream_resumes_.inc();
+  if (actions.open_client_stream) {
+    exchange.channel->start_stream(exchange.lifecycle.status(), exchange.content_type, {});
+  }
+  if (actions.cancel_call && exchange.call) exchange.call->cancel();
+  conclude(exchange, actions.end);
+  return actions.route_again;
+}
+
+void ProxyServer::conclude(Exchange& exchange, ExchangeEnd end) {
+  const int status = exchange.lifecycle.status();
+  const auto stream_error = [&](const ApiError& error) {
+    count_response(200);
+    record_failure(exchange);
+    end_stream_with_error(exchange, error);
+  };
+  const ApiError node_failed =
+      service_unavailable("the decode node serving this request failed", 1);
+  const std::string no_node = exchange.tried.empty()
+                                  ? "no decode node is available"
+                                  : "no decode node could take the request (tried " +
+                                        std::to_string(exchange.tried.size()) + ")";
+  switch (end) {
+    case ExchangeEnd::kNone:
+      return;
+    case ExchangeEnd::kAnswer:
+      relay_answer(exchange);
+      return;
+    case ExchangeEnd::kContentless:
+      PDS_LOG_WARN("decode node " + exchange.decode.id + " answered HTTP " +
+                   std::to_string(status) + " to a generation request");
+      count_response(502);
+      record_failure(exchange);
+      exchange.channel->send(http::api_error_response(contentless_answer(status)));
+      return;
+    case ExchangeEnd::kNodeFailed:
+      if (exchange.lifecycle.client_stream_open()) return stream_error(node_failed);
+      count_response(503);
+      record_failure(exchange);
+      exchange.channel->send(http::api_error_response(node_failed));
+      return;
+    case ExchangeEnd::kAllBusy:
+      // Backpressure: the decode pool is full, not broken; the client should come back.
+      count_response(429);
+      exchange.channel->send(http::api_error_response(too_many_requests(
+          "every decode node is full (KV pool, sequences or queue); " + no_node, 1)));
+      return;
+    case ExchangeEnd::kNoNode:
+      count_response(503);
+      record_failure(exchange);
+      if (exchange.last_refusal.empty()) {
+        exchange.channel->send(http::api_error_response(service_unavailable(no_node, 1)));
+        return;
+      }
+      // The decode node's own reason (its 503 body), addresses redacted for the client.
+      exchange.channel->send(
+          {503,
+           "application/json",
+           {{"Retry-After", "1"}},
+           exchange.holds_cluster_token
+               ? exchange.last_refusal
+               : redact_error_body(exchange.last_refusal, options_.access.cluster_token)});
+      return;
+    case ExchangeEnd::kNoNodeToResume:
+      return stream_error(service_unavailable(
+          "the decode node serving this request failed and no other could continue the stream", 1));
+    case ExchangeEnd::kResumeUnreadable:
+      return stream_error(node_failed);
+    case ExchangeEnd::kResumeRefused:
+      // Its status and body are not the client's stream.
+      PDS_LOG_WARN("decode node " + exchange.decode.id + " refused to resume a stream: HTTP " +
+                   std::to_string(status));
+      return stream_error(service_unavailable(
+          "the decode node serving this request failed and the stream could not be resumed", 1));
+    case ExchangeEnd::kEventTooLarge:
+      PDS_LOG_WARN("decode node " + exchange.decode.id + " sent an SSE event over " +
+                   std::to_string(kMaxSseHeldBytes) + " bytes: the stream is cut");
+      return stream_error(bad_gateway("the decode node sent an SSE event over " +
+                                      std::to_string(kMaxSseHeldBytes) + " bytes"));
+  }
+}
+
+void ProxyServer::relay_answer(Exchange& exchange) {
+  count_response(exchange.lifecycle.status());
+  e2e_time_.observe(seconds_since(exchange.arrival));
+  if (!exchange.lifecycle.client_stream_open()) {
+    exchange.channel->send(
+        {exchange.lifecycle.status(),
+         exchange.content_type.empty() ? "application/json" : exchange.content_type,
+         {},
+         relay_body(exchange, std::move(exchange.buffered))});
+    return;
+  }
+  if (exchange.relay.problem()) PDS_LOG_WARN(exchange.relay.problem()->message());
+  const std::optional<RequestTimeline> aligned =
+      exchange.relay.timeline() ? record_timeline(exchange, *exchange.relay.timeline(),
+                                                  exchange.relay.usage().value_or(UsageCounts{}))
+                                : std::nullopt;
+  const std::optional<Json> for_client = client_timeline(exchange, aligned);
+  if (std::string rest = exchange.relay.finish(for_client ? &*for_client : nullptr);
+      !rest.empty()) {
+    exchange.channel->write(std::move(rest));
+  }
+  exchange.channel->end_stream();
+}
+
 void ProxyServer::end_stream_with_error(Exchange& exchange, const ApiError& error) {
-  exchange.over = true;
   exchange.channel->write("data: " + error.body() + "\n\n");
   exchange.channel->write("data: [DONE]\n\n");
   exchange.channel->end_stream();
@@ -717,7 +699,7 @@ std::optional<RequestTimeline> ProxyServer::record_timeline(Exchange& exchange,
   advisor_.record(finished);
   PDS_LOG_INFO("request " + aligned->request_id + " finished on " + exchange.decode.id +
                (exchange.prefill_id.empty() ? "" : " (prefill " + exchange.prefill_id + ")") +
-               ": HTTP " + std::to_string(exchange.status) + ", prefilled " +
+               ": HTTP " + std::to_string(exchange.lifecycle.status()) + ", prefilled " +
                std::to_string(finished.prompt_tokens) + " tokens (the rest cached), output " +
                std::to_string(finished.output_tokens) + " tokens, TTFT " +
                std::to_string(static_cast<int64_t>(finished.ttft_ms)) + " ms, TPOT " +
@@ -760,7 +742,7 @@ std::optional<Json> ProxyServer::client_timeline(const Exchange& exchange,
 }
 
 std::string ProxyServer::relay_body(Exchange& exchange, std::string body) {
-  if (exchange.status != 200) {
+  if (exchange.lifecycle.status() != 200) {
     return exchange.holds_cluster_token ? body
                                         : redact_error_body(body, options_.access.cluster_token);
   }

@@ -30,7 +30,8 @@
 // tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
 // at once, and is marked down. The response streams through as it arrives. A decode node
 // that stops answering (no head within first_byte_timeout, silent for stream_idle_timeout
-// mid-body) or stops sending heartbeats fails the same way, at once.
+// mid-body) or stops sending heartbeats fails the same way, at once. Which of these happens
+// is decided by each request's ExchangeLifecycle (exchange_state.h).
 #pragma once
 
 #include <atomic>
@@ -47,14 +48,20 @@
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/request_timeline.h"
-#include "common/protocol/stream_event.h"
 #include "proxy/cluster_advice.h"
 #include "proxy/node_registry.h"
 #include "proxy/otlp_exporter.h"
 #include "proxy/prompt_tokenizer.h"
 #include "proxy/trace_recorder.h"
 
+namespace pdserve {
+struct UsageCounts;  // common/protocol/stream_event.h
+}
+
 namespace pdserve::proxy {
+
+struct ExchangeActions;  // exchange_state.h
+enum class ExchangeEnd;
 
 struct ProxyOptions {
   AccessPolicy access;  // the cluster token, and the client API keys of the OpenAI API
@@ -115,6 +122,14 @@ class ProxyServer {
   static OtlpRequestInfo otlp_request_info(const Exchange& exchange, const UsageCounts& usage);
   // Tells the advisor that the cluster could not serve the request.
   void record_failure(const Exchange& exchange);
+  // Carries out what the exchange's lifecycle decided (metrics, the node marked down, the
+  // client's stream opened, the call cancelled, the answer ended); true when the exchange goes
+  // to the next decode node: attempt() once the exchange's mutex is released.
+  bool carry_out(Exchange& exchange, const ExchangeActions& actions);
+  // Ends the client's answer as `end` says (nothing for kNone).
+  void conclude(Exchange& exchange, ExchangeEnd end);
+  // The node's answer: the rest of the client's stream, or the whole body.
+  void relay_answer(Exchange& exchange);
   // Ends a stream the client already has with an error event and [DONE].
   void end_stream_with_error(Exchange& exchange, const ApiError& error);
   // The client's body with the stream's resumption (common/protocol/stream_resume.h) added.
