@@ -83,7 +83,7 @@ Status check_choices(const Ordered& choices) {
 Result<StreamEvent> parse_data(std::string_view text) {
   if (trim(text) == "[DONE]") return StreamEvent(DoneEvent{});
   PDS_ASSIGN_OR_RETURN(Ordered data, parse_ordered(text, "the event's data"));
-  if (const auto error = data.find("error"); error != data.end()) {
+  if (const auto error = data.find("error"); error != data.end() && !error->is_null()) {
     const auto message = error->is_object() ? error->find("message") : error->end();
     if (!error->is_object() || message == error->end() || !message->is_string()) {
       return invalid_argument("the error event has no error.message string");

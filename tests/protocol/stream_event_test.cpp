@@ -81,6 +81,9 @@ TEST(StreamEvent, TheTypedViewReadsTheEnvelope) {
   ASSERT_TRUE(std::holds_alternative<ErrorEvent>(error));
   EXPECT_EQ(std::get<ErrorEvent>(error).message, "no node");
   EXPECT_EQ(std::get<ErrorEvent>(error).type, "server_error");
+  // "error": null is no error.
+  EXPECT_TRUE(std::holds_alternative<ChunkEvent>(
+      parsed("data: {\"error\": null, \"choices\": [{\"index\": 0}]}\n\n")));
 }
 
 // The same events as another writer may spell them: spaces around every token, keys in another
