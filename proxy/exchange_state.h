@@ -4,22 +4,23 @@
 // (proxy_server.cpp) feeds ExchangeLifecycle events and carries out the returned actions;
 // tests/proxy/exchange_state_test.cpp drives it as a fake node would.
 //
-//   kRouting ──call_started──> kAwaitingHead ──head──> kStreaming     (an SSE stream: relayed)
-//      ^                          │    │      └─────> kBuffering     (a whole answer: read)
-//      │                          │    └─head 429/503, another try left─> kRefused (body kept)
-//      │                          │                   └─a resumption answered without a stream─>
-//      │                          │                                      kDiscarding (body dropped)
-//      └── route_again ───────────┴── call ended: no head (node gone), a refusal, or a stream
-//                                      cut that another node can resume (the client keeps its
-//                                      stream: the next call is a resumption)
-//   any state ──client_left──> kDone;  kRouting ──no node / resumption unreadable──> kDone
-//   kStreaming / kBuffering / kDiscarding ──call ended──> kDone with the answer or an error.
+//   kRouting ──call_started──> kAwaitingHead ──head──┬──> kStreaming   an SSE stream: relayed
+//    ^  │                          │                  ├──> kBuffering   a whole answer: read
+//    │  │                          │                  ├──> kRefused     429/503, another try
+//    │  │                          │                  │                 left: the body is why
+//    │  │                          │                  └──> kDiscarding  a resumption answered
+//    │  │                          │                                    without a stream
+//    │  │                          └── call ended without a head (node gone) ──┐
+//    │  │           kRefused ── call ended whole (the next node is tried) ─────┤
+//    │  │           kStreaming ── cut, what the client has can be resumed ─────┤
+//    └──┼───────────────────────────────────────────────── route_again ───────┘
+//       └── no node left, or the resumption's body cannot be made ──> kDone (an error)
+//   kStreaming / kBuffering / kDiscarding / kRefused ── call ended ──> kDone (answer or error)
+//   any state ── client_left ──> kDone (nothing sent; the call is cancelled)
 //
 // The client's stream, once opened (the first stream head), stays open across resumptions:
 // from then on every failure is an error event in it and never an HTTP error.
 #pragma once
-
-#include <cstdint>
 
 namespace pdserve::proxy {
 
