@@ -22,32 +22,6 @@ const char* exchange_state_name(ExchangeState state) {
   return "?";
 }
 
-const char* exchange_end_name(ExchangeEnd end) {
-  switch (end) {
-    case ExchangeEnd::kNone:
-      return "none";
-    case ExchangeEnd::kAnswer:
-      return "answer";
-    case ExchangeEnd::kContentless:
-      return "contentless";
-    case ExchangeEnd::kNodeFailed:
-      return "node_failed";
-    case ExchangeEnd::kNoNode:
-      return "no_node";
-    case ExchangeEnd::kAllBusy:
-      return "all_busy";
-    case ExchangeEnd::kNoNodeToResume:
-      return "no_node_to_resume";
-    case ExchangeEnd::kResumeUnreadable:
-      return "resume_unreadable";
-    case ExchangeEnd::kResumeRefused:
-      return "resume_refused";
-    case ExchangeEnd::kEventTooLarge:
-      return "event_too_large";
-  }
-  return "?";
-}
-
 bool ExchangeLifecycle::calling() const {
   switch (state_) {
     case ExchangeState::kAwaitingHead:

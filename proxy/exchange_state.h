@@ -50,8 +50,6 @@ enum class ExchangeEnd {
   kEventTooLarge,     // error event: the node sent an SSE event over the relay's bound
 };
 
-const char* exchange_end_name(ExchangeEnd end);
-
 // What the proxy must do after an event (several may be set).
 struct ExchangeActions {
   bool open_client_stream = false;  // start the client's stream with the node's head

@@ -531,12 +531,12 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
       std::lock_guard guard(ex->mutex);
       ex->call.reset();
       registry_.end_request(ex->decode.id, ex->prefill_id, ex->prompt_estimate);
-      const bool answered = ex->lifecycle.status() != 0;
+      const char* during = exchange_state_name(ex->lifecycle.state());
       const ExchangeActions actions =
           ex->lifecycle.call_ended(outcome.ok(), ex->relay.delivered().resumable());
       if (actions.node_failed) {
-        PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url + ") failed" +
-                     (answered ? " mid-response: " : ": ") + outcome.message());
+        PDS_LOG_WARN("decode node " + ex->decode.id + " (" + ex->decode.url + ") failed while " +
+                     during + ": " + outcome.message());
       }
       again = carry_out(*ex, actions);
     }

@@ -241,7 +241,7 @@ TEST(ExchangeLifecycle, EveryStateAndEvent) {
     const std::string where = std::string(exchange_state_name(row.from)) +
                               (row.resuming ? " (resuming)" : "") + " x " + row.event;
     EXPECT_EQ(exchange.state(), row.to) << where << " -> " << exchange_state_name(exchange.state());
-    EXPECT_EQ(actions, row.actions) << where << " -> end " << exchange_end_name(actions.end);
+    EXPECT_EQ(actions, row.actions) << where << " -> end " << static_cast<int>(actions.end);
   }
 }
 
