@@ -166,7 +166,8 @@ struct PrefillServer::Exchange {
 };
 
 PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
-                             std::string cluster_token, std::function<bool()> draining)
+                             std::string cluster_token, std::function<bool()> draining,
+                             std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers)
     : service_(service),
       layout_(std::move(layout)),
       cluster_token_(std::move(cluster_token)),
@@ -194,8 +195,10 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.")),
       descriptor_refused_(metrics_.counter(
           "pdserve:kv_descriptor_refused_total",
-          "KV transfers refused before any put: the work's KV descriptor was unreadable, denied "
-          "by the decode node's handshake, or named blocks outside its pool.")) {}
+          "KV transfers refused before any put: the work's KV descriptor was unreadable, named "
+          "a UCX worker that is no registered decode node's, was denied by the decode node's "
+          "handshake, or named blocks outside its pool.")),
+      kv_peers_(std::move(kv_peers)) {}
 
 void PrefillServer::register_routes(http::Router& router) {
   router.add("POST", "/internal/v1/prefill",
@@ -233,28 +236,54 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
                         ": run both with the same model, --block-size and --kv-cache-dtype")));
     return;
   }
+  if (kv_peers_ == nullptr) {
+    admit(std::move(*work), receipt, channel);
+    return;
+  }
+  // No address from a request reaches UCX unless a registered decode node's (issue #34).
+  const std::string descriptor = work->kv_descriptor;
+  auto checked = std::make_shared<PrefillWork>(std::move(*work));
+  kv_peers_->check(descriptor, [this, checked, receipt, channel](const Status& verdict) {
+    channel->post([this, checked, receipt, channel, verdict] {
+      if (verdict.ok()) {
+        admit(std::move(*checked), receipt, channel);
+        return;
+      }
+      descriptor_refused_.inc();
+      PDS_LOG_WARN("request " + checked->request_id + ": work refused: " + verdict.message());
+      ApiError error = api_error_from_status(verdict);
+      if (verdict.code() == StatusCode::kPermissionDenied) {
+        error.http_status = 403;  // the token was fine: the KV destination is not allowed
+        error.code = "kv_peer_not_registered";
+      }
+      channel->send(http::api_error_response(error));
+    });
+  });
+}
 
-  const std::string key = work_key(work->request_id, work->transfer_tag);
+void PrefillServer::admit(PrefillWork work, SteadyTime receipt,
+                          const std::shared_ptr<http::ResponseChannel>& channel) {
+  const std::string key = work_key(work.request_id, work.transfer_tag);
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
   exchange->receipt = receipt;
-  exchange->request_id = work->request_id;
-  exchange->prompt_tokens = static_cast<int>(work->prompt_token_ids.size());
+  exchange->request_id = work.request_id;
+  exchange->prompt_tokens = static_cast<int>(work.prompt_token_ids.size());
   InferenceRequest engine_request;
-  engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work->request_id;
-  engine_request.prompt_tokens = std::move(work->prompt_token_ids);
-  engine_request.sampling = work->sampling;
+  engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work.request_id;
+  engine_request.prompt_tokens = std::move(work.prompt_token_ids);
+  engine_request.sampling = work.sampling;
   // Only the first token is sampled here, under the request's own rules for it.
   engine_request.sampling.max_tokens = 1;
   engine_request.sampling.min_tokens = std::min(engine_request.sampling.min_tokens, 1);
   KvExportTarget target;
-  target.peer_descriptor = std::move(work->kv_descriptor);
-  target.peer_num_blocks = work->kv_num_blocks;
-  target.peer_blocks = std::move(work->block_ids);
-  target.first_block = work->first_block;
-  target.transfer_tag = work->transfer_tag;
-  target.timeout = std::chrono::milliseconds(work->timeout_ms);
-  target.checksum = work->kv_checksum;
+  target.peer_descriptor = std::move(work.kv_descriptor);
+  target.peer_num_blocks = work.kv_num_blocks;
+  target.peer_blocks = std::move(work.block_ids);
+  target.first_block = work.first_block;
+  target.transfer_tag = work.transfer_tag;
+  target.timeout = std::chrono::milliseconds(work.timeout_ms);
+  target.checksum = work.kv_checksum;
   metrics::Histogram& transfer_time = transfer_time_;
   metrics::Counter& transfer_bytes = transfer_bytes_;
   metrics::Counter& descriptor_refused = descriptor_refused_;
