@@ -24,6 +24,7 @@
 #include "common/metrics/metrics.h"
 #include "common/protocol/prefill_protocol.h"
 #include "kv_transfer/kv_peer_allowlist.h"
+#include "prefill_node/prefill_exchange_state.h"
 #include "serving/engine_metrics.h"
 
 namespace pdserve {
