@@ -61,53 +61,112 @@ std::vector<TimelineSpan> prefill_spans(const RequestTimings& timings, SteadyTim
   return spans;
 }
 
+// The transfer's report as the work's event; `at`: when the report arrived (the receiver's
+// acknowledgement, as seen here).
+PrefillEvent report_event(const KvTransferReport& transfer, SteadyTime receipt, SteadyTime at) {
+  PrefillEvent event;
+  if (!transfer.status.ok()) {
+    event.kind = PrefillEvent::Kind::kKvFailed;
+    event.error = transfer.status.message();
+    return event;
+  }
+  event.kind = PrefillEvent::Kind::kKvSent;
+  event.bytes = transfer.bytes;
+  event.blocks = transfer.blocks;
+  event.transfer_ms = transfer.seconds * 1000.0;
+  event.layers = transfer.layers;
+  event.layers_overlapped = transfer.layers_overlapped;
+  event.block_checksums = transfer.block_checksums;
+  const double acknowledged_ms = milliseconds_between(receipt, at);
+  TimelineSpan transfer_span{"kv.transfer",
+                             std::max(0.0, acknowledged_ms - event.transfer_ms),
+                             acknowledged_ms,
+                             {{"bytes", static_cast<double>(transfer.bytes)},
+                              {"blocks", transfer.blocks},
+                              {"layers", transfer.layers},
+                              {"layers_overlapped", transfer.layers_overlapped}}};
+  // Overlapped puts wait for the forward's later layers: their span is not a bandwidth.
+  if (transfer.layers_overlapped == 0 && transfer.seconds > 0) {
+    transfer_span.args.emplace_back("gb_per_s",
+                                    static_cast<double>(transfer.bytes) / transfer.seconds / 1e9);
+  }
+  event.spans.push_back(std::move(transfer_span));
+  // This is the exchange's last event.
+  event.spans.push_back({"prefill.request",
+                         0.0,
+                         milliseconds_between(receipt, std::chrono::steady_clock::now()),
+                         {}});
+  return event;
+}
+
 }  // namespace
 
-// One prefill in flight: the first-token event must precede the transfer's event, but the
-// transfer (on the KV thread) may finish before the engine thread delivers the token.
+// One prefill in flight: its state machine (prefill_exchange_state.h) and what it holds for
+// the events it orders.
 struct PrefillServer::Exchange {
-  std::mutex mutex;
+  std::mutex mutex;  // guards everything below
+  PrefillExchangeState state;
   std::shared_ptr<http::ResponseChannel> channel;
   SteadyTime receipt{};  // t = 0 of the spans this node reports
   double head_sent_ms = 0;
-  bool token_written = false;
-  bool ended = false;
-  std::optional<KvTransferReport> report;  // arrived before the token
-  SteadyTime report_at{};                  // when it arrived
-  std::function<void()> on_end;            // the server forgets the work (for cancel)
-  std::string engine_id;                   // the engine's request id, for cancel
+  std::optional<KvTransferReport> held_report;  // kKvHeld: arrived before the token
+  SteadyTime report_at{};                       // when it arrived
+  std::optional<PrefillEvent> held_error;       // kErrorHeld: waits for the export's end
+  std::function<void()> on_end;                 // the server forgets the work (for cancel)
+  std::string engine_id;                        // the engine's request id, for cancel
   // Cancels of this work, answered when it ends: no put of it can land after its last event.
   std::vector<std::shared_ptr<http::ResponseChannel>> cancel_answers;
-  bool export_started = false;             // on_finished will come
-  // The prefill failed after its export started: the error waits for the export's end, so
-  // that the decode node, which frees the blocks on it, hears it only once no put can land.
-  std::optional<PrefillEvent> error_after_export;
   // For the work's log line: the decode node's request id, the first_token event.
   std::string request_id;
   int prompt_tokens = 0;
   std::optional<PrefillEvent> first_token;
 
-  // With the mutex held.
-  void write(const PrefillEvent& event) {
-    if (ended) return;
-    channel->write(prefill_event_line(event));
-    if (event.kind == PrefillEvent::Kind::kFirstToken) first_token = event;
-  }
-  // Writes the work's last event (kv_sent, kv_failed or error) and ends the stream.
-  void finish(const PrefillEvent& event) {
-    if (ended) return;
-    write(event);
-    end();
-    channel->end_stream();
-    channel.reset();
-    log_finished(event);
-  }
-  // The work is over: the server forgets it, its cancels are answered.
-  void end() {
-    ended = true;
-    if (on_end) std::exchange(on_end, nullptr)();
-    for (const auto& answer : std::exchange(cancel_answers, {})) {
-      answer->send(settled_cancel_answer(/*found=*/true));
+  // What came with the event whose actions are carried out.
+  struct Payload {
+    const PrefillEvent* token = nullptr;
+    const PrefillEvent* error = nullptr;
+    const KvTransferReport* report = nullptr;
+    SteadyTime report_at{};
+  };
+
+  // Carries out the state machine's actions for the exchange (the mutex held); the engine's
+  // abort and the cancel's answer are the caller's.
+  void carry_out(const ExchangeActions& actions, const Payload& payload) {
+    if (actions.hold_report) {
+      held_report = *payload.report;
+      report_at = payload.report_at;
+    }
+    if (actions.hold_error) held_error = *payload.error;
+    if (actions.write_first_token) {
+      channel->write(prefill_event_line(*payload.token));
+      first_token = *payload.token;
+    }
+    std::optional<PrefillEvent> last;
+    switch (actions.last) {
+      case LastEvent::kNone:
+        break;
+      case LastEvent::kReport:
+        last = payload.report != nullptr ? report_event(*payload.report, receipt, payload.report_at)
+                                         : report_event(*held_report, receipt, report_at);
+        break;
+      case LastEvent::kError:
+        last = *payload.error;
+        break;
+      case LastEvent::kHeldError:
+        last = *held_error;
+        break;
+    }
+    if (last) channel->write(prefill_event_line(*last));
+    if (actions.finish_work) {
+      if (on_end) std::exchange(on_end, nullptr)();
+      for (const auto& answer : std::exchange(cancel_answers, {})) {
+        answer->send(settled_cancel_answer(/*found=*/true));
+      }
+    }
+    if (last) {
+      channel->end_stream();
+      channel.reset();
+      log_finished(*last);
     }
   }
   // One line per work, as the decode node logs one per request (under the same request id).
@@ -127,46 +186,11 @@ struct PrefillServer::Exchange {
     }
     PDS_LOG_INFO(line);
   }
-  // `at`: when the report arrived (the receiver's acknowledgement, as seen here).
-  void write_report(const KvTransferReport& transfer, SteadyTime at) {
-    PrefillEvent event;
-    if (transfer.status.ok()) {
-      event.kind = PrefillEvent::Kind::kKvSent;
-      event.bytes = transfer.bytes;
-      event.blocks = transfer.blocks;
-      event.transfer_ms = transfer.seconds * 1000.0;
-      event.layers = transfer.layers;
-      event.layers_overlapped = transfer.layers_overlapped;
-      event.block_checksums = transfer.block_checksums;
-      const double acknowledged_ms = milliseconds_between(receipt, at);
-      TimelineSpan transfer_span{"kv.transfer",
-                                 std::max(0.0, acknowledged_ms - event.transfer_ms),
-                                 acknowledged_ms,
-                                 {{"bytes", static_cast<double>(transfer.bytes)},
-                                  {"blocks", transfer.blocks},
-                                  {"layers", transfer.layers},
-                                  {"layers_overlapped", transfer.layers_overlapped}}};
-      // Overlapped puts wait for the forward's later layers: their span is not a bandwidth.
-      if (transfer.layers_overlapped == 0 && transfer.seconds > 0) {
-        transfer_span.args.emplace_back(
-            "gb_per_s", static_cast<double>(transfer.bytes) / transfer.seconds / 1e9);
-      }
-      event.spans.push_back(std::move(transfer_span));
-      // This is the exchange's last event.
-      event.spans.push_back({"prefill.request",
-                             0.0,
-                             milliseconds_between(receipt, std::chrono::steady_clock::now()),
-                             {}});
-    } else {
-      event.kind = PrefillEvent::Kind::kKvFailed;
-      event.error = transfer.status.message();
-    }
-    finish(event);
-  }
 };
 
 PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
-                             std::string cluster_token, std::function<bool()> draining)
+                             std::string cluster_token, std::function<bool()> draining,
+                             std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers)
     : service_(service),
       layout_(std::move(layout)),
       cluster_token_(std::move(cluster_token)),
@@ -194,8 +218,10 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           metrics_.counter("pdserve:kv_transfer_bytes_total", "KV bytes sent to decode nodes.")),
       descriptor_refused_(metrics_.counter(
           "pdserve:kv_descriptor_refused_total",
-          "KV transfers refused before any put: the work's KV descriptor was unreadable, denied "
-          "by the decode node's handshake, or named blocks outside its pool.")) {}
+          "KV transfers refused before any put: the work's KV descriptor was unreadable, named "
+          "a UCX worker that is no registered decode node's, was denied by the decode node's "
+          "handshake, or named blocks outside its pool.")),
+      kv_peers_(std::move(kv_peers)) {}
 
 void PrefillServer::register_routes(http::Router& router) {
   router.add("POST", "/internal/v1/prefill",
@@ -233,28 +259,54 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
                         ": run both with the same model, --block-size and --kv-cache-dtype")));
     return;
   }
+  if (kv_peers_ == nullptr) {
+    admit(std::move(*work), receipt, channel);
+    return;
+  }
+  // No address from a request reaches UCX unless a registered decode node's (issue #34).
+  const std::string descriptor = work->kv_descriptor;
+  auto checked = std::make_shared<PrefillWork>(std::move(*work));
+  kv_peers_->check(descriptor, [this, checked, receipt, channel](const Status& verdict) {
+    channel->post([this, checked, receipt, channel, verdict] {
+      if (verdict.ok()) {
+        admit(std::move(*checked), receipt, channel);
+        return;
+      }
+      descriptor_refused_.inc();
+      PDS_LOG_WARN("request " + checked->request_id + ": work refused: " + verdict.message());
+      ApiError error = api_error_from_status(verdict);
+      if (verdict.code() == StatusCode::kPermissionDenied) {
+        error.http_status = 403;  // the token was fine: the KV destination is not allowed
+        error.code = "kv_peer_not_registered";
+      }
+      channel->send(http::api_error_response(error));
+    });
+  });
+}
 
-  const std::string key = work_key(work->request_id, work->transfer_tag);
+void PrefillServer::admit(PrefillWork work, SteadyTime receipt,
+                          const std::shared_ptr<http::ResponseChannel>& channel) {
+  const std::string key = work_key(work.request_id, work.transfer_tag);
   auto exchange = std::make_shared<Exchange>();
   exchange->channel = channel;
   exchange->receipt = receipt;
-  exchange->request_id = work->request_id;
-  exchange->prompt_tokens = static_cast<int>(work->prompt_token_ids.size());
+  exchange->request_id = work.request_id;
+  exchange->prompt_tokens = static_cast<int>(work.prompt_token_ids.size());
   InferenceRequest engine_request;
-  engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work->request_id;
-  engine_request.prompt_tokens = std::move(work->prompt_token_ids);
-  engine_request.sampling = work->sampling;
+  engine_request.id = "prefill-" + std::to_string(next_id_++) + "-" + work.request_id;
+  engine_request.prompt_tokens = std::move(work.prompt_token_ids);
+  engine_request.sampling = work.sampling;
   // Only the first token is sampled here, under the request's own rules for it.
   engine_request.sampling.max_tokens = 1;
   engine_request.sampling.min_tokens = std::min(engine_request.sampling.min_tokens, 1);
   KvExportTarget target;
-  target.peer_descriptor = std::move(work->kv_descriptor);
-  target.peer_num_blocks = work->kv_num_blocks;
-  target.peer_blocks = std::move(work->block_ids);
-  target.first_block = work->first_block;
-  target.transfer_tag = work->transfer_tag;
-  target.timeout = std::chrono::milliseconds(work->timeout_ms);
-  target.checksum = work->kv_checksum;
+  target.peer_descriptor = std::move(work.kv_descriptor);
+  target.peer_num_blocks = work.kv_num_blocks;
+  target.peer_blocks = std::move(work.block_ids);
+  target.first_block = work.first_block;
+  target.transfer_tag = work.transfer_tag;
+  target.timeout = std::chrono::milliseconds(work.timeout_ms);
+  target.checksum = work.kv_checksum;
   metrics::Histogram& transfer_time = transfer_time_;
   metrics::Counter& transfer_bytes = transfer_bytes_;
   metrics::Counter& descriptor_refused = descriptor_refused_;
@@ -267,18 +319,11 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     }
     if (report.refused) descriptor_refused.inc();
     std::lock_guard lock(exchange->mutex);
-    if (exchange->token_written) {
-      exchange->write_report(report, at);
-    } else if (exchange->error_after_export) {
-      exchange->finish(*exchange->error_after_export);
-    } else {
-      exchange->report = report;
-      exchange->report_at = at;
-    }
+    exchange->carry_out(exchange->state.kv_reported(), {.report = &report, .report_at = at});
   };
   target.on_started = [exchange] {
     std::lock_guard lock(exchange->mutex);
-    exchange->export_started = true;
+    exchange->carry_out(exchange->state.export_started(), {});
   };
   engine_request.kv_export = std::move(target);
 
@@ -289,16 +334,12 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   auto handle_delta = [exchange, &tokens_counter, &queue_time, &prefill_time,
                        prompt_tokens](SequenceDelta delta) {
     std::lock_guard lock(exchange->mutex);
-    if (exchange->ended) return;
+    if (exchange->state.ended()) return;
     if (!delta.error.ok()) {
       PrefillEvent event;
       event.kind = PrefillEvent::Kind::kError;
       event.error = delta.error.message();
-      if (exchange->export_started && !exchange->report) {
-        exchange->error_after_export = std::move(event);  // written by on_finished
-        return;
-      }
-      exchange->finish(event);
+      exchange->carry_out(exchange->state.prefill_failed(), {.error = &event});
       return;
     }
     if (delta.token_ids.empty()) return;
@@ -323,9 +364,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     }
     event.head_sent_ms = exchange->head_sent_ms;
     event.spans = prefill_spans(timings, exchange->receipt);
-    exchange->write(event);
-    exchange->token_written = true;
-    if (exchange->report) exchange->write_report(*exchange->report, exchange->report_at);
+    exchange->carry_out(exchange->state.first_token(), {.token = &event});
   };
 
   // The engine thread only hands the delta over; the event is built on the connection's strand.
@@ -343,7 +382,7 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   {
     std::lock_guard work_lock(work_mutex_);
     if (cancelled_early_.contains(key)) {
-      exchange->ended = true;
+      exchange->carry_out(exchange->state.cancelled_before_arrival(), {});
       channel->send(http::api_error_response(api_error_from_status(cancelled(
           "request '" + exchange->request_id + "' was cancelled before its work arrived"))));
       return;
@@ -353,14 +392,18 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
   exchange->on_end = [this, key] { forget_work(key); };
   const Status submitted = service_.submit(std::move(engine_request), sink);
   if (!submitted.ok()) {
-    exchange->end();
+    exchange->carry_out(exchange->state.submit_failed(), {});
     channel->send(http::api_error_response(api_error_from_status(submitted)));
     return;
   }
+  exchange->carry_out(exchange->state.admitted(), {});
   requests_.inc();
   channel->start_stream(200, "application/x-ndjson", {});
   exchange->head_sent_ms = milliseconds_between(receipt, std::chrono::steady_clock::now());
-  channel->on_cancel([this, engine_id] { service_.abort(engine_id); });
+  // May run at once, with the exchange's mutex held here: client_gone() needs no lock.
+  channel->on_cancel([this, engine_id] {
+    if (PrefillExchangeState::client_gone().abort_engine) service_.abort(engine_id);
+  });
 }
 
 void PrefillServer::forget_work(const std::string& key) {
@@ -400,19 +443,14 @@ void PrefillServer::handle_cancel(const http::HttpRequest& request,
     channel->send(settled_cancel_answer(/*found=*/false));
     return;
   }
-  bool over = false;
+  ExchangeActions actions;
   {
     std::lock_guard lock(exchange->mutex);
-    over = exchange->ended;
-    if (!over) exchange->cancel_answers.push_back(channel);  // answered when the work ends
+    actions = exchange->state.cancel();
+    if (actions.keep_cancel) exchange->cancel_answers.push_back(channel);
   }
-  if (over) {
-    channel->send(settled_cancel_answer(/*found=*/true));
-    return;
-  }
-  // The engine aborts the request: an error event when it had not exported yet. An export
-  // already under way ends as it would have (kv_sent, or kv_failed once no put can land).
-  service_.abort(exchange->engine_id);
+  if (actions.answer_cancel) channel->send(settled_cancel_answer(/*found=*/true));
+  if (actions.abort_engine) service_.abort(exchange->engine_id);
 }
 
 void PrefillServer::handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel) {

@@ -23,6 +23,8 @@
 #include "common/http/router.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/prefill_protocol.h"
+#include "kv_transfer/kv_peer_allowlist.h"
+#include "prefill_node/prefill_exchange_state.h"
 #include "serving/engine_metrics.h"
 
 namespace pdserve {
@@ -31,9 +33,11 @@ class PrefillServer {
  public:
   // `service` must outlive the server and be stopped before it is destroyed. `layout` is this
   // node's KV block layout; work for another layout is refused. `draining`: whether the proxy
-  // drained this node (pdserve:node_state).
+  // drained this node (pdserve:node_state). `kv_peers`: the UCX workers work may name (null:
+  // any, --insecure-unregistered-kv-peers).
   PrefillServer(InferenceService& service, KvBlockLayout layout, std::string cluster_token,
-                std::function<bool()> draining);
+                std::function<bool()> draining,
+                std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers);
 
   void register_routes(http::Router& router);
   metrics::Registry& metrics() { return metrics_; }
@@ -43,6 +47,9 @@ class PrefillServer {
  private:
   void handle_prefill(const http::HttpRequest& request,
                       const std::shared_ptr<http::ResponseChannel>& channel);
+  // The work passed every check: it runs.
+  void admit(PrefillWork work, SteadyTime receipt,
+             const std::shared_ptr<http::ResponseChannel>& channel);
   void handle_cancel(const http::HttpRequest& request,
                      const std::shared_ptr<http::ResponseChannel>& channel);
   void handle_metrics(const std::shared_ptr<http::ResponseChannel>& channel);
@@ -73,6 +80,9 @@ class PrefillServer {
   std::map<std::string, std::shared_ptr<Exchange>> work_in_flight_;
   std::set<std::string> cancelled_early_;
   std::deque<std::string> cancelled_early_order_;
+
+  // Last: destroyed first, while the checks it still answers find the members above.
+  std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers_;
 };
 
 }  // namespace pdserve

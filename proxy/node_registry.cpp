@@ -82,7 +82,7 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
   node.url = url;
   node.base = std::move(base);
   node.model = std::move(registration.model);
-  node.has_kv_descriptor = !registration.kv_descriptor.empty();
+  node.kv_descriptor = std::move(registration.kv_descriptor);
   node.last_heartbeat = now;
   node.load.kv_blocks_total = registration.kv_blocks_total;
   const std::string id = node.id;
@@ -252,6 +252,17 @@ void NodeRegistry::end_request(const std::string& decode_id, const std::string& 
   }
 }
 
+KvPeerList NodeRegistry::decode_kv_peers() {
+  std::lock_guard lock(mutex_);
+  KvPeerList peers;
+  for (const auto& [id, node] : nodes_) {
+    if (node.role != NodeRole::kDecode || node.kv_descriptor.empty()) continue;
+    if (peers.kv_descriptors.size() == KvPeerList::kMaxDescriptors) break;
+    peers.kv_descriptors.push_back(node.kv_descriptor);
+  }
+  return peers;
+}
+
 std::vector<std::string> NodeRegistry::decode_models(Clock::time_point now) {
   std::lock_guard lock(mutex_);
   std::set<std::string> models;
@@ -306,7 +317,7 @@ Json NodeRegistry::to_json(Clock::time_point now) {
          {"state", routed || node.state == NodeState::kDraining ? node_state_name(node.state)
                                                                 : std::string_view("down")},
          {"static", node.is_static},
-         {"kv_transfer", node.has_kv_descriptor},
+         {"kv_transfer", !node.kv_descriptor.empty()},
          {"last_heartbeat_ms_ago",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - node.last_heartbeat).count()},
          {"load",

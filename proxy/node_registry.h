@@ -109,6 +109,9 @@ class NodeRegistry {
   bool has_node(NodeRole role, Clock::time_point now);
   // Prefix keys held for all nodes (each node's at most prefix_keys_per_node).
   size_t prefix_keys();
+  // The KV descriptors of the registered decode nodes, whatever their state (a draining or
+  // briefly down node still has work in flight): GET /cluster/kv-peers.
+  KvPeerList decode_kv_peers();
   // The distinct model names of the routable decode nodes (static nodes name none).
   std::vector<std::string> decode_models(Clock::time_point now);
   // The routable nodes of one role, summed (GET /cluster/advice).
@@ -124,7 +127,7 @@ class NodeRegistry {
     http::BaseUrl base;
     std::string model;
     bool is_static = false;
-    bool has_kv_descriptor = false;
+    std::string kv_descriptor;  // as registered ("" without KV transfer)
     NodeState state = NodeState::kUp;
     Clock::time_point last_heartbeat;
     std::optional<Clock::time_point> down_until;  // static nodes after a failure

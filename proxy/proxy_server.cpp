@@ -221,6 +221,12 @@ void ProxyServer::register_routes(http::Router& router) {
                                               registry_.pool_load(NodeRole::kDecode, now)};
                        ch->send(json_response(200, advisor_.to_json(load, now)));
                      }));
+  // The UCX workers this proxy's prefill nodes may send KV to (kv_transfer/kv_peer_allowlist.h).
+  router.add("GET", "/cluster/kv-peers",
+             guarded(access, RouteAccess::kCluster,
+                     [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
+                       ch->send(json_response(200, registry_.decode_kv_peers().to_json()));
+                     }));
   router.add(
       "POST", "/cluster/nodes",
       guarded(access, RouteAccess::kCluster,

@@ -225,4 +225,29 @@ Result<HeartbeatReply> HeartbeatReply::parse(const Json& json) {
   return reply;
 }
 
+Json KvPeerList::to_json() const {
+  return {{"kv_descriptors", kv_descriptors}};
+}
+
+Result<KvPeerList> KvPeerList::parse(const Json& json) {
+  if (!json.is_object()) return not_an_object("KV peer list");
+  const auto field = json.find("kv_descriptors");
+  if (field == json.end() || !field->is_array()) {
+    return invalid_argument("KV peer list: 'kv_descriptors' must be an array of strings");
+  }
+  if (field->size() > kMaxDescriptors) {
+    return invalid_argument("KV peer list: more than " + std::to_string(kMaxDescriptors) +
+                            " descriptors");
+  }
+  KvPeerList list;
+  for (const Json& value : *field) {
+    const std::string* text = value.get_ptr<const std::string*>();
+    if (text == nullptr) {
+      return invalid_argument("KV peer list: 'kv_descriptors' holds a non-string");
+    }
+    list.kv_descriptors.push_back(*text);
+  }
+  return list;
+}
+
 }  // namespace pdserve

@@ -2,9 +2,11 @@
 // (the parser validates; what it refuses is a 400 at the proxy):
 //   POST /cluster/nodes                NodeRegistration  -> RegistrationReply
 //   POST /cluster/nodes/ID/heartbeat   Heartbeat         -> HeartbeatReply
+//   GET  /cluster/kv-peers                                -> KvPeerList
 // The prefill protocol has its own types (common/protocol/prefill_protocol.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <optional>
@@ -104,6 +106,19 @@ struct HeartbeatReply {
 
   nlohmann::json to_json() const;
   static Result<HeartbeatReply> parse(const nlohmann::json& json);
+};
+
+// The KV descriptors of the decode nodes registered at a proxy: the only UCX workers a prefill
+// node registered there sends KV to (issue #34; kv_transfer/kv_peer_allowlist.h).
+struct KvPeerList {
+  // A proxy answers at most this many (far more decode nodes than one proxy routes to).
+  static constexpr size_t kMaxDescriptors = 4096;
+  std::vector<std::string> kv_descriptors;  // base64, as each node registered it
+
+  nlohmann::json to_json() const;
+  // InvalidArgument for a body that is not {"kv_descriptors": [string...]} or holds too many.
+  static Result<KvPeerList> parse(const nlohmann::json& json);
+  bool operator==(const KvPeerList&) const = default;
 };
 
 }  // namespace pdserve

@@ -129,6 +129,9 @@ expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
 # The KV path flags of the nodes.
 prefill=$build/prefill_node/pdserve-prefill
 expect_exit "unknown KV transfer path" 2 "$prefill" --model "$model" --kv-transfer-path zero-copy
+# No proxy to learn its decode nodes' UCX workers from (issue #34): refused before the model loads.
+expect_exit "prefill node without --proxy" 2 env PDSERVE_CLUSTER_TOKEN=t "$prefill" --model "$model" --port 0
+grep -q -- '--insecure-unregistered-kv-peers' "$work/err" || fail "prefill without --proxy: stderr names no flag"
 expect_exit "no staging memory" 2 "$decode" --model "$model" --kv-staging-mib 0
 expect_exit "a decode node on an absent GPU" 2 "$decode" --model "$model" --device cuda:3 --port 0
 expect_exit "decode gpu memory utilization" 2 "$decode" --model "$model" --port 0 --gpu-memory-utilization 1.01

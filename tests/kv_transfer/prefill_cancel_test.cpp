@@ -165,7 +165,9 @@ struct WorkCall {
 class PrefillCancelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken, [] { return false; });
+    // Any KV peer: the fake service exports nothing over UCX.
+    prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken, [] { return false; },
+                                               nullptr);
     http::Router router;
     prefill_->register_routes(router);
     auto server = http::HttpServer::start({}, std::move(router));

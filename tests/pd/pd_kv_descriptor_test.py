@@ -1,12 +1,21 @@
-"""Forged KV descriptors, end to end (issue #34 item 1), with the real binaries.
+"""Forged KV descriptors, end to end (issue #34), with the real binaries behind two proxies.
 
-A holder of the cluster token POSTs prefill work to a real prefill node whose `kv.descriptor`
-names the real decode node's UCX worker but a wrong pool (base, size, key), or the real pool
-with blocks past its end. Before the handshake the prefill node put KV wherever the descriptor
-said and the decode node died with SIGSEGV in ucp_put_handler. Now each is refused before any
-put: the work's stream ends in `kv_failed` naming the refusal, the prefill node counts it in
-pdserve:kv_descriptor_refused_total, and the decode node stays up, serves the next request and
-still takes KV from the same prefill node.
+A holder of the cluster token POSTs prefill work to a real prefill node (registered with two
+pdserve-proxy replicas, as the decode node is) whose `kv.descriptor`:
+- names a UCX worker address that is no registered decode node's: 0xff bytes, the real one
+  with its first or last byte changed, a truncated copy. Before the allowlist the address went
+  to UCX, and the first two aborted the prefill node (SIGABRT in ucp_address_unpack). Now each
+  work is refused with 403 before the prefill runs, counted in
+  pdserve:kv_descriptor_refused_total, and the prefill node keeps serving;
+- names the real decode node's worker but a wrong pool (base, size, key), or the real pool
+  with blocks past its end. Before the handshake the prefill node put KV wherever the
+  descriptor said and the decode node died with SIGSEGV in ucp_put_handler. Now each is refused
+  before any put: the work's stream ends in `kv_failed` naming the refusal, counted too, and
+  the decode node stays up, serves the next request and still takes KV from the same prefill
+  node.
+Then a second decode node registers with the second proxy only, after the prefill node last
+read its proxies: its first work is admitted (the prefill node refreshes its list from both
+proxies once before refusing), and its text is the locally prefilled one.
 
 The decode node's real descriptor is taken from the work it sends to a stand-in prefill node
 (an HTTP server of this test that answers 503: the decode node then prefills locally).
@@ -79,18 +88,35 @@ def events_of(text):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def start_proxy(name):
+    return t.Process(name, [t.BINARIES["proxy"], "--port", "0"], r"pdserve-proxy: listening on (http://\S+)",
+                     env=TOKEN_ENV)
+
+
+def registered(proxy_url, count):
+    """Whether `count` nodes are up at the proxy."""
+    nodes = t.get_json(proxy_url + "/cluster", headers=t.cluster_headers())["nodes"]
+    return sum(node["state"] == "up" for node in nodes) == count
+
+
 def main():
     model = t.make_model()
+    proxies = [start_proxy("proxy-a"), start_proxy("proxy-b")]
+    proxy_urls = [proxy.match.group(1) for proxy in proxies]
     node = ["--model", model, "--port", "0", "--ucx-tls", "tcp", *t.DEFAULT_NODE_ARGS]
-    decode = t.Process("decode", [t.BINARIES["decode"], *node, "--kv-transfer"], t.SERVING_LINE, env=TOKEN_ENV)
-    prefill = t.Process("prefill", [t.BINARIES["prefill"], *node], r"pdserve-prefill: prefilling (\S+) on (http://\S+)",
-                        env=TOKEN_ENV)
+    both = ["--proxy", ",".join(proxy_urls)]
+    decode = t.Process("decode", [t.BINARIES["decode"], *node, *both], t.SERVING_LINE, env=TOKEN_ENV)
+    prefill = t.Process("prefill", [t.BINARIES["prefill"], *node, *both],
+                        r"pdserve-prefill: prefilling (\S+) on (http://\S+)", env=TOKEN_ENV)
     stand_in = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     threading.Thread(target=stand_in.serve_forever, daemon=True).start()
-    processes = [decode, prefill]
+    processes = [decode, prefill, *proxies]
     decode_url, prefill_url = decode.match.group(2), prefill.match.group(2)
     failed = 0
     try:
+        for url in proxy_urls:
+            t.wait_until(lambda: registered(url, 2), 60, f"both nodes registered with {url}")
+
         def capture_work():
             local = completion(decode_url, f"http://127.0.0.1:{stand_in.server_address[1]}")
             t.expect_equal(len(StandIn.works), 1, "prefill works the stand-in got")
@@ -114,6 +140,17 @@ def main():
                 body["kv"]["block_ids"] = list(range(first_id, first_id + len(body["kv"]["block_ids"])))
             return body
 
+        address = real["address"]
+        # Given to UCX 1.13, the first two abort the prefill node (ucp_address_unpack: "Assertion
+        # `*addr_version == UCP_OBJECT_VERSION_V2' failed"); the others fail ucp_ep_create.
+        unregistered = [
+            ("a worker address of 0xff bytes", forged("ff", dict(real, address=b"\xff" * len(address)))),
+            ("the worker address with its first byte changed",
+             forged("first", dict(real, address=bytes([address[0] ^ 0xff]) + address[1:]))),
+            ("a truncated worker address", forged("truncated", dict(real, address=address[:len(address) // 2]))),
+            ("the worker address with its last byte changed",
+             forged("last", dict(real, address=address[:-1] + bytes([address[-1] ^ 0xff])))),
+        ]
         pool_blocks = work["kv"]["num_blocks"]
         forgeries = [
             ("a wrong pool base", forged("base", dict(real, base=real["base"] - 64 * block_bytes)),
@@ -126,6 +163,20 @@ def main():
              "outside a pool"),
         ]
 
+        def check_unregistered_workers():
+            for name, body in unregistered:
+                status, text = t.http("POST", prefill_url + "/internal/v1/prefill", body, t.cluster_headers())
+                t.expect(prefill.process.poll() is None, f"{name}: the prefill node died:\n{prefill.log()[-3000:]}")
+                t.expect_equal(status, 403, f"{name}: HTTP status ({text[:300]})")
+                error = json.loads(text)["error"]
+                t.expect_equal(error["code"], "kv_peer_not_registered", f"{name}: the error's code")
+                t.expect("not that of a decode node registered" in error["message"], f"{name}: {error['message']}")
+            t.expect_equal(t.metric(prefill_url, "pdserve:kv_descriptor_refused_total"), float(len(unregistered)),
+                           "pdserve:kv_descriptor_refused_total on the prefill node")
+            t.expect_equal(t.metric(prefill_url, "pdserve:prefill_requests_total"), 0.0,
+                           "work admitted to the engine (a refused one never is)")
+            t.expect_equal(t.http("GET", prefill_url + "/health")[0], 200, "the prefill node's /health")
+
         def check_forgeries():
             for name, body, named in forgeries:
                 status, text = t.http("POST", prefill_url + "/internal/v1/prefill", body, t.cluster_headers())
@@ -135,7 +186,8 @@ def main():
                     t.expect_equal(last["event"], "kv_failed", f"{name}: the stream's last event ({text[-500:]})")
                     t.expect(named in last["error"], f"{name}: the refusal names '{named}': {last['error']}")
                 t.expect(decode.process.poll() is None, f"{name}: the decode node died:\n{decode.log()[-3000:]}")
-            t.expect_equal(t.metric(prefill_url, "pdserve:kv_descriptor_refused_total"), float(len(forgeries)),
+            t.expect_equal(t.metric(prefill_url, "pdserve:kv_descriptor_refused_total"),
+                           float(len(unregistered) + len(forgeries)),
                            "pdserve:kv_descriptor_refused_total on the prefill node")
             t.expect("refused" in decode.log(), "the decode node logs the claims it refused")
 
@@ -146,9 +198,26 @@ def main():
             t.expect(t.metric(prefill_url, "pdserve:kv_transfer_bytes_total") > 0,
                      "KV went from the prefill node to the decode node after the forgeries")
 
+        def check_new_decode_node_at_one_proxy():
+            sent = t.metric(prefill_url, "pdserve:kv_transfer_bytes_total")
+            refused = t.metric(prefill_url, "pdserve:kv_descriptor_refused_total")
+            late = t.Process("decode-late", [t.BINARIES["decode"], *node, "--proxy", proxy_urls[1]], t.SERVING_LINE,
+                             env=TOKEN_ENV)
+            processes.append(late)
+            t.wait_until(lambda: registered(proxy_urls[1], 3), 60, "the late decode node registered with proxy b")
+            remote = completion(late.match.group(2), prefill_url)
+            t.expect_equal(remote, capture_work.local_text, "the late decode node's text against a local prefill")
+            t.expect(t.metric(prefill_url, "pdserve:kv_transfer_bytes_total") > sent,
+                     "KV went from the prefill node to the late decode node")
+            t.expect_equal(t.metric(prefill_url, "pdserve:kv_descriptor_refused_total"), refused,
+                           "refusals after the late decode node's work")
+
         failed += t.run_checks([
+            ("unregistered worker addresses are refused before UCX sees them; the prefill node serves on",
+             check_unregistered_workers),
             ("forged descriptors are refused before any put, and counted", check_forgeries),
             ("the decode node stays up and takes KV from the same prefill node", check_decode_node_still_serves),
+            ("a decode node registered a moment ago, at one proxy only, gets KV", check_new_decode_node_at_one_proxy),
         ])
         return failed, processes
     finally:

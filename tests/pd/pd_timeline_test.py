@@ -480,7 +480,9 @@ def main():
         nodes = []
         try:
             prefill, prefill_url, line = start_node(
-                [os.path.join(BUILD, "prefill_node/pdserve-prefill"), "--model", model],
+                # No proxy to learn the decode node from: any KV peer, on purpose.
+                [os.path.join(BUILD, "prefill_node/pdserve-prefill"), "--model", model,
+                 "--insecure-unregistered-kv-peers"],
                 os.path.join(directory, "prefill.log"))
             nodes.append(prefill)
             block_bytes, block_size, _ = block_bytes_from(line)

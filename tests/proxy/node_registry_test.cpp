@@ -500,5 +500,46 @@ TEST(NodeRegistryTest, PoolLoadSumsRoutableNodesOfOneRole) {
   EXPECT_EQ(prefill.queued_prompt_tokens, 700);
 }
 
+// GET /cluster/kv-peers: the descriptors the registered decode nodes sent, whatever their state;
+// a prefill node's, a static node's (none) and a departed node's are not in it (issue #34).
+TEST(NodeRegistry, ListsTheKvDescriptorsOfRegisteredDecodeNodesOnly) {
+  NodeRegistry registry(test_options());
+  const auto now = Clock::now();
+  const auto with_descriptor = [&](const std::string& role, int port, const std::string& kv) {
+    Json body = registration(role, port);
+    body["kv_descriptor"] = kv;
+    Result<std::string> id = registry.register_node(body, now);
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    return id.ok() ? *id : std::string();
+  };
+  const std::string up = with_descriptor("decode", 9001, "ZGVjb2RlLTE=");
+  const std::string draining = with_descriptor("decode", 9002, "ZGVjb2RlLTI=");
+  const std::string gone = with_descriptor("decode", 9003, "ZGVjb2RlLTM=");
+  with_descriptor("prefill", 9004, "cHJlZmlsbA==");
+  with_descriptor("decode", 9005, "");  // colocated: no KV transfer
+  ASSERT_TRUE(registry.add_static(NodeRole::kDecode, "http://127.0.0.1:9006").ok());
+  ASSERT_TRUE(registry.drain(draining).ok());
+  registry.begin_request(draining, "", 1);  // in flight: it stays registered while it drains
+  ASSERT_TRUE(registry.remove(gone).ok());
+  registry.mark_down(up, now);
+
+  const KvPeerList peers = registry.decode_kv_peers();
+  EXPECT_EQ(peers.kv_descriptors, (std::vector<std::string>{"ZGVjb2RlLTE=", "ZGVjb2RlLTI="}));
+  Result<KvPeerList> parsed = KvPeerList::parse(peers.to_json());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(*parsed, peers);
+}
+
+TEST(KvPeerList, RefusesAnythingButAnArrayOfStrings) {
+  for (const char* text : {R"([])", R"({})", R"({"kv_descriptors": "x"})",
+                           R"({"kv_descriptors": ["a", 1]})"}) {
+    EXPECT_EQ(KvPeerList::parse(Json::parse(text)).status().code(), StatusCode::kInvalidArgument)
+        << text;
+  }
+  Json many = {{"kv_descriptors", Json::array()}};
+  for (size_t i = 0; i <= KvPeerList::kMaxDescriptors; ++i) many["kv_descriptors"].push_back("a");
+  EXPECT_EQ(KvPeerList::parse(many).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pdserve::proxy
