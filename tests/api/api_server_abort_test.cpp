@@ -18,13 +18,10 @@ TEST_F(ApiServerTest, DisconnectAbortsEveryFannedOutRequest) {
   ASSERT_TRUE(client.read_response_header());
   EXPECT_FALSE(client.read_some(64, 2000ms).empty());
   client.close();
-  const auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (service_->aborted().size() < 4 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
+  const std::set<std::string> aborted = service_->wait_for_aborts(4);
   const std::vector<std::string> submitted = service_->submitted();
   ASSERT_EQ(submitted.size(), 4u);
-  EXPECT_EQ(service_->aborted(), std::set<std::string>(submitted.begin(), submitted.end()));
+  EXPECT_EQ(aborted, std::set<std::string>(submitted.begin(), submitted.end()));
 }
 
 TEST_F(ApiServerTest, FailedChoiceAbortsItsSiblings) {
@@ -36,7 +33,7 @@ TEST_F(ApiServerTest, FailedChoiceAbortsItsSiblings) {
   EXPECT_NE(response.body().find("injected failure"), std::string::npos) << response.body();
   const std::vector<std::string> submitted = service_->submitted();
   ASSERT_EQ(submitted.size(), 3u);
-  EXPECT_EQ(wait_for_aborts(2), std::set<std::string>({submitted[0], submitted[2]}));
+  EXPECT_EQ(service_->wait_for_aborts(2), std::set<std::string>({submitted[0], submitted[2]}));
   // One client request, one response counted.
   EXPECT_EQ(metric_value(scrape_metrics(), "pdserve:http_requests_total{status=\"500\"}"), 1.0);
 }
@@ -55,7 +52,7 @@ TEST_F(ApiServerTest, FailedChoiceOfAStreamEndsItWithAnErrorEventAndAbortsItsSib
   EXPECT_EQ(events.back()["error"]["message"], "injected failure") << response.body();
   const std::vector<std::string> submitted = service_->submitted();
   ASSERT_EQ(submitted.size(), 2u);
-  EXPECT_EQ(wait_for_aborts(1), std::set<std::string>({submitted[1]}));
+  EXPECT_EQ(service_->wait_for_aborts(1), std::set<std::string>({submitted[1]}));
 }
 
 // The same over the real engine: the failing choice's sink aborts its siblings from the engine
@@ -95,6 +92,7 @@ TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
   EXPECT_EQ(response->result_int(), 500) << response->body();
   EXPECT_NE(response->body().find("NaN"), std::string::npos) << response->body();
 
+  // Polled: the engine publishes its stats after each step and has no idle event.
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   ServiceStats stats = engine->stats();
   while ((stats.num_running > 0 || stats.num_waiting > 0 || stats.kv_blocks_used > 0) &&

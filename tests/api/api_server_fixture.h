@@ -115,15 +115,6 @@ class ApiServerTest : public ::testing::Test {
     return response ? response->body() : std::string();
   }
 
-  // Waits until the fake saw `count` aborts.
-  std::set<std::string> wait_for_aborts(size_t count) {
-    const auto deadline = std::chrono::steady_clock::now() + 3s;
-    while (service_->aborted().size() < count && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(5ms);
-    }
-    return service_->aborted();
-  }
-
   std::unique_ptr<FakeService> service_;
   std::unique_ptr<OpenAiServer> api_;
   std::unique_ptr<http::HttpServer> server_;

@@ -57,6 +57,7 @@ class FakeService : public InferenceService {
   void abort(const std::string& id) override {
     std::lock_guard lock(mutex_);
     aborted_.insert(id);
+    aborts_changed_.notify_all();
   }
   ServiceStats stats() const override {
     std::lock_guard lock(mutex_);
@@ -87,6 +88,12 @@ class FakeService : public InferenceService {
   }
   std::set<std::string> aborted() {
     std::lock_guard lock(mutex_);
+    return aborted_;
+  }
+  // The aborted ids once there are `count` of them, or those there are after 3 s.
+  std::set<std::string> wait_for_aborts(size_t count) {
+    std::unique_lock lock(mutex_);
+    aborts_changed_.wait_for(lock, 3s, [&] { return aborted_.size() >= count; });
     return aborted_;
   }
   std::vector<SamplingParams> submitted_sampling() {
@@ -199,6 +206,7 @@ class FakeService : public InferenceService {
   ServiceStats stats_;
   std::optional<Failure> failure_;
   std::condition_variable cv_;
+  std::condition_variable aborts_changed_;
   std::deque<Job> jobs_;
   std::vector<std::string> submitted_;
   std::vector<SamplingParams> submitted_sampling_;
