@@ -246,7 +246,8 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
         self->with_import(id, attempt,
                           [&](Import& target) { self->apply(target, target.state.work_sent()); });
     };
-    callbacks.on_head = [weak, id, attempt](int status, const http::HeaderList&) {
+    callbacks.on_head = [weak, id, attempt, hook = options.test_after_head](
+                            int status, const http::HeaderList&) {
       const Clock::time_point arrived = Clock::now();
       if (auto self = weak.lock())
         self->with_import(id, attempt, [&](Import& target) {
@@ -254,6 +255,7 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
           target.head_received = arrived;
           self->apply(target, target.state.head(status));
         });
+      if (hook) hook(id);
     };
     callbacks.on_body = [weak, id, attempt](std::string_view bytes) {
       if (auto self = weak.lock())

@@ -41,6 +41,9 @@ struct RemotePrefillOptions {
   // before its bytes go out and before the import hears of it. A test blocks in it to give the
   // import up while its work is on the way.
   std::function<void(const std::string& request_id)> test_before_work_sent;
+  // Test only: runs on the HTTP thread once a work's response head has been applied to its
+  // import (kPrefilling after a 200), so that a test acts on an import in that state.
+  std::function<void(const std::string& request_id)> test_after_head;
 };
 
 // Where a prefill node writes this node's blocks: the PrefillWork fields that name the pool.

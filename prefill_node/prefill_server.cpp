@@ -368,9 +368,18 @@ void PrefillServer::admit(PrefillWork work, SteadyTime receipt,
   };
 
   // The engine thread only hands the delta over; the event is built on the connection's strand.
-  auto sink = [strand = channel, handle_delta](SequenceDelta delta) {
-    strand->post([handle_delta, delta = std::move(delta)]() mutable {
+  auto sink = [strand = channel, handle_delta, exchange,
+               hook = test_after_delta_](SequenceDelta delta) {
+    strand->post([handle_delta, exchange, hook, delta = std::move(delta)]() mutable {
+      const std::string engine_request_id = delta.request_id;
       handle_delta(std::move(delta));
+      if (!hook) return;
+      bool ended = false;
+      {
+        std::lock_guard lock(exchange->mutex);
+        ended = exchange->state.ended();
+      }
+      hook(engine_request_id, ended);
     });
   };
 

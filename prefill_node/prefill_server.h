@@ -44,6 +44,12 @@ class PrefillServer {
 
   struct Exchange;  // one prefill in flight (defined in prefill_server.cpp)
 
+  // Test hook, set before the first work: runs on the connection's strand once an engine delta
+  // of a work has been handled, with the engine's request id and whether the work's stream has
+  // ended, so that a test can check what the delta did (or did not do) without waiting blind.
+  using DeltaHandledHook = std::function<void(const std::string& engine_request_id, bool ended)>;
+  void set_test_after_delta(DeltaHandledHook hook) { test_after_delta_ = std::move(hook); }
+
  private:
   void handle_prefill(const http::HttpRequest& request,
                       const std::shared_ptr<http::ResponseChannel>& channel);
@@ -80,6 +86,7 @@ class PrefillServer {
   std::map<std::string, std::shared_ptr<Exchange>> work_in_flight_;
   std::set<std::string> cancelled_early_;
   std::deque<std::string> cancelled_early_order_;
+  DeltaHandledHook test_after_delta_;
 
   // Last: destroyed first, while the checks it still answers find the members above.
   std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers_;

@@ -58,6 +58,21 @@ def main():
         def logged(text):
             return any(text in line for line in log)
 
+        def reads_of_current_advice():
+            """How many times the launcher fetched the advice now in the file."""
+            with open(advice_path) as handle:
+                current = json.dumps(json.load(handle), sort_keys=True)
+            try:
+                with open(advice_path + ".reads") as handle:
+                    return sum(line.strip() == current for line in handle)
+            except FileNotFoundError:
+                return 0
+
+        # Polls the launcher needs to have made on an advice before a check that it did NOT act on
+        # it: a cool-down's worth (1 s at 0.2 s), the polls that must agree (2), and one more, so
+        # that it has decided and acted on the advice if it was going to.
+        polls_to_act = 5 + 2 + 1
+
         def running():
             with open(state_path) as handle:
                 return sorted(json.load(handle))
@@ -73,8 +88,8 @@ def main():
             expect(logged("decode-2 joined"), "decode-2 did not join before decode-3")
             # At MAX (3 up), the advice asking for 3 (and the clamp of a larger one) adds nothing.
             advise(9)
-            time.sleep(3)
-            expect(not logged("decode-4"), "a node beyond MAX was started")
+            wait_for("the launcher to poll the advice for 9", lambda: reads_of_current_advice() >= polls_to_act)
+            expect(not logged("decode 3 -> 4") and not logged("decode-4"), "a node beyond MAX was started")
             expect(running() == ["decode-0", "decode-2", "decode-3", "prefill-0", "proxy"],
                    f"state file: {running()}")
             # Fewer wanted: drained one at a time, newest first, down to MIN.
@@ -85,7 +100,7 @@ def main():
                      lambda: running() == ["decode-0", "prefill-0", "proxy"])
             # Idle (no request, no recommendation): MIN, so nothing to do; the prefill pool was never touched.
             advise(None, requests=0)
-            time.sleep(2)
+            wait_for("the launcher to poll the idle advice", lambda: reads_of_current_advice() >= polls_to_act)
             expect(not logged("draining decode-0") and not logged("prefill 1 ->"),
                    "the launcher went below MIN or scaled a pool without bounds")
         finally:

@@ -96,6 +96,8 @@ MembershipOptions options_for(const std::vector<std::string>& proxies) {
   return options;
 }
 
+// Polled: an agent's retired() and the membership's callbacks are states without an event to
+// wait on, and the heartbeat counts share the helper.
 bool wait_for(const std::function<bool()>& condition, std::chrono::seconds limit = 10s) {
   const auto deadline = Clock::now() + limit;
   while (!condition()) {

@@ -3,7 +3,8 @@
 as), for testing pdserve-cluster's autoscaling loop without a model:
   * the proxy registers nodes, lists them (GET /cluster), drains them, and answers
     GET /cluster/advice with the recommendation in the JSON file $FAKE_ADVICE
-    ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool;
+    ({"prefill_nodes", "decode_nodes", "requests"}) and the nodes up per pool, appending what it
+    answered as one line to $FAKE_ADVICE.reads (so that a test knows which advice was seen);
   * a node registers with every --proxy, and with --exit-when-drained exits 0 once drained at
     any (a proxy that stops answering is left alone); it exits 1
     at once while the file $FAKE_FAIL exists (a node that fails to start); with $FAKE_ARGV_DIR
@@ -53,6 +54,8 @@ def run_proxy():
             if self.path == "/cluster/advice":
                 with open(os.environ["FAKE_ADVICE"]) as handle:
                     wanted = json.load(handle)
+                with open(os.environ["FAKE_ADVICE"] + ".reads", "a") as reads:
+                    reads.write(json.dumps(wanted, sort_keys=True) + "\n")
                 up = {pool: sum(n["role"] == pool and n["state"] == "up" for n in listed)
                       for pool in ("prefill", "decode")}
                 return self.answer({"load": {pool: {"nodes": count} for pool, count in up.items()},

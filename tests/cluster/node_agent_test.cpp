@@ -4,10 +4,10 @@
 #include "common/cluster/node_agent.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -36,6 +36,7 @@ class FakeProxy {
                         std::lock_guard lock(mutex_);
                         arrivals_.push_back(Clock::now());
                         bodies_.push_back(request.body);
+                        heartbeat_arrived_.notify_all();
                         if (arrivals_.size() == 1) {
                           stalled_ = ch;  // the first heartbeat is never answered
                           return;
@@ -62,9 +63,15 @@ class FakeProxy {
     std::lock_guard lock(mutex_);
     return bodies_;
   }
+  // Waits (up to 10 s) until `count` heartbeats have arrived.
+  bool wait_for_heartbeats(size_t count) {
+    std::unique_lock lock(mutex_);
+    return heartbeat_arrived_.wait_for(lock, 10s, [&] { return arrivals_.size() >= count; });
+  }
 
  private:
   std::mutex mutex_;
+  std::condition_variable heartbeat_arrived_;
   std::vector<Clock::time_point> arrivals_;
   std::vector<std::string> bodies_;
   std::shared_ptr<http::ResponseChannel> stalled_;
@@ -80,8 +87,7 @@ TEST(NodeAgent, AnUnansweredHeartbeatDoesNotHoldUpTheNext) {
   options.registration.url = "http://127.0.0.1:1";
   options.heartbeat_interval = 500ms;
   std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
-  const auto deadline = Clock::now() + 10s;
-  while (proxy.arrivals().size() < 4 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  proxy.wait_for_heartbeats(4);
   const std::vector<Clock::time_point> arrivals = proxy.arrivals();
   ASSERT_GE(arrivals.size(), 4u);
   // The stalled call ends at its bound (the interval), and the next starts on the cadence:
@@ -117,8 +123,7 @@ TEST(NodeAgent, PrefixChangesOfAnUnansweredHeartbeatAreGivenBackAndRegistrationA
   };
   options.prefix_cache = feed;
   std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
-  const auto deadline = Clock::now() + 10s;
-  while (proxy.bodies().size() < 3 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  proxy.wait_for_heartbeats(3);
   agent.reset();
   const std::vector<std::string> bodies = proxy.bodies();
   ASSERT_GE(bodies.size(), 3u);

@@ -35,6 +35,8 @@ POST_TIMEOUT_MS = 1000
 ENGINE_SPANS = {"proxy.request", "proxy.route", "decode.request", "prefill.remote", "prefill.request",
                 "prefill.queue", "prefill.chunk", "kv.transfer", "decode.kv_wait", "decode.queue",
                 "decode.steps"}
+# Every disaggregated request has these (decode.kv_wait only when the decode node waited).
+REQUIRED_SPANS = ENGINE_SPANS - {"decode.kv_wait"}
 
 
 ID_DIGITS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}
@@ -158,14 +160,16 @@ def complete(stream=False, traceparent=None):
 
 
 def check_trace(request_id, usage, client_span_id=None, client_trace_id=None):
-    t.wait_until(lambda: receiver.trace(request_id) is not None, 20, f"the spans of {request_id} at the receiver")
-    time.sleep(0.3)  # a request's spans travel in one batch; let any straggler land
+    # Each process (proxy, decode, prefill) exports its spans in batches of its own: the trace is
+    # checked once every span it must have has landed, not after a fixed pause.
+    def complete_trace():
+        found = receiver.trace(request_id)
+        return found is not None and REQUIRED_SPANS <= {s.name for s in found[1]}
+
+    t.wait_until(complete_trace, 20, f"the spans {sorted(REQUIRED_SPANS)} of {request_id} at the receiver")
     root, spans = receiver.trace(request_id)
     names = {s.name for s in spans}
     t.expect(names <= ENGINE_SPANS, f"unknown span names {names - ENGINE_SPANS}")
-    for name in ("proxy.request", "proxy.route", "decode.request", "prefill.remote", "prefill.request",
-                 "prefill.queue", "prefill.chunk", "kv.transfer", "decode.queue", "decode.steps"):
-        t.expect(name in names, f"{request_id}: no {name} span among {sorted(names)}")
     t.expect_equal(len({s.span_id for s in spans}), len(spans), "distinct span ids")
     if client_trace_id:
         t.expect_equal(root.trace_id.hex(), client_trace_id, "trace id")

@@ -53,12 +53,13 @@ class Collector {
       stream.tokens.insert(stream.tokens.end(), delta.token_ids.begin(), delta.token_ids.end());
       stream.text += delta.text;
       ++stream.deltas;
+      num_tokens_ += static_cast<int>(delta.token_ids.size());
       if (delta.finished) {
         finished_order_.push_back(id);
         ++stream.finals;
         ++num_finals_;
-        changed_.notify_all();
       }
+      changed_.notify_all();
       stream.last = std::move(delta);
     };
   }
@@ -67,6 +68,11 @@ class Collector {
   bool wait_for_finals(int count, std::chrono::seconds deadline = 60s) {
     std::unique_lock lock(mutex_);
     return changed_.wait_for(lock, deadline, [&] { return num_finals_ >= count; });
+  }
+  // Waits (with a deadline) until `count` tokens arrived, over all requests.
+  bool wait_for_tokens(int count, std::chrono::seconds deadline = 60s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, deadline, [&] { return num_tokens_ >= count; });
   }
   int total_tokens() const {
     std::lock_guard lock(mutex_);
@@ -89,6 +95,7 @@ class Collector {
   std::map<std::string, Stream> streams_;
   std::vector<std::string> finished_order_;
   int num_finals_ = 0;
+  int num_tokens_ = 0;
 };
 
 LlmEngineConfig engine_config(int max_num_waiting = 512) {
@@ -208,7 +215,7 @@ TEST(LlmEngineTest, StopEndsEveryRequestInFlightWithOneUnavailableFinalDelta) {
         engine->submit(request(id, firsts[static_cast<size_t>(r)], 400), collector.sink(id)).ok());
   }
   // Let some tokens flow so that requests are caught mid-decode, mid-prefill and waiting.
-  for (int i = 0; i < 2000 && collector.total_tokens() < 20; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(collector.wait_for_tokens(20)) << "no tokens flowed";
   engine->stop();
   ASSERT_TRUE(collector.wait_for_finals(40, 1s)) << "stop() returned before every final delta";
   for (const auto& [id, stream] : collector.streams()) {
@@ -254,7 +261,8 @@ TEST(LlmEngineTest, AFullQueueIsRefusedSynchronouslyAndQueuedRequestsRunAfterSta
   ASSERT_TRUE(collector.wait_for_finals(5));
 }
 
-// Polls take_prefix_cache_changes (the node agent's call) until it gives something.
+// Polls take_prefix_cache_changes (the node agent's call) until it gives something: the feed
+// has no event to wait on (the node agent polls it too).
 PrefixCacheChanges next_changes(LlmEngine& engine) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -276,8 +284,10 @@ TEST(LlmEngineTest, ThePrefixCacheFeedStartsWithASnapshotThenReportsChanges) {
   Collector collector;
   ASSERT_TRUE(engine->submit(request("before", 3000, 3), collector.sink("before")).ok());
   ASSERT_TRUE(collector.wait_for_finals(1));
-  // Nobody reads the feed yet: nothing is kept for it.
-  std::this_thread::sleep_for(50ms);
+  // Nobody reads the feed yet: nothing is kept for it, also once the engine has stepped past
+  // that request's end (a second request ran to its end after it).
+  ASSERT_TRUE(engine->submit(request("before-2", 3000, 3), collector.sink("before-2")).ok());
+  ASSERT_TRUE(collector.wait_for_finals(2));
   EXPECT_TRUE(engine->take_prefix_cache_changes().empty());
 
   const uint64_t before_key = hash_block_tokens(kRootBlockHash, std::vector<int32_t>{3000, 11, 12, 13});
@@ -287,7 +297,7 @@ TEST(LlmEngineTest, ThePrefixCacheFeedStartsWithASnapshotThenReportsChanges) {
   EXPECT_TRUE(holds(snapshot.stored, before_key));
 
   ASSERT_TRUE(engine->submit(request("after", 3100, 3), collector.sink("after")).ok());
-  ASSERT_TRUE(collector.wait_for_finals(2));
+  ASSERT_TRUE(collector.wait_for_finals(3));
   const PrefixCacheChanges changes = next_changes(*engine);
   EXPECT_FALSE(changes.reset);
   EXPECT_TRUE(holds(changes.stored,
@@ -368,7 +378,7 @@ TEST(LlmEngineTest, RequestsEndedWhileWaitingForTheirGrammarGetOneFinalDelta) {
 }
 
 // The engine's stats once nothing runs or waits (they are published after each step), or after
-// 10 s.
+// 10 s: polled, as the engine has no idle event (its callers, /metrics and the agent, poll).
 ServiceStats stats_once_idle(const LlmEngine& engine) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   ServiceStats stats = engine.stats();

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <tuple>
 #include <thread>
 #include <utility>
@@ -41,12 +43,12 @@ class HttpClientTest : public ::testing::Test {
       }).detach();
     });
     router.add("GET", "/silent", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
-      parked_ = ch;  // never answers
+      park(std::move(ch));  // never answers
     });
     router.add("GET", "/stall", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
       ch->start_stream(200, "text/event-stream", {});
       ch->write("data: 0\n\n");
-      parked_ = ch;  // then freezes mid-stream
+      park(std::move(ch));  // then freezes mid-stream
     });
     ServerOptions options;
     options.port = 0;
@@ -60,13 +62,32 @@ class HttpClientTest : public ::testing::Test {
   }
   void TearDown() override {
     client_.reset();
-    parked_.reset();
+    {
+      std::lock_guard lock(parked_mutex_);
+      parked_.reset();
+    }
     if (server_) server_->stop();
+  }
+
+  // A handler keeps its exchange open (it never answers, or stops mid-stream).
+  void park(std::shared_ptr<ResponseChannel> ch) {
+    std::lock_guard lock(parked_mutex_);
+    parked_ = std::move(ch);
+    ++parked_count_;
+    parked_changed_.notify_all();
+  }
+  // Until `count` requests have reached a parking handler: they are in flight, unanswered.
+  bool wait_for_parked(int count) {
+    std::unique_lock lock(parked_mutex_);
+    return parked_changed_.wait_for(lock, 5s, [&] { return parked_count_ >= count; });
   }
 
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<HttpClient> client_;
+  std::mutex parked_mutex_;
+  std::condition_variable parked_changed_;
   std::shared_ptr<ResponseChannel> parked_;
+  int parked_count_ = 0;
   BaseUrl url_;
 };
 
@@ -122,7 +143,7 @@ TEST_F(HttpClientTest, ReportsTheDeadlineAndCancellation) {
   callbacks.on_done = [&](const Status& outcome) { done.set_value(outcome); };
   request.timeout = 30s;
   auto call = client_->stream(url_, request, callbacks);
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(wait_for_parked(2)) << "the streamed call never reached the server";
   call->cancel();
   auto future = done.get_future();
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready);

@@ -21,8 +21,9 @@ using testing::Clock;
 using testing::make_request;
 using testing::TestClient;
 
-// Counts cancellations and lets a test wait for them.
-class CancelLog {
+// Counts events (cancellations, requests that reached a handler, ...) and lets a test wait for
+// them.
+class EventLog {
  public:
   void record() {
     std::lock_guard lock(mutex_);
@@ -68,6 +69,7 @@ class HttpServerTest : public ::testing::Test {
     // Answers from another thread after 300 ms unless cancelled first.
     router.add("GET", "/later", [this](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
       ch->on_cancel([this] { cancels_.record(); });
+      later_requests_.record();
       spawn([ch] {
         std::this_thread::sleep_for(300ms);
         ch->send({200, "text/plain", {}, "later"});
@@ -84,12 +86,13 @@ class HttpServerTest : public ::testing::Test {
           spawn([this, ch, chunks, bytes, pause] {
             for (size_t i = 0; i < chunks && !stop_workers_; ++i) {
               if (!ch->write(chunk_payload(i, bytes))) {
-                write_refused_ = true;
+                refused_writes_.record();
                 return;
               }
               if (pause.count() > 0) std::this_thread::sleep_for(pause);
             }
             ch->end_stream();
+            streams_queued_.record();
           });
         });
     auto server = HttpServer::start(options, std::move(router));
@@ -118,9 +121,11 @@ class HttpServerTest : public ::testing::Test {
   uint16_t port() const { return server_->port(); }
 
   std::unique_ptr<HttpServer> server_;
-  CancelLog cancels_;
+  EventLog cancels_;
+  EventLog later_requests_;  // /later requests whose handler ran (their cancel is registered)
+  EventLog streams_queued_;  // /stream responses whose every chunk and end were queued
+  EventLog refused_writes_;  // /stream writes the server refused
   std::atomic<bool> stop_workers_{false};
-  std::atomic<bool> write_refused_{false};
   std::mutex workers_mutex_;
   std::vector<std::thread> workers_;
 };
@@ -423,7 +428,7 @@ TEST_F(HttpServerTest, ClientLeavingBeforeALateAnswerCancels) {
   start();
   TestClient client(port());
   ASSERT_TRUE(client.send(make_request("GET", "/later")));
-  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(later_requests_.wait_for(1, 2000ms));  // the request is the handler's
   client.close();
   EXPECT_TRUE(cancels_.wait_for(1, 2000ms));
   // A client that stays gets the late answer and no cancellation.
@@ -458,7 +463,8 @@ TEST_F(HttpServerTest, StreamReachesASlowReaderIntactAndInOrder) {
   TestClient client(port());
   ASSERT_TRUE(client.send(make_request("GET", "/stream?chunks=300&bytes=2000")));
   ASSERT_TRUE(client.read_response_header());
-  std::this_thread::sleep_for(300ms);  // let the queue and socket buffers fill
+  // The whole stream waits in the queue and socket buffers before the client reads on.
+  ASSERT_TRUE(streams_queued_.wait_for(1, 5000ms));
   auto response = client.read_response(10'000ms);
   ASSERT_TRUE(response);
   EXPECT_EQ(response->result_int(), 200);
@@ -514,8 +520,8 @@ TEST_F(HttpServerTest, StreamQueueOverflowClosesAndCancels) {
   // 200 MB that the client never reads: the bounded queue must refuse, not grow.
   ASSERT_TRUE(client.send(make_request("GET", "/stream?chunks=20000&bytes=10000")));
   EXPECT_TRUE(cancels_.wait_for(1, 5000ms));
-  for (int i = 0; i < 100 && !write_refused_; ++i) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(write_refused_);
+  EXPECT_TRUE(refused_writes_.wait_for(1, 2000ms));
+  EXPECT_EQ(streams_queued_.count(), 0) << "the whole stream was queued";
 }
 
 TEST_F(HttpServerTest, StopClosesOpenStreamsAndCancelsThem) {

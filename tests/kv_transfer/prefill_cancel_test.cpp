@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <thread>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/cluster/cluster_auth.h"
 #include "common/http/http_client.h"
@@ -160,6 +162,39 @@ struct WorkCall {
     std::unique_lock lock(mutex);
     return changed.wait_for(lock, milliseconds(5000), [&] { return done.has_value(); });
   }
+  bool wait_head() {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, milliseconds(5000), [&] { return status != 0; });
+  }
+};
+
+// What the prefill server's test hook saw: each handled engine delta, and whether the work's
+// stream had ended after it.
+class HandledDeltas {
+ public:
+  void record(const std::string& engine_request_id, bool ended) {
+    std::lock_guard lock(mutex_);
+    handled_.emplace_back(engine_request_id, ended);
+    changed_.notify_all();
+  }
+  // Whether the stream had ended after the first handled delta of `engine_request_id`; nullopt
+  // when none was handled within 5 s.
+  std::optional<bool> wait_first(const std::string& engine_request_id) {
+    std::unique_lock lock(mutex_);
+    std::optional<bool> ended;
+    changed_.wait_for(lock, milliseconds(5000), [&] {
+      for (const auto& [id, stream_ended] : handled_) {
+        if (id == engine_request_id) ended = stream_ended;
+      }
+      return ended.has_value();
+    });
+    return ended;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::pair<std::string, bool>> handled_;
 };
 
 class PrefillCancelTest : public ::testing::Test {
@@ -168,6 +203,9 @@ class PrefillCancelTest : public ::testing::Test {
     // Any KV peer: the fake service exports nothing over UCX.
     prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken, [] { return false; },
                                                nullptr);
+    prefill_->set_test_after_delta([this](const std::string& engine_request_id, bool ended) {
+      handled_.record(engine_request_id, ended);
+    });
     http::Router router;
     prefill_->register_routes(router);
     auto server = http::HttpServer::start({}, std::move(router));
@@ -209,6 +247,7 @@ class PrefillCancelTest : public ::testing::Test {
     callbacks.on_head = [call](int status, const http::HeaderList&) {
       std::lock_guard lock(call->mutex);
       call->status = status;
+      call->changed.notify_all();
     };
     callbacks.on_body = [call](std::string_view bytes) {
       std::lock_guard lock(call->mutex);
@@ -233,6 +272,7 @@ class PrefillCancelTest : public ::testing::Test {
   }
 
   FakeService service_;
+  HandledDeltas handled_;
   std::unique_ptr<PrefillServer> prefill_;
   std::unique_ptr<http::HttpServer> server_;
   std::unique_ptr<http::HttpClient> client_;
@@ -291,8 +331,13 @@ TEST_F(PrefillCancelTest, AnErrorAfterTheExportStartedWaitsForTheExportsEnd) {
   std::shared_ptr<WorkCall> call = send_work("req-5", 1);
   ASSERT_TRUE(service_.wait_for_requests(1));
   const std::string engine_id = service_.submitted().at(0);
+  ASSERT_TRUE(call->wait_head());
   service_.fail_after_export_started(engine_id);
-  std::this_thread::sleep_for(milliseconds(200));
+  // The failure's delta has been handled on the connection's strand (the server's test hook):
+  // an error event written then would have ended the work's stream.
+  const std::optional<bool> ended = handled_.wait_first(engine_id);
+  ASSERT_TRUE(ended.has_value()) << "the failure's delta was never handled";
+  EXPECT_FALSE(*ended) << "the error event went out while a put may still land";
   {
     std::lock_guard lock(call->mutex);
     EXPECT_EQ(call->status, 200);

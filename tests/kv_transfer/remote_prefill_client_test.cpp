@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -51,13 +51,18 @@ class ScriptedPrefillNode {
                    std::lock_guard lock(mutex_);
                    if (work.ok()) works_.push_back(*work);
                    stream_ = ch;
+                   changed_.notify_all();
                  }
                  if (script.status != 200) {
                    ch->send({script.status, "application/json", {}, "{\"error\":\"busy\"}"});
                    return;
                  }
                  ch->start_stream(200, "application/x-ndjson", {});
-                 ch->on_cancel([this] { stream_closed_ = true; });
+                 ch->on_cancel([this] {
+                   std::lock_guard lock(mutex_);
+                   stream_closed_ = true;
+                   changed_.notify_all();
+                 });
                  if (!script.first_token) return;
                  PrefillEvent first;
                  first.kind = PrefillEvent::Kind::kFirstToken;
@@ -108,15 +113,24 @@ class ScriptedPrefillNode {
     std::lock_guard lock(mutex_);
     return works_;
   }
+  // Waits (up to 5 s) until `n` works have arrived.
+  bool wait_for_works(size_t n) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, milliseconds(5000), [&] { return works_.size() >= n; });
+  }
   std::vector<std::string> cancels() {
     std::lock_guard lock(mutex_);
     return cancels_;
   }
-  // The decode side closed the work's call.
-  bool stream_closed() const { return stream_closed_; }
+  // Waits (up to 5 s) until the decode side has closed the work's call.
+  bool wait_for_stream_closed() {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, milliseconds(5000), [&] { return stream_closed_; });
+  }
 
  private:
-  std::atomic<bool> stream_closed_{false};
+  bool stream_closed_ = false;
+  std::condition_variable changed_;
   std::mutex mutex_;
   std::vector<PrefillWork> works_;
   std::vector<std::string> cancels_;
@@ -130,6 +144,8 @@ struct Decode {
   std::mutex mutex;
   std::vector<std::vector<uint64_t>> landed_answers;  // one per verification, then kSent
   int verifications = 0;
+  std::condition_variable head_arrived;
+  bool head_applied = false;  // the client's test hook saw the work's response head
   std::unique_ptr<RemotePrefillClient> client;
   std::vector<KvEvent> events;
 
@@ -138,6 +154,11 @@ struct Decode {
     options.transfer_timeout = kTransferTimeout;
     options.release_grace = kGrace;
     options.verify_checksums = verify;
+    options.test_after_head = [this](const std::string&) {
+      std::lock_guard lock(mutex);
+      head_applied = true;
+      head_arrived.notify_all();
+    };
     auto created = RemotePrefillClient::create(
         options, {"descriptor", KvLayout{2, 8, 16, 1, 4, DType::kF32}},
         [this](std::span<const int32_t> blocks, int first_block, int num_prompt_tokens) {
@@ -164,7 +185,9 @@ struct Decode {
     return client->start(request, blocks, 0);
   }
 
-  // Polls until `done` holds for the events so far or `limit` passes.
+  // Polls until `done` holds for the events so far or `limit` passes. poll() is how the engine
+  // takes the client's events, on its own steps, and it enforces the hold deadlines itself:
+  // there is no event to wait on, so the test polls as the engine does.
   template <typename Pred>
   bool poll_until(Pred done, milliseconds limit = milliseconds(5000)) {
     const auto give_up = Clock::now() + limit;
@@ -174,6 +197,11 @@ struct Decode {
       if (Clock::now() > give_up) return false;
       std::this_thread::sleep_for(milliseconds(5));
     }
+  }
+  // Until the work's response head has reached the client (the import is kPrefilling).
+  bool wait_for_head() {
+    std::unique_lock lock(mutex);
+    return head_arrived.wait_for(lock, milliseconds(5000), [&] { return head_applied; });
   }
   bool wait_for(KvEventKind kind) {
     return poll_until([&] { return count(kind) > 0; });
@@ -193,10 +221,7 @@ struct Decode {
 
 // Waits until `node` has received `n` works; returns the last one's transfer tag.
 uint64_t wait_for_work(ScriptedPrefillNode& node, size_t n = 1) {
-  const auto give_up = Clock::now() + milliseconds(5000);
-  while (node.works().size() < n && Clock::now() < give_up) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  node.wait_for_works(n);
   const std::vector<PrefillWork> works = node.works();
   EXPECT_EQ(works.size(), n);
   return works.empty() ? 0 : works.back().transfer_tag;
@@ -314,7 +339,7 @@ TEST(RemotePrefillClient, ACancelAsksThePrefillNodeAndItsAnswerFreesTheBlocks) {
     if (first_token) {
       ASSERT_TRUE(decode.wait_for(KvEventKind::kFirstToken));
     } else {
-      std::this_thread::sleep_for(milliseconds(50));  // the stream's head reaches the client
+      ASSERT_TRUE(decode.wait_for_head());
     }
     const auto cancelled_at = Clock::now();
     decode.client->cancel("req-1");
@@ -342,12 +367,14 @@ TEST(RemotePrefillClient, WithoutTheCancelEndpointTheCallIsClosedAndTheBlocksHel
   Decode decode;
   ASSERT_TRUE(decode.start({node.url()}).ok());
   wait_for_work(node);
-  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_TRUE(decode.wait_for_head());
   const auto cancelled_at = Clock::now();
   decode.client->cancel("req-1");
+  // The cancel call found no endpoint, and the client closed the work's call instead: nothing
+  // confirms, so the blocks stay held (checked at their release: not before the deadline).
+  ASSERT_TRUE(node.wait_for_stream_closed()) << "the prefill node was not told";
   EXPECT_FALSE(decode.poll_until([&] { return decode.count(KvEventKind::kImportReleased) > 0; },
-                                 milliseconds(1000)));
-  EXPECT_TRUE(node.stream_closed()) << "the prefill node was not told";
+                                 milliseconds(0)));
   ASSERT_TRUE(decode.wait_for(KvEventKind::kImportReleased));
   EXPECT_GE(Clock::now() - cancelled_at, kTransferTimeout + kGrace);
   // Told apart from a confirmed release (logged, counted by the engine).

@@ -31,7 +31,8 @@ std::vector<std::byte> random_bytes(std::size_t count, std::uint32_t seed) {
   return bytes;
 }
 
-// Polls until the batch finished (or gives up after 10 s).
+// Polls until the batch finished (or gives up after 10 s): finished() is what the copier's user
+// (the KV thread) polls, with no event of its own (on_finished only says that some batch did).
 Result<bool> wait_finished(PoolCopier& copier, CopyBatchId batch) {
   const auto give_up = Clock::now() + std::chrono::seconds(10);
   for (;;) {

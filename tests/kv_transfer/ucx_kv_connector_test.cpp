@@ -106,6 +106,8 @@ struct Decode {
     }
     return -1;
   }
+  // poll() is how the engine takes the connector's events, on its own steps (and where the
+  // connector's deadlines are enforced): the test polls as the engine does.
   bool wait_for(KvEventKind kind, const std::string& id, milliseconds limit) {
     const auto give_up = Clock::now() + limit;
     for (;;) {

@@ -77,12 +77,13 @@ def main():
 
     # Every series exists at zero before the run: a rate over the run's window has a sample
     # before its first request.
-    time.sleep(2 * p.SCRAPE_INTERVAL_S)
+    prometheus.wait_for_scrape_after(time.time(), "the cluster started")
     run_start = time.time()
     completed = run_load(target.url, PICTURE_LOAD if PNG else LOAD)
+    run_end = time.time()
     t.wait_until(lambda: prometheus.scalar(f'sum(vllm:request_success_total{{model_name="{served}"}})') == completed,
                  10, "the last requests scraped")
-    time.sleep(p.SCRAPE_INTERVAL_S + 0.5)
+    prometheus.wait_for_scrape_after(run_end, "the run")
     at = time.time()
     window = f"{math.ceil(at - run_start + 2 * p.SCRAPE_INTERVAL_S)}s"
     variables = dash.variables(dashboard)

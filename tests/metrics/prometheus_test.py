@@ -99,7 +99,7 @@ def main():
 
     # Every series exists at zero before the run: a rate over the run's window has a sample
     # before its first request.
-    time.sleep(2 * SCRAPE_INTERVAL_S)
+    prometheus.wait_for_scrape_after(time.time(), "the cluster started")
     run_start = time.time()
     result_json = os.path.join(t.work_dir(), "bench.json")
     bench = subprocess.run(
@@ -116,7 +116,7 @@ def main():
     # Until a scrape after the run's end has landed.
     t.wait_until(lambda: prometheus.scalar(f"sum(vllm:request_success_total{selector})") == result["completed"],
                  10, "the last requests scraped")
-    time.sleep(SCRAPE_INTERVAL_S + 0.5)
+    prometheus.wait_for_scrape_after(run_end, "the run")
     at = time.time()
     # A window from a scrape before the run's first request to now.
     window_s = math.ceil(at - run_start + 2 * SCRAPE_INTERVAL_S)

@@ -5,6 +5,7 @@
 // request deadline (issue #15 item 2: 75 s with no byte before).
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -35,11 +36,12 @@ class FakeDecodeNode {
     http::Router router;
     router.add("POST", "/v1/completions",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-                 ++requests_;
                  {
                    std::lock_guard lock(mutex_);
+                   ++requests_;
                    last_body_ = request.body;
                    asked_for_checkpoints_ = request.header(kResumableHeader) == "1";
+                   request_arrived_.notify_all();
                  }
                  const bool stream = Json::parse(request.body).value("stream", false);
                  if (behaviour_ == Behaviour::kAnswer) {
@@ -77,6 +79,11 @@ class FakeDecodeNode {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
   int requests() const { return requests_; }
+  // Waits (up to 10 s) until a request has reached this node.
+  bool wait_for_request() const {
+    std::unique_lock lock(mutex_);
+    return request_arrived_.wait_for(lock, 10s, [&] { return requests_ > 0; });
+  }
   std::string last_body() {
     std::lock_guard lock(mutex_);
     return last_body_;
@@ -89,7 +96,8 @@ class FakeDecodeNode {
  private:
   const Behaviour behaviour_;
   std::atomic<int> requests_{0};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable request_arrived_;
   std::vector<std::shared_ptr<http::ResponseChannel>> parked_;
   std::string last_body_;
   bool asked_for_checkpoints_ = false;
@@ -149,7 +157,7 @@ class ProxyFailover : public ::testing::Test {
   // SIGSTOP-like, once `node` has a request: its heartbeats stop too. Join the thread.
   std::thread freeze_on_first_request(const FakeDecodeNode& node, const std::string& id) {
     return std::thread([this, &node, id] {
-      while (node.requests() == 0) std::this_thread::sleep_for(5ms);
+      EXPECT_TRUE(node.wait_for_request()) << "the node never got a request";
       freeze(id);
     });
   }

@@ -63,6 +63,12 @@ class Prometheus:
         t.wait_until(lambda: self.scalar(f'count(up{{job="{self.job}"}} == 1)') == len(targets), 30,
                      f"Prometheus scraping all {len(targets)} targets")
 
+    def wait_for_scrape_after(self, moment, what):
+        """Until every target has been scraped after `moment` (unix seconds): its samples then
+        hold what it exposed at or after that moment."""
+        t.wait_until(lambda: self.scalar(f'min(timestamp(up{{job="{self.job}"}}))') > moment, 10 + 3 * SCRAPE_INTERVAL_S,
+                     f"a scrape of every target after {what}")
+
     def stop(self):
         if self.process.poll() is None:
             self.process.terminate()

@@ -257,7 +257,8 @@ def metric(url, name):
 
 
 def wait_until(condition, seconds, what):
-    """Polls `condition` (exceptions count as false) until it holds or `seconds` pass."""
+    """Polls `condition` (exceptions count as false) until it holds or `seconds` pass. For states
+    of other processes (an HTTP answer, a metric, a file) that give the test no event to wait on."""
     end = time.monotonic() + seconds
     last_error = None
     while time.monotonic() < end:

@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
-#include <thread>
 
 namespace pdserve {
 namespace {
@@ -45,26 +45,54 @@ TEST(StatsLogTest, StatsLineIsTheIntervalsRatesAndTheCurrentState) {
             "waiting 1; KV usage 12.5%; prefix cache hit rate -");
 }
 
+// The logger's stats calls, for a test to wait on: the logger samples once as it starts, then
+// once per tick before it logs (or not), so by call n + 1 it has finished n - 1 ticks.
+class StatsCalls {
+ public:
+  // The number of this call, from 1.
+  int64_t record() {
+    std::lock_guard lock(mutex_);
+    const int64_t number = ++count_;
+    changed_.notify_all();
+    return number;
+  }
+  bool wait_for(int64_t count) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, 10s, [&] { return count_ >= count; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t count_ = 0;
+};
+
 TEST(StatsLogTest, TheLoggerLogsWhileThereIsWorkAndNotWhenIdle) {
-  std::atomic<int64_t> generated{0};
+  StatsCalls busy_calls;
   testing::internal::CaptureStderr();
   {
     StatsLogger logger(
         [&] {
           ServiceStats stats;
-          stats.generation_tokens_total = generated.fetch_add(5);
+          stats.generation_tokens_total = 5 * busy_calls.record();
           return stats;
         },
         20ms);
-    std::this_thread::sleep_for(150ms);
+    ASSERT_TRUE(busy_calls.wait_for(4));  // two whole ticks
   }
   const std::string busy = testing::internal::GetCapturedStderr();
   EXPECT_NE(busy.find("generation throughput"), std::string::npos) << busy;
 
+  StatsCalls idle_calls;
   testing::internal::CaptureStderr();
   {
-    StatsLogger logger([] { return ServiceStats{}; }, 20ms);
-    std::this_thread::sleep_for(150ms);
+    StatsLogger logger(
+        [&] {
+          idle_calls.record();
+          return ServiceStats{};
+        },
+        20ms);
+    ASSERT_TRUE(idle_calls.wait_for(4));  // two whole ticks in which it would have logged
   }
   const std::string idle = testing::internal::GetCapturedStderr();
   EXPECT_EQ(idle, "");
