@@ -9,11 +9,12 @@ namespace pdserve::api {
 namespace {
 
 // The Messages fields this translation reads; the others pass through to the chat request.
-constexpr std::array<std::string_view, 18> kMessagesFields = {
-    "model",       "messages", "system",     "max_tokens", "stop_sequences", "temperature",
-    "top_p",       "top_k",    "tools",      "tool_choice", "thinking",      "stream",
-    "metadata",    "service_tier", "container", "mcp_servers", "context_management",
-    "inference_geo"};
+constexpr std::array<std::string_view, 25> kMessagesFields = {
+    "model",          "messages",    "system",       "max_tokens",    "stop_sequences",
+    "temperature",    "top_p",       "top_k",        "tools",         "tool_choice",
+    "thinking",       "stream",      "output_config", "metadata",     "service_tier",
+    "container",      "mcp_servers", "context_management", "inference_geo", "cache_control",
+    "diagnostics",    "speed",       "user_profile_id", "workspace_id", "betas"};
 
 std::string text_block(const Json& block, const std::string& param) {
   const Json& text = required_field(block, "text", param + ".text");
@@ -175,6 +176,25 @@ Json chat_tool_choice(const Json& choice) {
          "tool_choice.type");
 }
 
+// output_config.format ({"type": "json_schema", "schema"}) as the chat path's response_format;
+// output_config.effort has no counterpart (Qwen3 thinks or does not).
+std::optional<Json> chat_response_format(const Json& config) {
+  if (!config.is_object()) refuse_type("output_config", "an object", config);
+  const Json* format = field(config, "format");
+  if (format == nullptr) return std::nullopt;
+  if (!format->is_object()) refuse_type("output_config.format", "an object", *format);
+  const std::string type =
+      string_field(*format, "type", "output_config.format.type").value_or("");
+  if (type != "json_schema") {
+    refuse("Invalid value for 'output_config.format.type': \"" + type +
+               "\" (allowed: json_schema).",
+           "output_config.format.type");
+  }
+  const Json& schema = required_field(*format, "schema", "output_config.format.schema");
+  return Json{{"type", "json_schema"},
+              {"json_schema", {{"name", "output"}, {"schema", schema}}}};
+}
+
 std::optional<bool> thinking_enabled(const Json& thinking) {
   if (!thinking.is_object()) refuse_type("thinking", "an object", thinking);
   const std::string type = string_field(thinking, "type", "thinking.type").value_or("");
@@ -225,6 +245,12 @@ MessagesRequest translate(const Json& body, MessagesEndpoint endpoint) {
     }
   }
   if (endpoint == MessagesEndpoint::kCountTokens) return out;
+
+  if (const Json* config = field(body, "output_config")) {
+    if (std::optional<Json> format = chat_response_format(*config)) {
+      chat["response_format"] = std::move(*format);
+    }
+  }
 
   const Json& max_tokens = required_field(body, "max_tokens", "max_tokens");
   chat["max_completion_tokens"] = max_tokens;

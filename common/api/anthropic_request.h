@@ -5,8 +5,9 @@
 //   redacted_thinking is dropped)), max_tokens (required), stop_sequences, temperature, top_p,
 //   top_k, tools ({name, description, input_schema}), tool_choice (auto, any -> required, tool
 //   -> that function, none), thinking ({type: enabled | disabled}: the template's
-//   enable_thinking), stream, metadata (ignored); other fields (the chat path's extensions)
-//   pass through unchanged. Images, documents and server tools are a 400 naming the field.
+//   enable_thinking), output_config.format (json_schema: the chat path's grammar), stream,
+//   metadata and the other fields of Anthropic's platform (ignored); other fields (the chat
+//   path's extensions) pass through unchanged. Images, documents and server tools are a 400 naming the field.
 // POST /v1/messages/count_tokens takes the same body without max_tokens: its chat request is
 // the /tokenize body of the same prompt.
 #pragma once

@@ -171,8 +171,8 @@ std::string ResponsesAnswer::event(std::string_view type, Ordered payload) {
 std::string ResponsesAnswer::start() {
   if (started_) return {};
   started_ = true;
-  return event("response.created", {{"response", response_object("in_progress")}}) +
-         event("response.in_progress", {{"response", response_object("in_progress")}});
+  std::string out = event("response.created", {{"response", response_object("in_progress")}});
+  return out + event("response.in_progress", {{"response", response_object("in_progress")}});
 }
 
 std::string ResponsesAnswer::open_item(ItemKind kind, std::string call_id, std::string name) {
@@ -294,7 +294,8 @@ std::string ResponsesAnswer::stream_error(const nlohmann::json& body) {
 
 std::string ResponsesAnswer::done() {
   if (ended_) return {};
-  std::string out = start() + close_item();
+  std::string out = start();
+  out += close_item();
   ended_ = true;
   if (finish_reason_ == "length") {
     return out + event("response.incomplete", {{"response", response_object("incomplete")}});

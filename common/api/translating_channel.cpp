@@ -45,9 +45,9 @@ std::string TranslatingChannel::translate_event(const std::string& data) {
     PDS_LOG_WARN("a chat stream event could not be translated: " +
                  (event.ok() ? std::string("not a JSON object") : event.status().message()));
     finished_ = true;
-    return translator_->stream_error(
-               nlohmann::json::parse(bad_gateway("the chat stream could not be translated").body())) +
-           translator_->done();
+    std::string out = translator_->stream_error(
+        nlohmann::json::parse(bad_gateway("the chat stream could not be translated").body()));
+    return out + translator_->done();
   }
   if (event->contains("error")) return translator_->stream_error(*event);
   return translator_->chunk(*event);
@@ -64,8 +64,8 @@ bool TranslatingChannel::write(std::string data) {
   if (reader_.overflowed() && !finished_) {
     finished_ = true;
     out += translator_->stream_error(
-               nlohmann::json::parse(bad_gateway("a chat stream event was too large").body())) +
-           translator_->done();
+        nlohmann::json::parse(bad_gateway("a chat stream event was too large").body()));
+    out += translator_->done();
   }
   if (out.empty()) return !client_->cancelled();
   return client_->write(std::move(out));
@@ -76,9 +76,10 @@ void TranslatingChannel::end_stream() {
   if (!finished_) {
     // A chat stream always ends with [DONE]; without it the client still gets an end it can read.
     finished_ = true;
-    client_->write(translator_->stream_error(nlohmann::json::parse(
-                       bad_gateway("the chat stream ended without its last event").body())) +
-                   translator_->done());
+    std::string out = translator_->stream_error(nlohmann::json::parse(
+        bad_gateway("the chat stream ended without its last event").body()));
+    out += translator_->done();
+    client_->write(std::move(out));
   }
   client_->end_stream();
 }
