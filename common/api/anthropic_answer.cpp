@@ -127,9 +127,9 @@ std::string AnthropicAnswer::close_block() {
 }
 
 std::string AnthropicAnswer::delta(const Ordered& payload) {
-  return named_sse_event("content_block_delta", {{"type", "content_block_delta"},
-                                                 {"index", *open_index_},
-                                                 {"delta", payload}});
+  return named_sse_event(
+      "content_block_delta",
+      {{"type", "content_block_delta"}, {"index", *open_index_}, {"delta", payload}});
 }
 
 std::string AnthropicAnswer::chunk(const nlohmann::json& chunk) {
@@ -166,7 +166,8 @@ std::string AnthropicAnswer::chunk(const nlohmann::json& chunk) {
       out += delta({{"type", "input_json_delta"}, {"partial_json", arguments}});
     }
   }
-  if (const auto finish = choice.find("finish_reason"); finish != choice.end() && finish->is_string()) {
+  if (const auto finish = choice.find("finish_reason");
+      finish != choice.end() && finish->is_string()) {
     std::tie(stop_reason_, stop_sequence_) = stop_of(choice);
     out += close_block();
   }
@@ -179,9 +180,7 @@ std::string AnthropicAnswer::stream_error(const nlohmann::json& body) {
   const nlohmann::json error = body.value("error", nlohmann::json::object());
   const std::string type = text_of(error, "type");
   // A stream's status is 200: the error's kind says which Anthropic error it is.
-  const int status = type == "invalid_request_error" ? 400
-                     : type == "rate_limit_error"    ? 429
-                                                     : 500;
+  const int status = type == "invalid_request_error" ? 400 : type == "rate_limit_error" ? 429 : 500;
   return named_sse_event("error", anthropic_error_body(status, text_of(error, "message")));
 }
 

@@ -10,11 +10,15 @@ namespace {
 
 // The Messages fields this translation reads; the others pass through to the chat request.
 constexpr std::array<std::string_view, 25> kMessagesFields = {
-    "model",          "messages",    "system",       "max_tokens",    "stop_sequences",
-    "temperature",    "top_p",       "top_k",        "tools",         "tool_choice",
-    "thinking",       "stream",      "output_config", "metadata",     "service_tier",
-    "container",      "mcp_servers", "context_management", "inference_geo", "cache_control",
-    "diagnostics",    "speed",       "user_profile_id", "workspace_id", "betas"};
+    "model",         "messages",        "system",
+    "max_tokens",    "stop_sequences",  "temperature",
+    "top_p",         "top_k",           "tools",
+    "tool_choice",   "thinking",        "stream",
+    "output_config", "metadata",        "service_tier",
+    "container",     "mcp_servers",     "context_management",
+    "inference_geo", "cache_control",   "diagnostics",
+    "speed",         "user_profile_id", "workspace_id",
+    "betas"};
 
 std::string text_block(const Json& block, const std::string& param) {
   const Json& text = required_field(block, "text", param + ".text");
@@ -183,16 +187,14 @@ std::optional<Json> chat_response_format(const Json& config) {
   const Json* format = field(config, "format");
   if (format == nullptr) return std::nullopt;
   if (!format->is_object()) refuse_type("output_config.format", "an object", *format);
-  const std::string type =
-      string_field(*format, "type", "output_config.format.type").value_or("");
+  const std::string type = string_field(*format, "type", "output_config.format.type").value_or("");
   if (type != "json_schema") {
-    refuse("Invalid value for 'output_config.format.type': \"" + type +
-               "\" (allowed: json_schema).",
-           "output_config.format.type");
+    refuse(
+        "Invalid value for 'output_config.format.type': \"" + type + "\" (allowed: json_schema).",
+        "output_config.format.type");
   }
   const Json& schema = required_field(*format, "schema", "output_config.format.schema");
-  return Json{{"type", "json_schema"},
-              {"json_schema", {{"name", "output"}, {"schema", schema}}}};
+  return Json{{"type", "json_schema"}, {"json_schema", {{"name", "output"}, {"schema", schema}}}};
 }
 
 std::optional<bool> thinking_enabled(const Json& thinking) {
@@ -238,7 +240,8 @@ MessagesRequest translate(const Json& body, MessagesEndpoint endpoint) {
   }
   chat["messages"] = std::move(messages);
   if (const Json* tools = field(body, "tools")) chat["tools"] = chat_tools(*tools);
-  if (const Json* choice = field(body, "tool_choice")) chat["tool_choice"] = chat_tool_choice(*choice);
+  if (const Json* choice = field(body, "tool_choice"))
+    chat["tool_choice"] = chat_tool_choice(*choice);
   if (const Json* thinking = field(body, "thinking")) {
     if (std::optional<bool> enabled = thinking_enabled(*thinking)) {
       chat["chat_template_kwargs"] = {{"enable_thinking", *enabled}};
@@ -264,7 +267,8 @@ MessagesRequest translate(const Json& body, MessagesEndpoint endpoint) {
   out.stream = bool_field(body, "stream", "stream").value_or(false);
   chat["stream"] = out.stream;
   // message_start carries the prompt's token count: every chunk has the usage so far.
-  if (out.stream) chat["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+  if (out.stream)
+    chat["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
   pass_through_extensions(body, kMessagesFields, chat);
   return out;
 }

@@ -7,7 +7,8 @@
 //   -> that function, none), thinking ({type: enabled | disabled}: the template's
 //   enable_thinking), output_config.format (json_schema: the chat path's grammar), stream,
 //   metadata and the other fields of Anthropic's platform (ignored); other fields (the chat
-//   path's extensions) pass through unchanged. Images, documents and server tools are a 400 naming the field.
+//   path's extensions) pass through unchanged. Images, documents and server tools are a 400 naming
+//   the field.
 // POST /v1/messages/count_tokens takes the same body without max_tokens: its chat request is
 // the /tokenize body of the same prompt.
 #pragma once

@@ -81,9 +81,15 @@ void copy_field(const Json& object, std::string_view from, Json& out, std::strin
 
 void pass_through_extensions(const Json& body, std::span<const std::string_view> known,
                              Json& chat) {
-  static constexpr std::array<std::string_view, 9> kShapeFields = {
-      "n",      "echo",   "logprobs", "top_logprobs", "stream_options", "prompt",
-      "messages", "continue_final_message", "add_generation_prompt"};
+  static constexpr std::array<std::string_view, 9> kShapeFields = {"n",
+                                                                   "echo",
+                                                                   "logprobs",
+                                                                   "top_logprobs",
+                                                                   "stream_options",
+                                                                   "prompt",
+                                                                   "messages",
+                                                                   "continue_final_message",
+                                                                   "add_generation_prompt"};
   for (auto it = body.begin(); it != body.end(); ++it) {
     if (std::ranges::find(known, it.key()) != known.end()) continue;
     if (std::ranges::find(kShapeFields, it.key()) != kShapeFields.end()) {

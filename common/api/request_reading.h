@@ -40,8 +40,7 @@ void copy_field(const Json& object, std::string_view from, Json& out, std::strin
 // Copies the body's fields that are not in `known` (the chat path's extensions: top_k, seed,
 // ...) to `chat` unless it has them; a field that would change the chat answer's shape, which
 // the translation relies on (n, echo, logprobs, stream_options, ...), is a 400.
-void pass_through_extensions(const Json& body, std::span<const std::string_view> known,
-                             Json& chat);
+void pass_through_extensions(const Json& body, std::span<const std::string_view> known, Json& chat);
 
 // The body as a JSON object (bounded depth), or the 400 to answer.
 ApiResult<Json> parse_request_object(std::string_view body);

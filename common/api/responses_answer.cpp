@@ -106,8 +106,7 @@ Ordered ResponsesAnswer::response_object(std::string_view status) const {
   out["model"] = model_;
   out["output"] = Ordered::array();
   // Items are in_progress, completed or incomplete (a failed response's too).
-  const std::string_view item_status =
-      status == "failed" ? std::string_view("incomplete") : status;
+  const std::string_view item_status = status == "failed" ? std::string_view("incomplete") : status;
   for (const Item& item : items_) out["output"].push_back(item_json(item, item_status));
   out["parallel_tool_calls"] = echo_.value("parallel_tool_calls", Ordered(true));
   out["previous_response_id"] = nullptr;
@@ -145,7 +144,9 @@ http::HttpResponse ResponsesAnswer::whole(const nlohmann::json& completion) {
   }
   usage_ = usage_json(completion.value("usage", nlohmann::json()));
   const bool cut = text_of(choice, "finish_reason") == "length";
-  return {200, "application/json", {},
+  return {200,
+          "application/json",
+          {},
           response_object(cut ? "incomplete" : "completed")
               .dump(-1, ' ', false, Ordered::error_handler_t::replace)};
 }
@@ -157,7 +158,8 @@ http::HttpResponse ResponsesAnswer::error(int status, const nlohmann::json& body
       *param = responses_param(param->get<std::string>());
     }
   }
-  return {status, "application/json", {}, out.dump(-1, ' ', false, Ordered::error_handler_t::replace)};
+  return {
+      status, "application/json", {}, out.dump(-1, ' ', false, Ordered::error_handler_t::replace)};
 }
 
 std::string ResponsesAnswer::event(std::string_view type, Ordered payload) {
@@ -214,9 +216,9 @@ std::string ResponsesAnswer::close_item() {
                                                  {"content_index", 0},
                                                  {"text", item.text},
                                                  {"logprobs", Ordered::array()}});
-      out += event("response.content_part.done",
-                   {{"item_id", item.id}, {"output_index", index}, {"content_index", 0},
-                    {"part", part}});
+      out += event(
+          "response.content_part.done",
+          {{"item_id", item.id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
       break;
     }
     case ItemKind::kFunctionCall:
@@ -277,7 +279,8 @@ std::string ResponsesAnswer::chunk(const nlohmann::json& chunk) {
     out += event("response.function_call_arguments.delta",
                  {{"item_id", item.id}, {"output_index", index}, {"delta", arguments}});
   }
-  if (const auto finish = choice.find("finish_reason"); finish != choice.end() && finish->is_string()) {
+  if (const auto finish = choice.find("finish_reason");
+      finish != choice.end() && finish->is_string()) {
     finish_reason_ = finish->get<std::string>();
     out += close_item();
   }

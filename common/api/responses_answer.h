@@ -60,7 +60,7 @@ class ResponsesAnswer final : public ChatAnswerTranslator {
   int64_t created_at_ = 0;
   std::string model_;
   std::vector<Item> items_;
-  std::optional<size_t> open_;  // the output index of the item being streamed
+  std::optional<size_t> open_;      // the output index of the item being streamed
   std::vector<size_t> call_items_;  // the output index of each tool call, by its chat index
   std::optional<std::string> finish_reason_;
   nlohmann::ordered_json usage_ = nullptr;

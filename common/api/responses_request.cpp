@@ -11,11 +11,28 @@ namespace {
 
 // The Responses fields this translation reads; every other field goes to the chat request as
 // it is (the chat path's extensions, or a field it ignores or refuses).
-constexpr std::array<std::string_view, 22> kResponsesFields = {
-    "model",  "input", "instructions", "max_output_tokens", "temperature", "top_p",
-    "tools",  "tool_choice", "parallel_tool_calls", "text", "stream", "store",
-    "previous_response_id", "background", "metadata", "user", "include", "truncation",
-    "reasoning", "service_tier", "prompt_cache_key", "safety_identifier"};
+constexpr std::array<std::string_view, 22> kResponsesFields = {"model",
+                                                               "input",
+                                                               "instructions",
+                                                               "max_output_tokens",
+                                                               "temperature",
+                                                               "top_p",
+                                                               "tools",
+                                                               "tool_choice",
+                                                               "parallel_tool_calls",
+                                                               "text",
+                                                               "stream",
+                                                               "store",
+                                                               "previous_response_id",
+                                                               "background",
+                                                               "metadata",
+                                                               "user",
+                                                               "include",
+                                                               "truncation",
+                                                               "reasoning",
+                                                               "service_tier",
+                                                               "prompt_cache_key",
+                                                               "safety_identifier"};
 
 // Text of a message's content: a string, or input_text / output_text parts joined.
 std::string content_text(const Json& content, const std::string& param) {
@@ -28,7 +45,8 @@ std::string content_text(const Json& content, const std::string& param) {
     if (!part.is_object()) refuse_type(part_param, "an object", part);
     const std::optional<std::string> type = string_field(part, "type", part_param + ".type");
     if (type != "input_text" && type != "output_text") {
-      refuse("Invalid value for '" + part_param + ".type': " + (type ? "\"" + *type + "\"" : "none") +
+      refuse("Invalid value for '" + part_param +
+                 ".type': " + (type ? "\"" + *type + "\"" : "none") +
                  " (only text parts are supported: input_text, output_text).",
              part_param + ".type");
     }
@@ -61,9 +79,8 @@ void append_input_items(const Json& input, Json& messages) {
                param + ".role");
       }
       const Json& content = required_field(item, "content", param + ".content");
-      messages.push_back(
-          {{"role", role == "developer" ? "system" : role},
-           {"content", content_text(content, param + ".content")}});
+      messages.push_back({{"role", role == "developer" ? "system" : role},
+                          {"content", content_text(content, param + ".content")}});
     } else if (type == "function_call") {
       const std::string call_id = required_string(item, "call_id", param + ".call_id");
       const std::optional<std::string> name = string_field(item, "name", param + ".name");
@@ -157,9 +174,10 @@ ResponsesRequest translate(const Json& body) {
            "store");
   }
   if (field(body, "previous_response_id") != nullptr) {
-    refuse("'previous_response_id' is not supported: responses are not stored. Send the whole "
-           "conversation in 'input'.",
-           "previous_response_id");
+    refuse(
+        "'previous_response_id' is not supported: responses are not stored. Send the whole "
+        "conversation in 'input'.",
+        "previous_response_id");
   }
   if (bool_field(body, "background", "background").value_or(false)) {
     refuse("Background responses are not supported.", "background");
@@ -187,7 +205,8 @@ ResponsesRequest translate(const Json& body) {
   copy_field(body, "top_p", chat, "top_p");
   copy_field(body, "parallel_tool_calls", chat, "parallel_tool_calls");
   if (const Json* tools = field(body, "tools")) chat["tools"] = chat_tools(*tools);
-  if (const Json* choice = field(body, "tool_choice")) chat["tool_choice"] = chat_tool_choice(*choice);
+  if (const Json* choice = field(body, "tool_choice"))
+    chat["tool_choice"] = chat_tool_choice(*choice);
   if (const Json* text = field(body, "text")) {
     if (std::optional<Json> format = chat_response_format(*text)) {
       chat["response_format"] = std::move(*format);

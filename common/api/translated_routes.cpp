@@ -44,37 +44,36 @@ void add_translated_routes(http::Router& router, const AccessPolicy& access,
   const auto shared = std::make_shared<const ChatFrontEnd>(std::move(front_end));
   router.add(
       "POST", "/v1/responses",
-      guarded(access, RouteAccess::kClient,
-              [shared](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
-                ApiResult<ResponsesRequest> translated = translate_responses_request(request.body);
-                if (!translated.ok()) return ch->send(http::api_error_response(translated.error()));
-                shared->chat_completions(
-                    retargeted(request, "/v1/chat/completions", translated->chat),
-                    std::make_shared<TranslatingChannel>(
-                        ch, std::make_unique<ResponsesAnswer>(std::move(translated->echo))));
-              }));
-  router.add(
-      "POST", "/v1/messages",
-      anthropic_guarded(access, [shared](const http::HttpRequest& request,
-                                         std::shared_ptr<http::ResponseChannel> ch) {
-        ApiResult<MessagesRequest> translated =
-            translate_messages_request(request.body, MessagesEndpoint::kCreate);
-        if (!translated.ok()) return ch->send(anthropic_error_response(translated.error()));
-        shared->chat_completions(
-            retargeted(request, "/v1/chat/completions", translated->chat),
-            std::make_shared<TranslatingChannel>(ch, std::make_unique<AnthropicAnswer>()));
-      }));
-  router.add(
-      "POST", "/v1/messages/count_tokens",
-      anthropic_guarded(access, [shared](const http::HttpRequest& request,
-                                         std::shared_ptr<http::ResponseChannel> ch) {
-        ApiResult<MessagesRequest> translated =
-            translate_messages_request(request.body, MessagesEndpoint::kCountTokens);
-        if (!translated.ok()) return ch->send(anthropic_error_response(translated.error()));
-        shared->tokenize(
-            retargeted(request, "/tokenize", translated->chat),
-            std::make_shared<TranslatingChannel>(ch, std::make_unique<CountTokensAnswer>()));
-      }));
+      guarded(
+          access, RouteAccess::kClient,
+          [shared](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+            ApiResult<ResponsesRequest> translated = translate_responses_request(request.body);
+            if (!translated.ok()) return ch->send(http::api_error_response(translated.error()));
+            shared->chat_completions(
+                retargeted(request, "/v1/chat/completions", translated->chat),
+                std::make_shared<TranslatingChannel>(
+                    ch, std::make_unique<ResponsesAnswer>(std::move(translated->echo))));
+          }));
+  router.add("POST", "/v1/messages",
+             anthropic_guarded(access, [shared](const http::HttpRequest& request,
+                                                std::shared_ptr<http::ResponseChannel> ch) {
+               ApiResult<MessagesRequest> translated =
+                   translate_messages_request(request.body, MessagesEndpoint::kCreate);
+               if (!translated.ok()) return ch->send(anthropic_error_response(translated.error()));
+               shared->chat_completions(
+                   retargeted(request, "/v1/chat/completions", translated->chat),
+                   std::make_shared<TranslatingChannel>(ch, std::make_unique<AnthropicAnswer>()));
+             }));
+  router.add("POST", "/v1/messages/count_tokens",
+             anthropic_guarded(access, [shared](const http::HttpRequest& request,
+                                                std::shared_ptr<http::ResponseChannel> ch) {
+               ApiResult<MessagesRequest> translated =
+                   translate_messages_request(request.body, MessagesEndpoint::kCountTokens);
+               if (!translated.ok()) return ch->send(anthropic_error_response(translated.error()));
+               shared->tokenize(
+                   retargeted(request, "/tokenize", translated->chat),
+                   std::make_shared<TranslatingChannel>(ch, std::make_unique<CountTokensAnswer>()));
+             }));
 }
 
 }  // namespace pdserve::api

@@ -20,6 +20,7 @@ struct ChatFrontEnd {
   http::Handler tokenize;          // takes a POST /tokenize request
 };
 
-void add_translated_routes(http::Router& router, const AccessPolicy& access, ChatFrontEnd front_end);
+void add_translated_routes(http::Router& router, const AccessPolicy& access,
+                           ChatFrontEnd front_end);
 
 }  // namespace pdserve::api

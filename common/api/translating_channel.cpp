@@ -18,13 +18,12 @@ void TranslatingChannel::send(http::HttpResponse response) {
   if (!body.ok() || !body->is_object()) {
     PDS_LOG_WARN("a chat answer could not be translated: " +
                  (body.ok() ? std::string("not a JSON object") : body.status().message()));
-    client_->send(
-        translator_->error(502, nlohmann::json::parse(
-                                    bad_gateway("the chat answer could not be translated").body())));
+    client_->send(translator_->error(
+        502, nlohmann::json::parse(bad_gateway("the chat answer could not be translated").body())));
     return;
   }
-  http::HttpResponse out =
-      response.status == 200 ? translator_->whole(*body) : translator_->error(response.status, *body);
+  http::HttpResponse out = response.status == 200 ? translator_->whole(*body)
+                                                  : translator_->error(response.status, *body);
   // Retry-After and the like keep their meaning in every API.
   for (auto& header : response.headers) out.headers.push_back(std::move(header));
   client_->send(std::move(out));
@@ -76,8 +75,8 @@ void TranslatingChannel::end_stream() {
   if (!finished_) {
     // A chat stream always ends with [DONE]; without it the client still gets an end it can read.
     finished_ = true;
-    std::string out = translator_->stream_error(nlohmann::json::parse(
-        bad_gateway("the chat stream ended without its last event").body()));
+    std::string out = translator_->stream_error(
+        nlohmann::json::parse(bad_gateway("the chat stream ended without its last event").body()));
     out += translator_->done();
     client_->write(std::move(out));
   }

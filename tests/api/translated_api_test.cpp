@@ -42,17 +42,23 @@ class RecordingChannel final : public http::ResponseChannel {
   bool ended = false;
 };
 
-std::string chat_event(const Json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+std::string chat_event(const Json& chunk) {
+  return "data: " + chunk.dump() + "\n\n";
+}
 
 Json chunk_with(const Json& delta, const Json& finish = nullptr) {
-  return {{"id", "chatcmpl-abc"}, {"object", "chat.completion.chunk"}, {"created", 7},
+  return {{"id", "chatcmpl-abc"},
+          {"object", "chat.completion.chunk"},
+          {"created", 7},
           {"model", "m"},
           {"choices", Json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}})}};
 }
 
 // A chat stream with reasoning, text and two tool calls, as GenerationStream writes it.
 std::vector<std::string> tool_call_stream() {
-  Json usage_chunk = {{"id", "chatcmpl-abc"}, {"created", 7}, {"model", "m"},
+  Json usage_chunk = {{"id", "chatcmpl-abc"},
+                      {"created", 7},
+                      {"model", "m"},
                       {"choices", Json::array()},
                       {"usage", {{"prompt_tokens", 11}, {"completion_tokens", 20}}}};
   return {
@@ -60,16 +66,19 @@ std::vector<std::string> tool_call_stream() {
       chat_event(chunk_with({{"role", "assistant"}, {"content", ""}})),
       chat_event(chunk_with({{"reasoning_content", "think"}})),
       chat_event(chunk_with({{"content", "Hi."}})),
-      chat_event(chunk_with({{"tool_calls", Json::array({{{"index", 0}, {"id", "call_abc_0_0"},
-                                                          {"type", "function"},
-                                                          {"function", {{"name", "f"},
-                                                                        {"arguments", "{\"a\""}}}}})}})),
-      chat_event(chunk_with({{"tool_calls", Json::array({{{"index", 0},
-                                                          {"function", {{"arguments", ": 1}"}}}}})}})),
-      chat_event(chunk_with({{"tool_calls", Json::array({{{"index", 1}, {"id", "call_abc_0_1"},
-                                                          {"type", "function"},
-                                                          {"function", {{"name", "g"},
-                                                                        {"arguments", "{}"}}}}})}})),
+      chat_event(
+          chunk_with({{"tool_calls",
+                       Json::array({{{"index", 0},
+                                     {"id", "call_abc_0_0"},
+                                     {"type", "function"},
+                                     {"function", {{"name", "f"}, {"arguments", "{\"a\""}}}}})}})),
+      chat_event(chunk_with(
+          {{"tool_calls", Json::array({{{"index", 0}, {"function", {{"arguments", ": 1}"}}}}})}})),
+      chat_event(chunk_with(
+          {{"tool_calls", Json::array({{{"index", 1},
+                                        {"id", "call_abc_0_1"},
+                                        {"type", "function"},
+                                        {"function", {{"name", "g"}, {"arguments", "{}"}}}}})}})),
       chat_event(chunk_with(Json::object(), "tool_calls")),
       chat_event(usage_chunk),
       "data: [DONE]\n\n"};
@@ -105,7 +114,8 @@ std::vector<std::string> names(const std::vector<std::pair<std::string, Json>>& 
 }
 
 TEST(SseDataReader, FramesEventsSplitAnywhereAndSkipsComments) {
-  const std::string stream = ": comment\n\ndata: a\r\n\r\nevent: x\ndata: b\ndata: c\n\ndata: [DONE]\n\n";
+  const std::string stream =
+      ": comment\n\ndata: a\r\n\r\nevent: x\ndata: b\ndata: c\n\ndata: [DONE]\n\n";
   for (size_t cut = 0; cut <= stream.size(); ++cut) {
     SseDataReader reader;
     std::vector<std::string> got = reader.feed(stream.substr(0, cut));
@@ -120,14 +130,17 @@ TEST(ResponsesRequest, TranslatesInputItemsToChatMessages) {
       {"instructions", "be brief"},
       {"max_output_tokens", 9},
       {"top_k", 3},
-      {"text", {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", {{"type", "object"}}}}}}},
+      {"text",
+       {{"format", {{"type", "json_schema"}, {"name", "x"}, {"schema", {{"type", "object"}}}}}}},
       {"input",
-       Json::array({{{"role", "user"}, {"content", Json::array({{{"type", "input_text"}, {"text", "a"}},
-                                                                 {{"type", "input_text"}, {"text", "b"}}})}},
-                    {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{}"}},
-                    {{"type", "function_call"}, {"call_id", "c2"}, {"name", "g"}, {"arguments", "{}"}},
-                    {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "1"}},
-                    {{"type", "reasoning"}, {"summary", Json::array()}}})}};
+       Json::array(
+           {{{"role", "user"},
+             {"content", Json::array({{{"type", "input_text"}, {"text", "a"}},
+                                      {{"type", "input_text"}, {"text", "b"}}})}},
+            {{"type", "function_call"}, {"call_id", "c1"}, {"name", "f"}, {"arguments", "{}"}},
+            {{"type", "function_call"}, {"call_id", "c2"}, {"name", "g"}, {"arguments", "{}"}},
+            {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "1"}},
+            {{"type", "reasoning"}, {"summary", Json::array()}}})}};
   ApiResult<ResponsesRequest> translated = translate_responses_request(body.dump());
   ASSERT_TRUE(translated.ok()) << translated.error().message;
   const Json chat = Json::parse(translated->chat.dump());
@@ -145,12 +158,16 @@ TEST(ResponsesRequest, TranslatesInputItemsToChatMessages) {
 TEST(ResponsesRequest, RefusesWhatIsNotSupportedNamingTheField) {
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"model", "m"}, {"input", "x"}, {"store", true}}, "store"},
-      {{{"model", "m"}, {"input", "x"}, {"previous_response_id", "resp_1"}}, "previous_response_id"},
+      {{{"model", "m"}, {"input", "x"}, {"previous_response_id", "resp_1"}},
+       "previous_response_id"},
       {{{"model", "m"}, {"input", "x"}, {"n", 2}}, "n"},
       {{{"model", "m"}}, "input"},
       {{{"model", "m"}, {"input", Json::array()}}, "input"},
-      {{{"model", "m"}, {"input", "x"}, {"tools", Json::array({{{"type", "web_search"}}})}}, "tools[0].type"},
-      {{{"model", "m"}, {"input", Json::array({{{"role", "user"}, {"content", Json::array({{{"type", "input_image"}}})}}})}},
+      {{{"model", "m"}, {"input", "x"}, {"tools", Json::array({{{"type", "web_search"}}})}},
+       "tools[0].type"},
+      {{{"model", "m"},
+        {"input",
+         Json::array({{{"role", "user"}, {"content", Json::array({{{"type", "input_image"}}})}}})}},
        "input[0].content[0].type"},
   };
   for (const auto& [body, param] : cases) {
@@ -172,17 +189,22 @@ TEST(MessagesRequest, TranslatesBlocksToChatMessages) {
       {"tools", Json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}})},
       {"tool_choice", {{"type", "any"}}},
       {"messages",
-       Json::array({{{"role", "user"}, {"content", "q"}},
-                    {{"role", "assistant"},
-                     {"content", Json::array({{{"type", "thinking"}, {"thinking", "hm"}},
-                                              {{"type", "text"}, {"text", "ok"}},
-                                              {{"type", "tool_use"}, {"id", "t1"}, {"name", "f"},
-                                               {"input", {{"a", 1}}}}})}},
-                    {{"role", "user"},
-                     {"content", Json::array({{{"type", "text"}, {"text", "and?"}},
-                                              {{"type", "tool_result"}, {"tool_use_id", "t1"},
-                                               {"content", Json::array({{{"type", "text"}, {"text", "r"}}})}}})}}})}};
-  ApiResult<MessagesRequest> translated = translate_messages_request(body.dump(), MessagesEndpoint::kCreate);
+       Json::array(
+           {{{"role", "user"}, {"content", "q"}},
+            {{"role", "assistant"},
+             {"content",
+              Json::array(
+                  {{{"type", "thinking"}, {"thinking", "hm"}},
+                   {{"type", "text"}, {"text", "ok"}},
+                   {{"type", "tool_use"}, {"id", "t1"}, {"name", "f"}, {"input", {{"a", 1}}}}})}},
+            {{"role", "user"},
+             {"content",
+              Json::array({{{"type", "text"}, {"text", "and?"}},
+                           {{"type", "tool_result"},
+                            {"tool_use_id", "t1"},
+                            {"content", Json::array({{{"type", "text"}, {"text", "r"}}})}}})}}})}};
+  ApiResult<MessagesRequest> translated =
+      translate_messages_request(body.dump(), MessagesEndpoint::kCreate);
   ASSERT_TRUE(translated.ok()) << translated.error().message;
   const Json chat = Json::parse(translated->chat.dump());
   const Json& messages = chat["messages"];
@@ -202,33 +224,38 @@ TEST(MessagesRequest, TranslatesBlocksToChatMessages) {
 }
 
 TEST(MessagesRequest, MaxTokensIsRequiredExceptForCountTokens) {
-  const Json body = {{"model", "m"}, {"messages", Json::array({{{"role", "user"}, {"content", "q"}}})}};
-  ApiResult<MessagesRequest> create = translate_messages_request(body.dump(), MessagesEndpoint::kCreate);
+  const Json body = {{"model", "m"},
+                     {"messages", Json::array({{{"role", "user"}, {"content", "q"}}})}};
+  ApiResult<MessagesRequest> create =
+      translate_messages_request(body.dump(), MessagesEndpoint::kCreate);
   ASSERT_FALSE(create.ok());
   EXPECT_EQ(create.error().param, "max_tokens");
   EXPECT_TRUE(translate_messages_request(body.dump(), MessagesEndpoint::kCountTokens).ok());
   Json image = body;
   image["max_tokens"] = 3;
   image["messages"][0]["content"] = Json::array({{{"type", "image"}}});
-  ApiResult<MessagesRequest> refused = translate_messages_request(image.dump(), MessagesEndpoint::kCreate);
+  ApiResult<MessagesRequest> refused =
+      translate_messages_request(image.dump(), MessagesEndpoint::kCreate);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().param, "messages[0].content[0].type");
 }
 
 TEST(AnthropicAnswer, AChatStreamBecomesAnthropicsEventSequence) {
   const auto events = translate_bytewise(std::make_unique<AnthropicAnswer>(), tool_call_stream());
-  EXPECT_EQ(names(events),
-            (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
-                                      "content_block_stop", "content_block_start", "content_block_delta",
-                                      "content_block_stop", "content_block_start", "content_block_delta",
-                                      "content_block_delta", "content_block_stop", "content_block_start",
-                                      "content_block_delta", "content_block_stop", "message_delta",
-                                      "message_stop"}));
+  EXPECT_EQ(
+      names(events),
+      (std::vector<std::string>{
+          "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+          "content_block_start", "content_block_delta", "content_block_stop", "content_block_start",
+          "content_block_delta", "content_block_delta", "content_block_stop", "content_block_start",
+          "content_block_delta", "content_block_stop", "message_delta", "message_stop"}));
   EXPECT_EQ(events[0].second["message"]["id"], "msg_abc");
   EXPECT_EQ(events[1].second["content_block"]["type"], "thinking");
   EXPECT_EQ(events[4].second["content_block"]["type"], "text");
-  EXPECT_EQ(events[7].second["content_block"], (Json{{"type", "tool_use"}, {"id", "call_abc_0_0"},
-                                                     {"name", "f"}, {"input", Json::object()}}));
+  EXPECT_EQ(
+      events[7].second["content_block"],
+      (Json{
+          {"type", "tool_use"}, {"id", "call_abc_0_0"}, {"name", "f"}, {"input", Json::object()}}));
   EXPECT_EQ(events[8].second["delta"]["partial_json"].get<std::string>() +
                 events[9].second["delta"]["partial_json"].get<std::string>(),
             "{\"a\": 1}");
@@ -238,19 +265,30 @@ TEST(AnthropicAnswer, AChatStreamBecomesAnthropicsEventSequence) {
 }
 
 TEST(ResponsesAnswer, AChatStreamBecomesTypedEventsWithSequenceNumbers) {
-  const auto events = translate_bytewise(std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()),
-                                         tool_call_stream());
-  EXPECT_EQ(names(events),
-            (std::vector<std::string>{
-                "response.created", "response.in_progress", "response.output_item.added",
-                "response.reasoning_text.delta", "response.reasoning_text.done", "response.output_item.done",
-                "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-                "response.output_text.done", "response.content_part.done", "response.output_item.done",
-                "response.output_item.added", "response.function_call_arguments.delta",
-                "response.function_call_arguments.delta", "response.function_call_arguments.done",
-                "response.output_item.done", "response.output_item.added",
-                "response.function_call_arguments.delta", "response.function_call_arguments.done",
-                "response.output_item.done", "response.completed"}));
+  const auto events = translate_bytewise(
+      std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()), tool_call_stream());
+  EXPECT_EQ(names(events), (std::vector<std::string>{"response.created",
+                                                     "response.in_progress",
+                                                     "response.output_item.added",
+                                                     "response.reasoning_text.delta",
+                                                     "response.reasoning_text.done",
+                                                     "response.output_item.done",
+                                                     "response.output_item.added",
+                                                     "response.content_part.added",
+                                                     "response.output_text.delta",
+                                                     "response.output_text.done",
+                                                     "response.content_part.done",
+                                                     "response.output_item.done",
+                                                     "response.output_item.added",
+                                                     "response.function_call_arguments.delta",
+                                                     "response.function_call_arguments.delta",
+                                                     "response.function_call_arguments.done",
+                                                     "response.output_item.done",
+                                                     "response.output_item.added",
+                                                     "response.function_call_arguments.delta",
+                                                     "response.function_call_arguments.done",
+                                                     "response.output_item.done",
+                                                     "response.completed"}));
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].second["sequence_number"], i);
   const Json& response = events.back().second["response"];
   EXPECT_EQ(response["id"], "resp_abc");
@@ -264,9 +302,12 @@ TEST(ResponsesAnswer, AChatStreamBecomesTypedEventsWithSequenceNumbers) {
 TEST(ResponsesAnswer, AFailedStreamEndsWithResponseFailed) {
   std::vector<std::string> stream = tool_call_stream();
   stream.resize(3);
-  stream.push_back("data: {\"error\":{\"message\":\"node lost\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
+  stream.push_back(
+      "data: {\"error\":{\"message\":\"node "
+      "lost\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n");
   stream.push_back("data: [DONE]\n\n");
-  const auto events = translate_bytewise(std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()), stream);
+  const auto events = translate_bytewise(
+      std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()), stream);
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().first, "response.failed");
   EXPECT_EQ(events.back().second["response"]["error"]["message"], "node lost");
@@ -278,38 +319,54 @@ TEST(ResponsesAnswer, AFailedStreamEndsWithResponseFailed) {
 TEST(TranslatingChannel, ErrorsTakeTheApisShape) {
   auto client = std::make_shared<RecordingChannel>();
   TranslatingChannel channel(client, std::make_unique<AnthropicAnswer>());
-  channel.send({404, "application/json", {},
-                R"({"error":{"message":"The model 'x' does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}})"});
+  channel.send(
+      {404,
+       "application/json",
+       {},
+       R"({"error":{"message":"The model 'x' does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}})"});
   ASSERT_TRUE(client->whole);
   EXPECT_EQ(client->whole->status, 404);
   const Json body = Json::parse(client->whole->body);
   EXPECT_EQ(body["type"], "error");
   EXPECT_EQ(body["error"]["type"], "not_found_error");
-  EXPECT_EQ(body["error"]["message"], "The model 'x' does not exist.") << "it names the field already";
+  EXPECT_EQ(body["error"]["message"], "The model 'x' does not exist.")
+      << "it names the field already";
 
   auto bad_client = std::make_shared<RecordingChannel>();
   TranslatingChannel bad(bad_client, std::make_unique<AnthropicAnswer>());
-  bad.send({400, "application/json", {},
-            R"({"error":{"message":"too large","type":"invalid_request_error","param":"max_completion_tokens","code":null}})"});
+  bad.send(
+      {400,
+       "application/json",
+       {},
+       R"({"error":{"message":"too large","type":"invalid_request_error","param":"max_completion_tokens","code":null}})"});
   EXPECT_EQ(Json::parse(bad_client->whole->body)["error"]["message"], "max_tokens: too large")
       << "the Messages API's name of the field";
 
   auto responses_client = std::make_shared<RecordingChannel>();
-  TranslatingChannel responses(responses_client, std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()));
-  responses.send({400, "application/json", {},
-                  R"({"error":{"message":"too large","type":"invalid_request_error","param":"max_completion_tokens","code":null}})"});
+  TranslatingChannel responses(responses_client,
+                               std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()));
+  responses.send(
+      {400,
+       "application/json",
+       {},
+       R"({"error":{"message":"too large","type":"invalid_request_error","param":"max_completion_tokens","code":null}})"});
   EXPECT_EQ(Json::parse(responses_client->whole->body)["error"]["param"], "max_output_tokens");
 }
 
 TEST(ResponsesAnswer, AWholeChatCompletionBecomesTheResponseObject) {
   const Json completion = {
-      {"id", "chatcmpl-xyz"}, {"created", 3}, {"model", "m"},
-      {"choices", Json::array({{{"index", 0},
-                                {"message", {{"role", "assistant"}, {"content", "text"}, {"reasoning_content", "r"}}},
-                                {"finish_reason", "length"}}})},
+      {"id", "chatcmpl-xyz"},
+      {"created", 3},
+      {"model", "m"},
+      {"choices",
+       Json::array(
+           {{{"index", 0},
+             {"message", {{"role", "assistant"}, {"content", "text"}, {"reasoning_content", "r"}}},
+             {"finish_reason", "length"}}})},
       {"usage", {{"prompt_tokens", 4}, {"completion_tokens", 5}}}};
   auto client = std::make_shared<RecordingChannel>();
-  TranslatingChannel channel(client, std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()));
+  TranslatingChannel channel(client,
+                             std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()));
   channel.send({200, "application/json", {}, completion.dump()});
   const Json response = Json::parse(client->whole->body);
   EXPECT_EQ(response["status"], "incomplete");
