@@ -18,7 +18,7 @@ import openai  # noqa: E402
 
 import pdserve_testing as t  # noqa: E402
 
-t.set_deadline(220)
+t.set_deadline(280)
 MAX_TOKENS = 80
 DELTAS_BEFORE_KILL = 4
 PROMPT = "Tell me a long story about a lighthouse keeper."
