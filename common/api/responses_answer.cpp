@@ -10,6 +10,8 @@ namespace {
 
 using Ordered = nlohmann::ordered_json;
 
+constexpr int64_t kMaxCallIndex = 1023;
+
 std::string text_of(const nlohmann::json& object, const char* key) {
   const auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -264,16 +266,21 @@ std::string ResponsesAnswer::chunk(const nlohmann::json& chunk) {
                                                 {"logprobs", Ordered::array()}});
   }
   for (const nlohmann::json& call : delta.value("tool_calls", nlohmann::json::array())) {
-    const size_t call_index = call.value("index", size_t{0});
+    const int64_t call_index = call.value("index", int64_t{0});
+    // The chat path numbers a choice's calls from 0; anything else is not a call of this answer.
+    if (call_index < 0 || call_index > kMaxCallIndex) continue;
+    const size_t slot = static_cast<size_t>(call_index);
     const nlohmann::json function = call.value("function", nlohmann::json::object());
     if (call.contains("id")) {
       out += open_item(ItemKind::kFunctionCall, text_of(call, "id"), text_of(function, "name"));
-      if (call_items_.size() <= call_index) call_items_.resize(call_index + 1, items_.size());
-      call_items_[call_index] = *open_;
+      if (call_items_.size() <= slot) call_items_.resize(slot + 1, items_.size());
+      call_items_[slot] = *open_;
     }
     const std::string arguments = text_of(function, "arguments");
-    if (arguments.empty() || call_index >= call_items_.size()) continue;
-    const size_t index = call_items_[call_index];
+    if (arguments.empty() || slot >= call_items_.size() || call_items_[slot] >= items_.size()) {
+      continue;
+    }
+    const size_t index = call_items_[slot];
     Item& item = items_[index];
     item.text += arguments;
     out += event("response.function_call_arguments.delta",

@@ -22,8 +22,15 @@ void TranslatingChannel::send(http::HttpResponse response) {
         502, nlohmann::json::parse(bad_gateway("the chat answer could not be translated").body())));
     return;
   }
-  http::HttpResponse out = response.status == 200 ? translator_->whole(*body)
-                                                  : translator_->error(response.status, *body);
+  http::HttpResponse out;
+  try {
+    out = response.status == 200 ? translator_->whole(*body)
+                                 : translator_->error(response.status, *body);
+  } catch (const nlohmann::json::exception& error) {
+    PDS_LOG_WARN(std::string("a chat answer could not be translated: ") + error.what());
+    out = translator_->error(
+        502, nlohmann::json::parse(bad_gateway("the chat answer could not be translated").body()));
+  }
   // Retry-After and the like keep their meaning in every API.
   for (auto& header : response.headers) out.headers.push_back(std::move(header));
   client_->send(std::move(out));
@@ -48,8 +55,17 @@ std::string TranslatingChannel::translate_event(const std::string& data) {
         nlohmann::json::parse(bad_gateway("the chat stream could not be translated").body()));
     return out + translator_->done();
   }
-  if (event->contains("error")) return translator_->stream_error(*event);
-  return translator_->chunk(*event);
+  try {
+    if (event->contains("error")) return translator_->stream_error(*event);
+    return translator_->chunk(*event);
+  } catch (const nlohmann::json::exception& error) {
+    // A field of an unexpected type (the chat path never writes one): the stream fails cleanly.
+    PDS_LOG_WARN(std::string("a chat stream event could not be translated: ") + error.what());
+    finished_ = true;
+    std::string out = translator_->stream_error(
+        nlohmann::json::parse(bad_gateway("the chat stream could not be translated").body()));
+    return out + translator_->done();
+  }
 }
 
 bool TranslatingChannel::write(std::string data) {

@@ -316,6 +316,23 @@ TEST(ResponsesAnswer, AFailedStreamEndsWithResponseFailed) {
   EXPECT_EQ(anthropic.back().second["error"]["type"], "api_error");
 }
 
+// What the chat path never writes (a chunk of the wrong shape, text that is not JSON, a stream
+// without [DONE]) still ends the client's stream with an error event, never an exception.
+TEST(TranslatingChannel, AnUnreadableChatStreamEndsWithAnErrorEvent) {
+  for (const std::string& bad : {std::string("data: {\"choices\": 5}\n\n"),
+                                 std::string("data: {\"choices\": [{\"delta\": 3}]}\n\n"),
+                                 std::string("data: not json\n\n"), std::string()}) {
+    std::vector<std::string> stream = tool_call_stream();
+    stream.resize(3);
+    if (!bad.empty()) stream.push_back(bad);
+    const auto responses = translate_bytewise(
+        std::make_unique<ResponsesAnswer>(nlohmann::ordered_json::object()), stream);
+    EXPECT_EQ(responses.back().first, "response.failed") << bad;
+    const auto anthropic = translate_bytewise(std::make_unique<AnthropicAnswer>(), stream);
+    EXPECT_EQ(anthropic.back().first, "error") << bad;
+  }
+}
+
 TEST(TranslatingChannel, ErrorsTakeTheApisShape) {
   auto client = std::make_shared<RecordingChannel>();
   TranslatingChannel channel(client, std::make_unique<AnthropicAnswer>());
