@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--api-key", options.api.access.api_keys,
-                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY; repeat for "
-                 "several); also read from $PDSERVE_API_KEY. Default: the API is open")
+                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY or x-api-key: "
+                 "KEY; repeat for several); also read from $PDSERVE_API_KEY. Default: the API "
+                 "is open")
       ->envname("PDSERVE_API_KEY");
   app.add_flag("--strict-request-fields", options.api.strict_request_fields,
                "Refuse requests with unknown fields (400) instead of ignoring them with a log line");

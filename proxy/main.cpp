@@ -201,8 +201,9 @@ int main(int argc, char** argv) {
                "Run without a cluster token: anyone who can reach the proxy may register a node "
                "(and receive prompts) or read /cluster and /trace. Development only");
   app.add_option("--api-key", options.api_keys,
-                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY; repeat for "
-                 "several); also read from $PDSERVE_API_KEY. Default: the API is open")
+                 "Client API key(s) for the OpenAI API (Authorization: Bearer KEY or x-api-key: "
+                 "KEY; repeat for several); also read from $PDSERVE_API_KEY. Default: the API "
+                 "is open")
       ->envname("PDSERVE_API_KEY");
   app.add_option("--heartbeat-timeout-ms", options.heartbeat_timeout_ms,
                  "Drop a registered node after this long without a heartbeat")

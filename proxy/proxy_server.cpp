@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/api/translated_routes.h"
 #include "common/cluster/cluster_auth.h"
 #include "common/core/json_depth.h"
 #include "common/core/log.h"
@@ -174,6 +175,16 @@ void ProxyServer::register_routes(http::Router& router) {
           forward_to_decode(request, ch);
         });
   };
+  // The Responses and Messages APIs go the chat path's way (common/api): phase routing, prefix
+  // placement and stream resumption included; count_tokens is a decode node's /tokenize.
+  api::add_translated_routes(
+      router, access,
+      {[this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+         handle_generation(request, ch);
+       },
+       [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+         forward_to_decode(request, ch);
+       }});
   router.add("GET", "/v1/models", forwarded());
   router.add_prefix("GET", "/v1/models/", forwarded());
   router.add("POST", "/tokenize", forwarded());

@@ -1,5 +1,6 @@
 // pdserve-proxy's HTTP front end: the OpenAI API (POST /v1/completions and
-// /v1/chat/completions, streaming or not) routed by phase; GET /v1/models, /v1/models/{id},
+// /v1/chat/completions, streaming or not) routed by phase, and the Responses and Anthropic
+// Messages APIs as translations of a chat completion (common/api/translated_routes.h); GET /v1/models, /v1/models/{id},
 // POST /tokenize and /detokenize answered by a decode node; and the cluster API:
 //   POST   /cluster/nodes                 register a node (cluster token) -> {"id": ...}
 //   POST   /cluster/nodes/ID/heartbeat    load report (cluster token) -> {"state": "up" or

@@ -10,18 +10,29 @@
 
 namespace pdserve {
 
-bool bearer_matches(const http::HttpRequest& request, std::string_view secret) {
-  if (secret.empty()) return false;
-  const std::optional<std::string_view> header = request.header(kAuthorizationHeader);
+namespace {
+
+// Whether `header` is `expected`; every byte of the header is read whatever the secret's length.
+bool same_secret(std::optional<std::string_view> header, std::string_view expected) {
   if (!header) return false;
-  const std::string expected = cluster_auth_header_value(secret);
-  // Every byte of the header is read whatever the secret's length.
   unsigned char difference = header->size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < header->size(); ++i) {
     const char want = i < expected.size() ? expected[i] : '\0';
     difference |= static_cast<unsigned char>((*header)[i] ^ want);
   }
   return difference == 0;
+}
+
+// Anthropic's SDK sends its key as "x-api-key: KEY"; any client key may come that way.
+bool api_key_header_matches(const http::HttpRequest& request, std::string_view key) {
+  return !key.empty() && same_secret(request.header(kApiKeyHeader), key);
+}
+
+}  // namespace
+
+bool bearer_matches(const http::HttpRequest& request, std::string_view secret) {
+  if (secret.empty()) return false;
+  return same_secret(request.header(kAuthorizationHeader), cluster_auth_header_value(secret));
 }
 
 bool cluster_token_matches(const http::HttpRequest& request, std::string_view token) {
@@ -72,13 +83,14 @@ std::optional<ApiError> check_access(const AccessPolicy& policy, RouteAccess acc
       return unauthorized("this endpoint needs the cluster token");
     case RouteAccess::kClient: {
       if (policy.api_keys.empty()) return std::nullopt;
-      const bool key = std::ranges::any_of(
-          policy.api_keys, [&](const std::string& k) { return bearer_matches(request, k); });
+      const bool key = std::ranges::any_of(policy.api_keys, [&](const std::string& k) {
+        return bearer_matches(request, k) || api_key_header_matches(request, k);
+      });
       if (key || bearer_matches(request, policy.cluster_token)) return std::nullopt;
-      return invalid_api_key(request.header(kAuthorizationHeader)
+      return invalid_api_key(request.header(kAuthorizationHeader) || request.header(kApiKeyHeader)
                                  ? "Incorrect API key provided."
                                  : "You didn't provide an API key. Send it as 'Authorization: "
-                                   "Bearer YOUR_KEY'.");
+                                   "Bearer YOUR_KEY' or 'x-api-key: YOUR_KEY'.");
     }
   }
   return unauthorized("unknown route access");

@@ -1,7 +1,8 @@
 // Who may call what. Two credentials, both sent as "Authorization: Bearer SECRET":
 //  * the cluster token, shared by the proxy and its nodes: internal and admin endpoints
 //    (registration, heartbeats, /cluster*, /trace, /internal/*, remote prefill headers);
-//  * client API keys (--api-key): the OpenAI API. A cluster token holder may call it too (the
+//  * client API keys (--api-key): the OpenAI API, as the bearer or as "x-api-key: KEY"
+//    (Anthropic's SDK). A cluster token holder may call it too (the
 //    proxy forwards requests to decode nodes with the token).
 // An empty cluster token is an open cluster: only with --insecure-no-cluster-token, for a
 // single-machine development setup (the binaries refuse to start without one otherwise).

@@ -200,6 +200,7 @@ Json chat_completion_response(const ResponseMeta& meta, const std::vector<ChatCh
     item["message"] = std::move(message);
     item["logprobs"] = choice.logprobs ? chat_logprobs_json(*choice.logprobs) : Json(nullptr);
     item["finish_reason"] = chat_finish_reason_json(choice.finish_reason, called_tools);
+    if (!choice.matched_stop.empty()) item["stop_reason"] = choice.matched_stop;
     choices_json.push_back(std::move(item));
   }
   json["choices"] = std::move(choices_json);
@@ -243,12 +244,13 @@ Json chat_delta_chunk(const ResponseMeta& meta, const StreamOptions& options, in
 }
 
 Json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options, int index,
-                       FinishReason reason, bool called_tools) {
+                       FinishReason reason, bool called_tools, std::string_view matched_stop) {
   Json item;
   item["index"] = index;
   item["delta"] = Json::object();
   item["logprobs"] = nullptr;
   item["finish_reason"] = chat_finish_reason_json(reason, called_tools);
+  if (!matched_stop.empty()) item["stop_reason"] = matched_stop;
   return chunk_envelope(meta, "chat.completion.chunk", std::move(item), options);
 }
 

@@ -92,6 +92,8 @@ struct ChatChoice {
   std::optional<std::vector<OutputTokenLogprob>> logprobs;
   FinishReason finish_reason = FinishReason::kNone;
   std::vector<ChatToolCall> tool_calls;
+  // The stop string that ended the answer: vLLM's "stop_reason" (written only when set).
+  std::string matched_stop;
 };
 
 // {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,
@@ -127,9 +129,10 @@ nlohmann::ordered_json chat_delta_chunk(const ResponseMeta& meta, const StreamOp
                                         const std::vector<OutputTokenLogprob>* logprobs,
                                         const std::vector<ChatToolCallDelta>& tool_calls = {});
 // The last chunk of a choice: empty delta and its finish_reason ("tool_calls" when the choice
-// called a tool).
+// called a tool), and vLLM's "stop_reason" when a stop string ended it.
 nlohmann::ordered_json chat_finish_chunk(const ResponseMeta& meta, const StreamOptions& options,
-                                         int index, FinishReason reason, bool called_tools = false);
+                                         int index, FinishReason reason, bool called_tools = false,
+                                         std::string_view matched_stop = {});
 // The usage chunk: "choices": [] and "usage": {...}; `chat` picks the object name.
 nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, bool chat, const Usage& usage);
 

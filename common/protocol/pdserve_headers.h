@@ -9,6 +9,8 @@ namespace pdserve {
 
 // Credentials: "Bearer <cluster token>" between processes, "Bearer <API key>" from clients.
 inline constexpr std::string_view kAuthorizationHeader = "Authorization";
+// A client's API key as Anthropic's SDK sends it ("x-api-key: KEY"), accepted as the bearer.
+inline constexpr std::string_view kApiKeyHeader = "x-api-key";
 // W3C trace context, continued by the proxy, the decode node and the prefill node.
 inline constexpr std::string_view kTraceparentHeader = "traceparent";
 // Proxy -> decode node: the prefill nodes to try, in order ("URL[,URL...]"; cluster token only).

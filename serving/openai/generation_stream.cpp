@@ -179,6 +179,7 @@ std::vector<std::string> GenerationStream::on_delta(size_t index, SequenceDelta 
   if (!delta.finished) return {};
 
   choice.finish_reason = delta.finish_reason;
+  choice.matched_stop = delta.matched_stop;
   choice.prompt_tokens = delta.prompt_tokens;
   choice.completion_tokens = delta.completion_tokens;
   finished_choices_.push_back({static_cast<int>(index), delta.timings, delta.remote_prefill,
@@ -228,8 +229,8 @@ void GenerationStream::write_choice_delta(size_t index, Choice& choice, Sequence
     }
     if (delta.finished) {
       const bool called_tools = choice.tools && choice.tools->num_calls() > 0;
-      write_event(
-          chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason, called_tools));
+      write_event(chat_finish_chunk(meta, stream_options, choice_index, delta.finish_reason,
+                                    called_tools, delta.matched_stop));
     }
   } else if (!delta.text.empty() || delta.finished || logprobs) {
     CompletionChoice chunk;
@@ -301,7 +302,8 @@ void GenerationStream::finish() {
         calls = numbered_calls(static_cast<int>(i), std::move(parsed.calls));
       }
       out.push_back({static_cast<int>(i), chat_echo + split.content, std::move(split.reasoning),
-                     requested_logprobs(choice), choice.finish_reason, std::move(calls)});
+                     requested_logprobs(choice), choice.finish_reason, std::move(calls),
+                     choice.matched_stop});
     }
     nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
     if (wants_timeline) body["usage"][kTimelineUsageField] = timeline_json();

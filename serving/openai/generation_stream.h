@@ -35,6 +35,7 @@ struct GenerationStream {
     int64_t logprob_text_offset = 0;           // code points of the token strings reported so far
     std::optional<SteadyTime> last_token_at;   // arrival of its previous delta with tokens
     FinishReason finish_reason = FinishReason::kNone;
+    std::string matched_stop;  // the stop string that ended it (vLLM's stop_reason)
     int prompt_tokens = 0;
     int completion_tokens = 0;
     // A resumable stream's tokens and sampler state not yet named by a checkpoint.

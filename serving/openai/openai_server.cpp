@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/api/translated_routes.h"
 #include "common/http/api_error_response.h"
 #include "common/http/service_routes.h"
 #include "common/protocol/chat_prompt.h"
@@ -108,6 +109,15 @@ void OpenAiServer::register_routes(http::Router& router) {
               [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                 handle_detokenize(request, ch);
               }));
+  // The Responses and Messages APIs: translations of a chat completion (common/api).
+  api::add_translated_routes(
+      router, access,
+      {[this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+         handle_generation(request, ch, true);
+       },
+       [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
+         handle_tokenize(request, ch);
+       }});
   // The port opens only once the model is loaded and the engine runs: serving is ready.
   http::add_service_routes(router, {},
                            [this](int status) { request_metrics_.count_response(status); });

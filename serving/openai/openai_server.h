@@ -1,7 +1,8 @@
 // The OpenAI front end over an InferenceService (what a serving role composes; the request's
 // preparation is generation_request.h, its way to the client generation_stream.h, its series
 // request_metrics.h): POST /v1/completions, POST /v1/chat/completions
-// (streaming or not), GET /v1/models and /v1/models/{id}, POST /tokenize and /detokenize (vLLM's
+// (streaming or not), POST /v1/responses, /v1/messages and /v1/messages/count_tokens (translated
+// to chat completions: common/api/translated_routes.h), GET /v1/models and /v1/models/{id}, POST /tokenize and /detokenize (vLLM's
 // shapes), GET /health, /ready and /version (common/http/service_routes.h), GET /metrics. A request
 // with n choices or several prompts fans out into one engine request per choice; a client that
 // disconnects, or a choice that fails, aborts all of them. Every accepted request ends with a

@@ -34,7 +34,8 @@ def document():
     operations = sorted(f"{method.upper()} {path}" for path, methods in spec["paths"].items() for method in methods)
     t.expect_equal(operations, ["GET /health", "GET /metrics", "GET /openapi.json", "GET /ready", "GET /v1/models",
                                 "GET /v1/models/{model}", "GET /version", "POST /detokenize", "POST /tokenize",
-                                "POST /v1/chat/completions", "POST /v1/completions"], "documented operations")
+                                "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
+                                "POST /v1/messages/count_tokens", "POST /v1/responses"], "documented operations")
     t.expect_equal(spec["components"]["schemas"]["ModelName"].get("enum"), [target.name], "ModelName")
 
 

@@ -40,8 +40,8 @@ TEST(CompletionResponse, LogprobsWithEchoAndNegativeInfinity) {
 }
 
 TEST(ChatResponse, MessageWithReasoningAndWithout) {
-  ChatChoice thinking{0, "4", std::string("2+2=4"), std::nullopt, FinishReason::kStop, {}};
-  ChatChoice plain{1, "Four.", std::nullopt, std::nullopt, FinishReason::kLength, {}};
+  ChatChoice thinking{0, "4", std::string("2+2=4"), std::nullopt, FinishReason::kStop, {}, {}};
+  ChatChoice plain{1, "Four.", std::nullopt, std::nullopt, FinishReason::kLength, {}, {}};
   ResponseMeta meta{"chatcmpl-9", 1, "m"};
   EXPECT_EQ(
       to_json_text(chat_completion_response(meta, {thinking, plain}, {10, 3})),
@@ -52,12 +52,25 @@ TEST(ChatResponse, MessageWithReasoningAndWithout) {
       R"("finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}})");
 }
 
+// vLLM's stop_reason: the stop string that ended a choice, whole and in the finish chunk;
+// absent when none did (EOS, length).
+TEST(ChatResponse, AMatchedStopStringIsTheStopReason) {
+  ChatChoice stopped{0, "Sunny, then ", std::nullopt, std::nullopt, FinishReason::kStop, {}, "RAIN"};
+  const auto body = chat_completion_response({"chatcmpl-s", 1, "m"}, {stopped}, {});
+  EXPECT_EQ(body["choices"][0]["stop_reason"], "RAIN");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  const auto chunk = chat_finish_chunk({"chatcmpl-s", 1, "m"}, {}, 0, FinishReason::kStop, false, "RAIN");
+  EXPECT_EQ(chunk["choices"][0]["stop_reason"], "RAIN");
+  const auto plain = chat_finish_chunk({"chatcmpl-s", 1, "m"}, {}, 0, FinishReason::kStop);
+  EXPECT_FALSE(plain["choices"][0].contains("stop_reason"));
+}
+
 TEST(ChatResponse, ToolCallsMakeTheFinishReasonAndANullEmptyContent) {
   const std::vector<ChatToolCall> calls = {{"call_a_0_0", "get_weather", R"({"city": "Oslo"})"},
                                            {"call_a_0_1", "now", "{}"}};
-  ChatChoice only_calls{0, "", std::nullopt, std::nullopt, FinishReason::kStop, calls};
+  ChatChoice only_calls{0, "", std::nullopt, std::nullopt, FinishReason::kStop, calls, {}};
   ChatChoice with_text{1,         "Let me look.", std::nullopt, std::nullopt, FinishReason::kLength,
-                       {calls[1]}};
+                       {calls[1]}, {}};
   const auto body = chat_completion_response({"chatcmpl-a", 1, "m"}, {only_calls, with_text}, {});
   EXPECT_EQ(to_json_text(body["choices"][0]),
             R"({"index":0,"message":{"role":"assistant","content":null,"tool_calls":[)"

@@ -15,6 +15,8 @@ using Json = nlohmann::ordered_json;
 
 const std::vector<std::pair<std::string, std::string>> kEverything = {
     {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+    {"POST", "/v1/responses"},   {"POST", "/v1/messages"},
+    {"POST", "/v1/messages/count_tokens"},
     {"GET", "/v1/models"},       {"GET", "/v1/models/"},
     {"POST", "/tokenize"},       {"POST", "/detokenize"},
     {"GET", "/health"},          {"GET", "/ready"},
@@ -36,7 +38,7 @@ void collect_refs(const Json& node, std::set<std::string>& refs) {
 TEST(OpenApi, IsOpenApi31AndEveryReferenceResolves) {
   Json document = openapi_document(kEverything, {});
   EXPECT_EQ(document["openapi"], "3.1.0");
-  EXPECT_EQ(document["paths"].size(), 11u);
+  EXPECT_EQ(document["paths"].size(), 14u);
   std::set<std::string> refs;
   collect_refs(document, refs);
   ASSERT_FALSE(refs.empty());
