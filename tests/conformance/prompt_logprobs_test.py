@@ -174,5 +174,5 @@ def check_refusals():
         t.expect_equal(json.loads(text)["error"]["param"], param, f"{body}: the error's param")
 
 
-failed = t.run_checks([check_lm_eval_request, check_streamed_echo, check_vllm_field, check_refusals])
+failed = t.run_checks([(check.__name__, check) for check in (check_lm_eval_request, check_streamed_echo, check_vllm_field, check_refusals)])
 t.finish(failed, target)

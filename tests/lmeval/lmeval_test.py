@@ -52,8 +52,7 @@ def reference(prompts):
 
 
 def evaluate(model_name, tasks, **model_args):
-    lm = get_model(model_name)(model=target.name, tokenizer_backend="huggingface", tokenizer=model_dir,
-                               num_concurrent=1, max_retries=1, timeout=120, **model_args)
+    lm = get_model(model_name)(model=target.name, num_concurrent=1, max_retries=1, timeout=120, **model_args)
     cwd = os.getcwd()
     os.chdir(TASKS)  # the tasks' data_files are relative
     try:
@@ -76,7 +75,8 @@ COMPLETIONS = {}
 def run_completions():
     if not COMPLETIONS:
         lm, samples = evaluate("local-completions", ["pdserve_choice", "pdserve_generate"],
-                               base_url=target.url + "/v1/completions")
+                               base_url=target.url + "/v1/completions", tokenizer_backend="huggingface",
+                               tokenizer=model_dir)
         COMPLETIONS.update(lm=lm, samples=samples)
     return COMPLETIONS["lm"], COMPLETIONS["samples"]
 
@@ -132,14 +132,13 @@ def check_chat_generate_until():
                           base_url=target.url + "/v1/chat/completions")
     t.expect(len(samples["pdserve_generate"]) == 3, "three generate-until docs")
 
-    def plain(messages):
-        if isinstance(messages, str):  # lm-eval hands the chat history over as JSON text
-            messages = json.loads(messages)
+    def plain(chat):
+        messages = json.loads(chat.prompt)  # lm-eval's JsonChatStr: the chat history as JSON text
         return post("/v1/chat/completions", {"model": target.name, "messages": messages, "max_tokens": 8,
                                              "temperature": 0, "stop": ["\n\n"]})["choices"][0]["message"]["content"]
 
     check_generations(samples["pdserve_generate"], plain)
 
 
-failed = t.run_checks([check_loglikelihoods, check_completions_generate_until, check_chat_generate_until])
+failed = t.run_checks([(check.__name__, check) for check in (check_loglikelihoods, check_completions_generate_until, check_chat_generate_until)])
 t.finish(failed, target)
