@@ -163,6 +163,7 @@ struct RemotePrefillClient::Impl : std::enable_shared_from_this<RemotePrefillCli
     if (first.logprob) {
       result.first_logprobs = SampledTokenLogprobs{first.token, *first.logprob, first.top_logprobs};
     }
+    result.prompt_logprobs = first.prompt_logprobs;
     result.rng_state = first.rng_state;
     result.stats = stats_of(import);
     events.push_back({KvEventKind::kFirstToken, import.request_id, Status::ok_status(),

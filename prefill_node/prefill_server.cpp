@@ -331,8 +331,9 @@ void PrefillServer::admit(PrefillWork work, SteadyTime receipt,
   metrics::Histogram& queue_time = queue_time_;
   metrics::Histogram& prefill_time = prefill_time_;
   const int prompt_tokens = static_cast<int>(engine_request.prompt_tokens.size());
-  auto handle_delta = [exchange, &tokens_counter, &queue_time, &prefill_time,
-                       prompt_tokens](SequenceDelta delta) {
+  const bool wants_prompt_logprobs = engine_request.sampling.prompt_logprobs.has_value();
+  auto handle_delta = [exchange, &tokens_counter, &queue_time, &prefill_time, prompt_tokens,
+                       wants_prompt_logprobs](SequenceDelta delta) {
     std::lock_guard lock(exchange->mutex);
     if (exchange->state.ended()) return;
     if (!delta.error.ok()) {
@@ -351,6 +352,7 @@ void PrefillServer::admit(PrefillWork work, SteadyTime receipt,
       event.logprob = delta.logprobs.front().logprob;
       event.top_logprobs = delta.logprobs.front().top;
     }
+    if (wants_prompt_logprobs) event.prompt_logprobs = std::move(delta.prompt_logprobs);
     event.rng_state = delta.sampler_state.value_or(SamplerRng::State{});
     event.cached_tokens = delta.cached_prompt_tokens;
     const RequestTimings& timings = delta.timings;

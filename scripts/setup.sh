@@ -4,7 +4,8 @@
 # of iproute2 (tests/netfault), `curl` (tests/conformance), `systemd-analyze` (tests/deploy)) and
 # one Python virtual environment with the pinned packages of python/requirements.txt (the
 # official `openai` client, Hugging Face's tokenizer and chat-template code, schemathesis,
-# aiperf), and the source of the xgrammar grammar engine (its sdist, fetched with pip and
+# aiperf), a second venv with the pinned lm-eval harness (python/lmeval-requirements.txt), and
+# the source of the xgrammar grammar engine (its sdist, fetched with pip and
 # pinned, into third_party/; CMake builds its C++ core). Safe to run again: it installs only
 # what is missing and repairs a broken venv.
 # The venv lives in $PDSERVE_VENV (default: .venv in the repository root).
@@ -55,6 +56,32 @@ else
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$requirements"
   echo "$want" >"$stamp"
+fi
+
+# lm-eval, the evaluation harness users point at vLLM (tests/lmeval), in a venv of its own
+# ($PDSERVE_LMEVAL_VENV, default .venv-lmeval) with every package pinned by
+# python/lmeval-requirements.txt, so that its pins never move the main venv's. Its API models
+# (local-completions, local-chat-completions) import no PyTorch: lm-eval[api] plus
+# transformers for the Hugging Face tokenizer backend, no CUDA wheels. The float64 reference
+# its test compares with runs on Debian's python3-torch (installed above).
+lmeval_venv=${PDSERVE_LMEVAL_VENV:-$repo/.venv-lmeval}
+lmeval_requirements=$repo/python/lmeval-requirements.txt
+lmeval_want=$(sha256sum "$lmeval_requirements" | cut -d' ' -f1)
+lmeval_stamp=$lmeval_venv/.pdserve-requirements
+if [[ -x $lmeval_venv/bin/python && -f $lmeval_stamp && $(cat "$lmeval_stamp") == "$lmeval_want" ]] &&
+   "$lmeval_venv/bin/python" -c 'import lm_eval, transformers' 2>/dev/null; then
+  echo "setup: lm-eval environment $lmeval_venv up to date"
+else
+  echo "setup: installing the lm-eval environment $lmeval_venv (python/lmeval-requirements.txt)"
+  if [[ -e $lmeval_venv && ! -f $lmeval_venv/pyvenv.cfg ]]; then
+    echo "setup: $lmeval_venv exists and is not a Python venv; move it or set PDSERVE_LMEVAL_VENV" >&2
+    exit 2
+  fi
+  rm -rf "$lmeval_venv"
+  /usr/bin/python3 -m venv "$lmeval_venv"
+  "$lmeval_venv/bin/python" -m pip install -q --disable-pip-version-check --no-input \
+    -r "$lmeval_requirements"
+  echo "$lmeval_want" >"$lmeval_stamp"
 fi
 
 # xgrammar (Apache-2.0), the structured-output grammar engine: its sdist carries the C++ core

@@ -77,9 +77,16 @@ BlockManager::PrefixMatch BlockManager::match_cached_prefix(std::span<const int3
   return match;
 }
 
+BlockManager::PrefixMatch BlockManager::reusable_prefix(const Sequence& seq) const {
+  // Prompt logprobs need the logits of every prompt position, so all of them are computed
+  // (vLLM skips the prefix cache for these requests too).
+  if (seq.sampling_params().prompt_logprobs) return {};
+  return match_cached_prefix(seq.tokens());
+}
+
 bool BlockManager::can_allocate(const Sequence& seq) const {
   if (tables_.contains(seq.id())) return false;
-  const PrefixMatch match = match_cached_prefix(seq.tokens());
+  const PrefixMatch match = reusable_prefix(seq);
   const int fresh = blocks_for_tokens(seq.num_tokens()) - static_cast<int>(match.blocks.size());
   return fresh <= num_available_blocks() - match.num_cached_unreferenced;
 }
@@ -88,7 +95,7 @@ Status BlockManager::allocate(Sequence& seq) {
   if (tables_.contains(seq.id())) {
     return failed_precondition(seq_name(seq.id()) + " already holds a block table");
   }
-  PrefixMatch match = match_cached_prefix(seq.tokens());
+  PrefixMatch match = reusable_prefix(seq);
   const int fresh = blocks_for_tokens(seq.num_tokens()) - static_cast<int>(match.blocks.size());
   if (fresh > num_available_blocks() - match.num_cached_unreferenced) {
     return resource_exhausted(seq_name(seq.id()) + " needs " + std::to_string(fresh) +

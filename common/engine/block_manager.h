@@ -61,7 +61,8 @@ class BlockManager {
   // Whether allocate(seq) would succeed now.
   bool can_allocate(const Sequence& seq) const;
   // Gives `seq` a block table covering all its tokens, reusing the cached blocks of its
-  // longest cached prefix, and sets its computed-token count to the reused length. The block
+  // longest cached prefix (none for a sequence that wants prompt logprobs: their logits need
+  // every position computed), and sets its computed-token count to the reused length. The block
   // holding the last token is never reused: that token must be computed to get logits, and
   // computing it must not write into a block other sequences read. FailedPrecondition when
   // the sequence already holds a table (pinned tables included); ResourceExhausted when
@@ -143,6 +144,8 @@ class BlockManager {
   BlockManager(int num_blocks, int block_size, BlockHashFn hash);
 
   PrefixMatch match_cached_prefix(std::span<const int32_t> tokens) const;
+  // The cached prefix `seq` may reuse: none when it wants prompt logprobs.
+  PrefixMatch reusable_prefix(const Sequence& seq) const;
   // The registered block with exactly this key, content and parent, or -1.
   int32_t find_registered(uint64_t hash, std::span<const int32_t> tokens, int32_t parent,
                           uint64_t parent_generation) const;

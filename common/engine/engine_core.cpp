@@ -48,6 +48,7 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
       sampler_(executor),
+      prompt_logprobs_(executor),
       outputs_(tokenizer_, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size),
       constraints_(std::make_unique<ConstraintCompiler>(tokenizer_, scheduler_.config().vocab_size,
                                                         scheduler_.config().eos_token_ids)),
@@ -86,6 +87,11 @@ Status EngineCore::validate(const InferenceRequest& request) const {
                               std::to_string(token) + ", outside [0, " +
                               std::to_string(config.vocab_size) + ")");
     }
+  }
+  if (request.sampling.prompt_logprobs && executor_.max_token_logits() < 1) {
+    return invalid_argument(where +
+                            " wants prompt logprobs, which this model executor does not "
+                            "compute");
   }
   PDS_RETURN_IF_ERROR(StopChecker::create(request.sampling, config.eos_token_ids, config.vocab_size)
                           .status()
@@ -245,6 +251,16 @@ void EngineCore::import_first_token(const std::string& request_id, const SeqId s
     abort(request_id, update.status());
     return;
   }
+  if (state.output.prompt_logprobs) {
+    // Computed on the prefill node (whose prefix cache they bypassed), shipped with the token.
+    if (!result.prompt_logprobs ||
+        result.prompt_logprobs->size() != static_cast<size_t>(state.output.prompt_tokens - 1)) {
+      abort(request_id, internal_error("the prefill node's first token came without the prompt "
+                                       "logprobs of every prompt position"));
+      return;
+    }
+    state.output.prompt_logprobs = std::move(result.prompt_logprobs);
+  }
   state.rng = *rng;
   result.stats.local_cached_tokens = state.output.cached_prompt_tokens;
   state.output.cached_prompt_tokens =
@@ -351,6 +367,7 @@ bool EngineCore::step() {
 
   if (!on_device) samples = sampler_.sample(slots);
   const std::vector<int32_t> tokens = record_samples(slots, samples, failures);
+  collect_prompt_logprobs(batch, failures);
   kv_transfers_.finish_step_exports();
   // Sampled tokens lie in the vocabulary and the batch is the pending one.
   Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
@@ -432,6 +449,22 @@ void EngineCore::record_sample(RequestState& state, const Sequence& seq,
                                                  "': " + sampled.status().message()));
   const Status aborted = scheduler_.abort(seq.id());
   PDS_CHECK(aborted.ok(), aborted.to_string());
+}
+
+void EngineCore::collect_prompt_logprobs(const ScheduledBatch& batch,
+                                         std::vector<std::pair<SeqId, Status>>& failures) {
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    const Sequence& seq = *batch.entries[i].sequence;
+    if (!seq.sampling_params().prompt_logprobs || seq.status() == SequenceStatus::kAborted)
+      continue;
+    RequestOutput& output = requests_.at(seq.id()).output;
+    if (!output.prompt_logprobs || output.prompt_logprobs_delivered) continue;
+    const Status collected = prompt_logprobs_.collect(batch, i, *output.prompt_logprobs);
+    if (collected.ok()) continue;
+    failures.emplace_back(seq.id(), collected.with_context("request '" + output.request_id + "'"));
+    const Status aborted = scheduler_.abort(seq.id());
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
 }
 
 void EngineCore::fail_batch(const ScheduledBatch& batch, const Status& status) {

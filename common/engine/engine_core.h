@@ -6,6 +6,7 @@
 //    banned until min_tokens), logprobs, the structured outputs' grammar masks;
 //  * the deltas' text to an OutputProcessor (output_processor.h): detokenization, stop
 //    strings (a match ends the sequence at once), a resumed stream's catch-up;
+//  * prompt logprobs, for the requests that ask, to a PromptLogprobCollector;
 //  * KV moving between nodes to a KvTransferCoordinator (kv_transfer_coordinator.h): imports
 //    and exports on the connector, their blocks pinned until the connector releases them.
 // A request with a structured output has a ConstraintMatcher that follows its output tokens:
@@ -33,6 +34,7 @@
 #include "common/engine/model_executor.h"
 #include "common/engine/output_processor.h"
 #include "common/engine/prefix_cache_journal.h"
+#include "common/engine/prompt_logprob_collector.h"
 #include "common/engine/scheduler.h"
 #include "common/grammar/constraint.h"
 #include "common/tokenizer/tokenizer.h"
@@ -136,6 +138,10 @@ class EngineCore : private ImportListener {
                                       std::vector<std::pair<SeqId, Status>>& failures);
   void record_sample(RequestState& state, const Sequence& seq, Result<SampleResult> sampled,
                      int32_t& token, std::vector<std::pair<SeqId, Status>>& failures);
+  // After the forward: the prompt logprobs of the entries whose requests want them; a request
+  // whose logprobs fail is aborted and recorded in `failures`.
+  void collect_prompt_logprobs(const ScheduledBatch& batch,
+                               std::vector<std::pair<SeqId, Status>>& failures);
   void fail_batch(const ScheduledBatch& batch, const Status& status);
   void emit(RequestState& state, const SequenceUpdate& update);
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
@@ -146,6 +152,7 @@ class EngineCore : private ImportListener {
   ModelExecutor& executor_;
   Tokenizer tokenizer_;
   BatchSampler sampler_;
+  PromptLogprobCollector prompt_logprobs_;
   OutputProcessor outputs_;
   std::unique_ptr<ConstraintCompiler> constraints_;
   std::unordered_map<SeqId, RequestState> requests_;

@@ -19,6 +19,7 @@
 #include "common/core/status.h"
 #include "common/engine/remote_kv.h"
 #include "common/grammar/constraint.h"
+#include "common/sampling/prompt_logprobs.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampler_rng.h"
 #include "common/sampling/sampling_params.h"
@@ -86,6 +87,9 @@ struct SequenceDelta {
   std::vector<int32_t> token_ids;              // tokens new since the previous delta
   std::string text;                            // their text: complete UTF-8, stop strings applied
   std::vector<SampledTokenLogprobs> logprobs;  // one per new token when logprobs were requested
+  // The first delta of a request with sampling.prompt_logprobs: one per prompt token after
+  // the first (vLLM's first entry, null, is the front end's to add).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
   bool finished = false;                       // the final delta
   FinishReason finish_reason = FinishReason::kNone;
   std::string matched_stop;  // the stop string that ended it, if any

@@ -44,6 +44,8 @@ namespace pdserve {
 struct RemotePrefillResult {
   int32_t first_token = 0;
   std::optional<SampledTokenLogprobs> first_logprobs;
+  // Requests with prompt_logprobs: the prefill node's, one per prompt token after the first.
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;
   SamplerRng::State rng_state{};  // the sampler's state after the first token
   RemotePrefillStats stats;       // as known at the first token (no transfer figures yet)
 };

@@ -89,6 +89,18 @@ class ModelExecutor {
                              std::span<SampledRow> /*results*/, std::span<float> /*logits*/) {
     return unimplemented("this model executor does not sample on a device");
   }
+
+  // Prompt logprobs (SamplingParams::prompt_logprobs): after a step's execute() or
+  // sample_step() and before the next step, token_logits() fills one vocab_size() row of float
+  // logits per new token [first, first + count) of batch entry `entry` (0 <= first, first +
+  // count <= its num_new_tokens, count <= max_token_logits()), into `logits`. Only the requests
+  // that ask pay for these rows. An executor whose max_token_logits() is 0 computes none: the
+  // engine refuses requests that want them.
+  virtual int max_token_logits() const { return 0; }
+  virtual Status token_logits(int /*entry*/, int /*first*/, int /*count*/,
+                              std::span<float> /*logits*/) {
+    return unimplemented("this model executor does not compute prompt logits");
+  }
 };
 
 }  // namespace pdserve

@@ -15,6 +15,8 @@ RequestOutput::RequestOutput(const Tokenizer& tokenizer, const InferenceRequest&
       stop_matcher(request.stop, request.include_stop_str_in_output),
       prompt_tokens(static_cast<int>(request.prompt_tokens.size())) {
   timings.arrival = request.arrival;
+  // A resumed stream's client had them from the node that started it.
+  if (request.sampling.prompt_logprobs && !request.resume) prompt_logprobs.emplace();
 }
 
 OutputProcessor::OutputProcessor(Tokenizer tokenizer, std::vector<int32_t> eos_token_ids,
@@ -93,6 +95,10 @@ SequenceDelta OutputProcessor::token_delta(RequestOutput& output,
   if (output.resumed_text) {
     delta.resumed_text = std::move(output.resumed_text);
     output.resumed_text.reset();
+  }
+  if (output.prompt_logprobs && !output.prompt_logprobs_delivered) {
+    delta.prompt_logprobs = std::move(*output.prompt_logprobs);
+    output.prompt_logprobs_delivered = true;
   }
   if (output.step_logprobs) {
     delta.logprobs.push_back(std::move(*output.step_logprobs));

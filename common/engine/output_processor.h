@@ -39,6 +39,10 @@ struct RequestOutput {
   int completion_tokens = 0;
   int cached_prompt_tokens = 0;
   std::optional<SampledTokenLogprobs> step_logprobs;  // of the token the next delta carries
+  // Requests with prompt_logprobs: those computed so far (one per prompt token after the
+  // first, in order), until the first delta carries them.
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;
+  bool prompt_logprobs_delivered = false;
   std::optional<RemotePrefillStats> remote_prefill;
   std::optional<std::string> resumed_text;  // until the first delta carries it
   bool resumed = false;                     // a stream resumed from another node

@@ -171,6 +171,11 @@ void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vo
     }
     requested.repetition_penalty = static_cast<float>(*v);
   }
+  // vLLM's prompt_logprobs (-1, the whole vocabulary, is not offered).
+  if (auto v = reader.integer("prompt_logprobs", 0, kMaxLogprobs, "0 to 20")) {
+    request.prompt_logprobs = static_cast<int>(*v);
+    sampling.prompt_logprobs = static_cast<int>(*v);
+  }
   if (auto v = reader.number("presence_penalty", -2.0, 2.0, "[-2, 2]")) {
     sampling.presence_penalty = static_cast<float>(*v);
   }
@@ -217,6 +222,9 @@ void read_common_fields(ObjectReader& reader, GenerationRequest& request, int vo
       request.continuous_usage_stats = *v;
     }
     option_reader.reject_unread();
+  }
+  if (request.prompt_logprobs && request.stream) {
+    fail("'prompt_logprobs' are not available when 'stream' is enabled.", "prompt_logprobs");
   }
   if (auto v = reader.string("user")) request.user = *v;
   read_logit_bias(reader, sampling, vocab_size);
@@ -284,6 +292,12 @@ ApiResult<GenerationRequest> parse_completion_request(const nlohmann::ordered_js
       request.sampling.logprobs = static_cast<int>(*v);
     }
     if (auto v = reader.boolean("echo")) request.echo = *v;
+    // Echo with logprobs reports the prompt's tokens too: the engine computes their logprobs
+    // with as many alternatives as either field asks.
+    if (request.echo && request.sampling.want_logprobs) {
+      request.sampling.prompt_logprobs =
+          std::max(request.sampling.logprobs, request.prompt_logprobs.value_or(0));
+    }
     read_structured_output(reader, request);
     reader.integer("best_of", 1, 1, "1 (best_of is not supported)");
     if (reader.get("suffix") != nullptr)

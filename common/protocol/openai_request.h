@@ -105,6 +105,9 @@ struct GenerationRequest {
   // logprobs + top_logprobs (chat).
   SamplingParams sampling;
   SamplingDefaults requested_defaults;
+  // vLLM's prompt_logprobs as the client gave it. sampling.prompt_logprobs is what the engine
+  // computes: this, or, for a completion's echo with logprobs, the larger of the two counts.
+  std::optional<int> prompt_logprobs;
   std::optional<int> max_tokens;  // max_completion_tokens, else max_tokens; see resolve_max_tokens
 
   std::vector<std::string> stop;

@@ -176,6 +176,8 @@ Json completion_response(const ResponseMeta& meta, const std::vector<CompletionC
     item["text"] = choice.text;
     item["logprobs"] = optional_logprobs(choice.logprobs, choice.text_offset_start);
     item["finish_reason"] = finish_reason_json(choice.finish_reason);
+    if (choice.prompt_logprobs)
+      item["prompt_logprobs"] = prompt_logprobs_json(*choice.prompt_logprobs);
     choices_json.push_back(std::move(item));
   }
   json["choices"] = std::move(choices_json);
@@ -183,8 +185,24 @@ Json completion_response(const ResponseMeta& meta, const std::vector<CompletionC
   return json;
 }
 
-Json chat_completion_response(const ResponseMeta& meta, const std::vector<ChatChoice>& choices,
-                              const Usage& usage) {
+Json prompt_logprobs_json(const std::vector<PromptPositionLogprobs>& positions) {
+  Json json = Json::array();
+  json.push_back(nullptr);
+  for (const PromptPositionLogprobs& position : positions) {
+    Json entries = Json::object();
+    for (const PromptPositionLogprobs::Entry& entry : position.entries) {
+      entries[std::to_string(entry.token)] = {{"logprob", serialized_logprob(entry.logprob)},
+                                              {"rank", entry.rank},
+                                              {"decoded_token", entry.text}};
+    }
+    json.push_back(std::move(entries));
+  }
+  return json;
+}
+
+Json chat_completion_response(
+    const ResponseMeta& meta, const std::vector<ChatChoice>& choices, const Usage& usage,
+    const std::optional<std::vector<PromptPositionLogprobs>>& prompt_logprobs) {
   Json json = envelope(meta, "chat.completion");
   Json choices_json = Json::array();
   for (const ChatChoice& choice : choices) {
@@ -205,6 +223,7 @@ Json chat_completion_response(const ResponseMeta& meta, const std::vector<ChatCh
   }
   json["choices"] = std::move(choices_json);
   json["usage"] = usage_json(usage);
+  if (prompt_logprobs) json["prompt_logprobs"] = prompt_logprobs_json(*prompt_logprobs);
   return json;
 }
 

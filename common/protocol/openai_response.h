@@ -54,12 +54,29 @@ nlohmann::ordered_json completion_logprobs_json(const std::vector<OutputTokenLog
 // Chat logprobs {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
 nlohmann::ordered_json chat_logprobs_json(const std::vector<OutputTokenLogprob>& tokens);
 
+// vLLM's prompt_logprobs for one prompt position after the first: the prompt token first,
+// then the alternatives that are not it, each with its logprob, rank and text.
+struct PromptPositionLogprobs {
+  struct Entry {
+    int32_t token = 0;
+    float logprob = 0.0f;
+    int rank = 1;
+    std::string text;  // the token's raw bytes
+  };
+  std::vector<Entry> entries;
+};
+// [null, {"<token id>": {"logprob", "rank", "decoded_token"}, ...}, ...]: null for the first
+// prompt token, then one object per position.
+nlohmann::ordered_json prompt_logprobs_json(const std::vector<PromptPositionLogprobs>& positions);
+
 struct CompletionChoice {
   int index = 0;  // prompt_index * n + sample_index
   std::string text;
   std::optional<std::vector<OutputTokenLogprob>> logprobs;
   int64_t text_offset_start = 0;
   FinishReason finish_reason = FinishReason::kNone;
+  // vLLM's prompt_logprobs of the choice's prompt (whole answers only), when asked.
+  std::optional<std::vector<PromptPositionLogprobs>> prompt_logprobs;
 };
 
 // A function call the model made: {"id", "type": "function", "function": {"name",
@@ -97,16 +114,17 @@ struct ChatChoice {
 };
 
 // {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,
-// finish_reason}], "usage": {prompt_tokens, completion_tokens, total_tokens}}.
+// finish_reason, prompt_logprobs (when asked)}], "usage": {prompt_tokens, completion_tokens,
+// total_tokens}}.
 nlohmann::ordered_json completion_response(const ResponseMeta& meta,
                                            const std::vector<CompletionChoice>& choices,
                                            const Usage& usage);
 // {"id", "object": "chat.completion", "created", "model", "choices": [{index, message: {role,
 // content, reasoning_content (only when present), tool_calls (only when present)}, logprobs,
-// finish_reason}], "usage"}.
-nlohmann::ordered_json chat_completion_response(const ResponseMeta& meta,
-                                                const std::vector<ChatChoice>& choices,
-                                                const Usage& usage);
+// finish_reason}], "usage"}, and "prompt_logprobs" when given (vLLM: once, for the prompt).
+nlohmann::ordered_json chat_completion_response(
+    const ResponseMeta& meta, const std::vector<ChatChoice>& choices, const Usage& usage,
+    const std::optional<std::vector<PromptPositionLogprobs>>& prompt_logprobs = std::nullopt);
 
 // Streaming. Each chunk carries "usage": null when the client asked for include_usage (as
 // OpenAI does); the usage itself comes in a last chunk with "choices": [].

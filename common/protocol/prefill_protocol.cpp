@@ -29,6 +29,7 @@ Json sampling_to_json(const SamplingParams& params) {
             {"ignore_eos", params.ignore_eos},
             {"stop_token_ids", params.stop_token_ids}};
   if (params.seed) json["seed"] = *params.seed;
+  if (params.prompt_logprobs) json["prompt_logprobs"] = *params.prompt_logprobs;
   if (!params.logit_bias.empty()) {
     Json bias = Json::array();
     for (const LogitBias& entry : params.logit_bias) bias.push_back({entry.token, entry.bias});
@@ -79,6 +80,9 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
   const bool sampling_has_seed = json.contains("seed") && !json["seed"].is_null();
   const uint64_t seed = reader.get<uint64_t>("seed", 0, /*required=*/false);
   if (sampling_has_seed) params.seed = seed;
+  if (json.contains("prompt_logprobs") && !json["prompt_logprobs"].is_null()) {
+    params.prompt_logprobs = reader.get<int>("prompt_logprobs", 0);
+  }
   params.logit_bias = logit_bias_from_json(json, reader);
   if (json.contains("scripted_output")) params.scripted_output = reader.get_ids("scripted_output");
   // The decode node's constraint: the prefill node samples the first token under it.
@@ -102,6 +106,53 @@ SamplingParams sampling_from_json(const Json& json, FieldReader& reader) {
     params.structured_output = StructuredOutput{*parsed, std::move(spec)};
   }
   return params;
+}
+
+Json token_logprobs_to_json(const std::vector<TokenLogprob>& entries) {
+  Json out = Json::array();
+  for (const TokenLogprob& entry : entries)
+    out.push_back(Json::array({entry.token, entry.logprob}));
+  return out;
+}
+
+Json prompt_logprobs_to_json(const std::vector<PromptTokenLogprob>& positions) {
+  Json out = Json::array();
+  for (const PromptTokenLogprob& position : positions) {
+    out.push_back(Json::array(
+        {position.token, position.logprob, position.rank, token_logprobs_to_json(position.top)}));
+  }
+  return out;
+}
+
+bool is_token_logprob(const Json& entry) {
+  return entry.is_array() && entry.size() == 2 && entry[0].is_number_integer() &&
+         entry[1].is_number();
+}
+
+Result<std::vector<PromptTokenLogprob>> prompt_logprobs_from_json(const Json& json) {
+  const auto invalid = [] {
+    return invalid_argument(
+        "prefill event: 'prompt_logprobs' entries are [token, logprob, rank, [[token, logprob], "
+        "...]]");
+  };
+  if (!json.is_array()) return invalid();
+  std::vector<PromptTokenLogprob> positions;
+  positions.reserve(json.size());
+  for (const Json& entry : json) {
+    if (!entry.is_array() || entry.size() != 4 || !entry[0].is_number_integer() ||
+        !entry[1].is_number() || !entry[2].is_number_integer() || !entry[3].is_array() ||
+        !std::ranges::all_of(entry[3], is_token_logprob)) {
+      return invalid();
+    }
+    PromptTokenLogprob& position = positions.emplace_back();
+    position.token = entry[0].get<int32_t>();
+    position.logprob = entry[1].get<float>();
+    position.rank = entry[2].get<int>();
+    for (const Json& top : entry[3]) {
+      position.top.push_back({top[0].get<int32_t>(), top[1].get<float>()});
+    }
+  }
+  return positions;
 }
 
 Json spans_to_json(const std::vector<TimelineSpan>& spans) {
@@ -309,6 +360,8 @@ std::string prefill_event_line(const PrefillEvent& event) {
         top.push_back(Json::array({entry.token, entry.logprob}));
       }
       json["top_logprobs"] = std::move(top);
+      if (event.prompt_logprobs)
+        json["prompt_logprobs"] = prompt_logprobs_to_json(*event.prompt_logprobs);
       json["rng_state"] = event.rng_state;
       json["cached_tokens"] = event.cached_tokens;
       json["queue_ms"] = event.queue_ms;
@@ -370,6 +423,9 @@ Result<PrefillEvent> parse_prefill_event(std::string_view line) {
         }
         event.top_logprobs.push_back({entry[0].get<int32_t>(), entry[1].get<float>()});
       }
+    }
+    if (const auto prompt = json.find("prompt_logprobs"); prompt != json.end()) {
+      PDS_ASSIGN_OR_RETURN(event.prompt_logprobs, prompt_logprobs_from_json(*prompt));
     }
   } else if (name == "kv_sent") {
     event.kind = PrefillEvent::Kind::kKvSent;

@@ -24,6 +24,7 @@
 #include "common/core/kv_layout.h"
 #include "common/core/status.h"
 #include "common/engine/remote_kv.h"
+#include "common/sampling/prompt_logprobs.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/sampler_rng.h"
 #include "common/sampling/sampling_params.h"
@@ -99,6 +100,10 @@ struct PrefillEvent {
   int32_t token = 0;
   std::optional<float> logprob;  // when logprobs were requested
   std::vector<TokenLogprob> top_logprobs;
+  // When the work's sampling asked for prompt_logprobs: one per prompt token after the first,
+  // on the wire [[token, logprob, rank, [[token, logprob], ...]], ...] (about 30 bytes per
+  // position plus 25 per alternative: a 4k-token prompt with 5 alternatives adds ~0.6 MB).
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;
   SamplerRng::State rng_state{};
   int cached_tokens = 0;
   double queue_ms = 0;

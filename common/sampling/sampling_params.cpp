@@ -54,6 +54,9 @@ Status SamplingParams::validate(int vocab_size) const {
   if (logprobs < 0 || logprobs > kMaxLogprobs) {
     return out_of_range_parameter("logprobs", std::to_string(logprobs), "[0, 20]");
   }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    return out_of_range_parameter("prompt_logprobs", std::to_string(*prompt_logprobs), "[0, 20]");
+  }
   if (max_tokens < 1) {
     return out_of_range_parameter("max_tokens", std::to_string(max_tokens), ">= 1");
   }

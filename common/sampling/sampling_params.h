@@ -55,6 +55,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int logprobs = 0;  // top-N alternatives; 0: only the sampled token's logprob when want_logprobs
   bool want_logprobs = false;
+  // vLLM's prompt_logprobs: the logprob of every prompt token after the first under the
+  // logits of the position before it, with this many top alternatives (0: only the token's).
+  // Set: the request computes logits at every prompt position and bypasses the prefix cache.
+  std::optional<int> prompt_logprobs;
   int max_tokens = 16;
   int min_tokens = 0;
   bool ignore_eos = false;
@@ -71,10 +75,10 @@ struct SamplingParams {
   // InvalidArgument naming the first parameter out of range: a negative or non-finite
   // temperature, top_p outside (0, 1], top_k < -1, min_p outside [0, 1], a repetition_penalty
   // that is not a positive finite number, presence/frequency penalties outside [-2, 2],
-  // logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0, max_tokens], a stop
-  // or scripted token id outside [0, vocab_size), a logit_bias entry whose id is outside it,
-  // repeated, or whose bias is out of range, or a structured_output with an empty spec, with
-  // ignore_eos or with min_tokens (the grammar decides when the output may end).
+  // logprobs or prompt_logprobs outside [0, 20], max_tokens < 1, min_tokens outside [0,
+  // max_tokens], a stop or scripted token id outside [0, vocab_size), a logit_bias entry whose id
+  // is outside it, repeated, or whose bias is out of range, or a structured_output with an empty
+  // spec, with ignore_eos or with min_tokens (the grammar decides when the output may end).
   Status validate(int vocab_size) const;
 };
 

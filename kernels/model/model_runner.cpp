@@ -219,4 +219,15 @@ Status Qwen3ModelRunner::sample_step(std::span<const std::span<const int32_t>> a
   return Status::ok_status();
 }
 
+Status Qwen3ModelRunner::token_logits(int entry, int first, int count, std::span<float> logits) {
+  if (entry < 0 || static_cast<size_t>(entry) >= slices_.size() || first < 0 ||
+      first + count > static_cast<int>(slices_[static_cast<size_t>(entry)].tokens.size())) {
+    return invalid_argument("model runner: token logits [" + std::to_string(first) + ", " +
+                            std::to_string(first + count) + ") of entry " + std::to_string(entry) +
+                            " are outside the last step");
+  }
+  const int packed = context_.host_batch().query_start[static_cast<size_t>(entry)] + first;
+  return model_.token_logits(context_, packed, count, logits);
+}
+
 }  // namespace pdserve

@@ -72,6 +72,8 @@ class Qwen3ModelRunner : public ModelExecutor {
                      const LayerKvWritten& on_layer_written) override;
   Status sample_step(std::span<const std::span<const int32_t>> allowed,
                      std::span<SampledRow> results, std::span<float> logits) override;
+  int max_token_logits() const override { return context_.limits().max_num_seqs; }
+  Status token_logits(int entry, int first, int count, std::span<float> logits) override;
 
   const KvCache& kv_cache() const { return cache_; }
   // For a benchmark or test that runs the model directly on the runner's pool.

@@ -384,4 +384,28 @@ Status Qwen3Model::fetch_logits(ForwardContext& context, int rows, std::span<flo
   return backend_.synchronize();
 }
 
+Status Qwen3Model::token_logits(ForwardContext& context, int first_token, int count,
+                                std::span<float> logits) {
+  const ModelConfig& config = weights_.config;
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  const int step_tokens = context.host_batch_.num_tokens;
+  if (count < 1 || count > context.limits_.max_num_seqs || first_token < 0 ||
+      first_token + count > step_tokens || logits.size() < static_cast<size_t>(count) * vocab) {
+    return invalid_argument("token_logits: tokens [" + std::to_string(first_token) + ", " +
+                            std::to_string(first_token + count) + ") of a step of " +
+                            std::to_string(step_tokens) +
+                            " do not fit the step, the context or the logits buffer");
+  }
+  const DType act = backend_.activation_dtype();
+  const size_t row_bytes = static_cast<size_t>(config.hidden_size) * dtype_size(act);
+  // The final norm ran in place: the workspace's hidden rows are the lm_head's inputs.
+  std::byte* first_row = static_cast<std::byte*>(context.hidden_.data()) +
+                         static_cast<size_t>(first_token) * row_bytes;
+  const MatrixView rows = MatrixView::dense(first_row, act, count, config.hidden_size);
+  const MatrixView logits_device =
+      MatrixView::dense(context.logits_.data(), DType::kF32, count, config.vocab_size);
+  PDS_RETURN_IF_ERROR(backend_.linear(rows, lm_head_, logits_device));
+  return fetch_logits(context, count, logits);
+}
+
 }  // namespace pdserve

@@ -155,6 +155,12 @@ class Qwen3Model {
   Status compute(const AttentionBatch& batch, const KvCacheView& kv, ForwardContext& context,
                  LayerProgress* layers);
   Status fetch_logits(ForwardContext& context, int rows, std::span<float> logits);
+  // After a step's compute() (and after its sampled rows were fetched or sampled: this reuses
+  // the logits buffer), the float32 logits of packed tokens [first_token, first_token + count)
+  // of that step into `logits` (host memory, one vocab_size() row each): the lm_head over the
+  // final hidden states the step left in the workspace. count <= limits.max_num_seqs. For
+  // prompt logprobs; steps without such requests never pay for it.
+  Status token_logits(ForwardContext& context, int first_token, int count, std::span<float> logits);
 
  private:
   struct LayerViews {

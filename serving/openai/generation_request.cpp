@@ -114,11 +114,6 @@ ApiResult<PreparedGeneration> prepare_generation(const http::HttpRequest& reques
   const GenerationRequest& req = prepared.request;
   log_ignored_fields(req.ignored_fields);
   if (!req.model.empty() && req.model != model.name) return model_not_found(req.model);
-  if (!chat && req.echo && req.sampling.want_logprobs) {
-    return invalid_request(
-        "echo with logprobs is not supported: this server does not compute prompt logprobs.",
-        "echo");
-  }
   ApiResult<std::vector<PreparedPrompt>> prompts = prepare_prompts(req, chat, context);
   if (!prompts.ok()) return prompts.error();
   prepared.prompts = std::move(prompts).value();

@@ -103,7 +103,7 @@ void GenerationStream::open() {
       if (!chat_echo.empty()) {
         write_event(chat_delta_chunk(meta, stream_options, index, "", chat_echo, nullptr));
       }
-    } else if (!choices[i].text.empty()) {
+    } else if (!choices[i].text.empty() && !echo_logprobs) {
       CompletionChoice echo;
       echo.index = index;
       echo.text = choices[i].text;
@@ -128,6 +128,42 @@ std::vector<OutputTokenLogprob> GenerationStream::output_logprobs(
     out.push_back(std::move(entry));
   }
   return out;
+}
+
+std::vector<OutputTokenLogprob> GenerationStream::report_prompt(
+    Choice& choice, const std::vector<PromptTokenLogprob>& prompt) {
+  if (prompt_logprobs) {
+    std::vector<PromptPositionLogprobs>& positions = choice.prompt_logprobs.emplace();
+    for (const PromptTokenLogprob& position : prompt) {
+      PromptPositionLogprobs& out = positions.emplace_back();
+      out.entries.push_back(
+          {position.token, position.logprob, position.rank, token_string(position.token)});
+      const size_t top = std::min(position.top.size(), static_cast<size_t>(*prompt_logprobs));
+      for (size_t rank = 0; rank < top; ++rank) {
+        const TokenLogprob& alternative = position.top[rank];
+        if (alternative.token == position.token) continue;
+        out.entries.push_back({alternative.token, alternative.logprob, static_cast<int>(rank) + 1,
+                               token_string(alternative.token)});
+      }
+    }
+  }
+  std::vector<OutputTokenLogprob> echoed;
+  if (!echo_logprobs) return echoed;
+  // OpenAI's and vLLM's echo: the first prompt token has no logprob (nothing comes before it).
+  echoed.push_back({token_string(choice.first_prompt_token), std::nullopt, {}});
+  for (const PromptTokenLogprob& position : prompt) {
+    OutputTokenLogprob& entry = echoed.emplace_back();
+    entry.token = token_string(position.token);
+    entry.logprob = position.logprob;
+    const size_t top = std::min(position.top.size(), static_cast<size_t>(top_logprobs));
+    for (size_t i = 0; i < top; ++i) {
+      entry.top.push_back({token_string(position.top[i].token), position.top[i].logprob});
+    }
+  }
+  for (const OutputTokenLogprob& entry : echoed) {
+    choice.logprob_text_offset += code_points(entry.token);
+  }
+  return echoed;
 }
 
 // An id the model can produce but the tokenizer does not know (a padding row of the
@@ -172,8 +208,20 @@ std::vector<std::string> GenerationStream::on_delta(size_t index, SequenceDelta 
   }
   const int64_t text_offset_start = choice.logprob_text_offset;
   std::optional<std::vector<OutputTokenLogprob>> logprobs;
+  if (!choice.prompt_reported && !resumed && (!delta.token_ids.empty() || delta.finished)) {
+    choice.prompt_reported = true;
+    std::vector<OutputTokenLogprob> echoed = report_prompt(choice, delta.prompt_logprobs);
+    if (echo_logprobs) {
+      logprobs = std::move(echoed);
+      // A stream's echo waited for these logprobs: it goes out in this delta's chunk.
+      if (stream) delta.text = std::exchange(choice.text, "") + delta.text;
+    }
+  }
   if (want_logprobs && !delta.logprobs.empty()) {
-    logprobs = output_logprobs(delta.logprobs, choice);
+    std::vector<OutputTokenLogprob> generated = output_logprobs(delta.logprobs, choice);
+    if (!logprobs) logprobs.emplace();
+    logprobs->insert(logprobs->end(), std::make_move_iterator(generated.begin()),
+                     std::make_move_iterator(generated.end()));
   }
   write_choice_delta(index, choice, delta, std::move(logprobs), text_offset_start);
   if (!delta.finished) return {};
@@ -305,7 +353,9 @@ void GenerationStream::finish() {
                      requested_logprobs(choice), choice.finish_reason, std::move(calls),
                      choice.matched_stop});
     }
-    nlohmann::ordered_json body = chat_completion_response(meta, out, usage);
+    // One prompt: vLLM reports its prompt_logprobs once, beside the choices.
+    nlohmann::ordered_json body =
+        chat_completion_response(meta, out, usage, choices.front().prompt_logprobs);
     if (wants_timeline) body["usage"][kTimelineUsageField] = timeline_json();
     channel_->send(json_response(200, to_json_text(body)));
   } else {
@@ -313,7 +363,7 @@ void GenerationStream::finish() {
     for (size_t i = 0; i < choices.size(); ++i) {
       Choice& choice = choices[i];
       out.push_back({static_cast<int>(i), std::move(choice.text), requested_logprobs(choice), 0,
-                     choice.finish_reason});
+                     choice.finish_reason, std::move(choice.prompt_logprobs)});
     }
     nlohmann::ordered_json body = completion_response(meta, out, usage);
     if (wants_timeline) body["usage"][kTimelineUsageField] = timeline_json();

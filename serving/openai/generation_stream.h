@@ -51,6 +51,10 @@ struct GenerationStream {
     // Chat requests with tools (and tool_choice not "none"): parses the content after the
     // reasoning, in streams; a whole answer is split at the end.
     std::optional<ToolCallParser> tools;
+    int32_t first_prompt_token = 0;  // echo_logprobs: its entry leads, without a logprob
+    bool prompt_reported = false;    // its first delta (the prompt's logprobs) was handled
+    // Whole answers with prompt_logprobs: vLLM's prompt_logprobs of its prompt.
+    std::optional<std::vector<PromptPositionLogprobs>> prompt_logprobs;
   };
 
   GenerationStream(RequestMetrics& series, const Tokenizer& token_texts,
@@ -74,6 +78,12 @@ struct GenerationStream {
   const bool chat;
   const bool stream;
   bool want_logprobs = false;
+  int top_logprobs = 0;  // alternatives per generated (or echoed) token
+  // Completions with echo and logprobs: each choice's logprobs start with its prompt's tokens
+  // (a stream sends the echo with the first delta, which brings their logprobs).
+  bool echo_logprobs = false;
+  // vLLM's prompt_logprobs: alternatives per prompt position (whole answers only).
+  std::optional<int> prompt_logprobs;
   ResponseMeta meta;
   StreamOptions stream_options;
   bool continuous_usage = false;        // stream_options.continuous_usage_stats with include_usage
@@ -107,6 +117,10 @@ struct GenerationStream {
   std::vector<OutputTokenLogprob> output_logprobs(const std::vector<SampledTokenLogprobs>& sampled,
                                                   Choice& choice) const;
   std::string token_string(int32_t id) const;
+  // The first delta of a choice: its prompt's logprobs as vLLM's prompt_logprobs (kept for
+  // the answer) and, for echo with logprobs, as the leading logprob entries (returned).
+  std::vector<OutputTokenLogprob> report_prompt(Choice& choice,
+                                                const std::vector<PromptTokenLogprob>& prompt);
   nlohmann::ordered_json timeline_json();
   void finish();
   std::string call_id(int choice_index, int call_index) const;

@@ -254,6 +254,9 @@ void OpenAiServer::handle_generation(const http::HttpRequest& request,
       std::make_shared<GenerationStream>(request_metrics_, tokenizer_, channel, chat, req.stream);
   generation->chat_echo = prepared.value().chat_echo;
   generation->want_logprobs = req.sampling.want_logprobs;
+  generation->top_logprobs = req.sampling.logprobs;
+  generation->echo_logprobs = !chat && req.echo && req.sampling.want_logprobs;
+  generation->prompt_logprobs = req.prompt_logprobs;
   generation->stream_options.include_usage = req.include_usage;
   generation->continuous_usage = req.include_usage && req.continuous_usage_stats;
   generation->arrival = arrival;
@@ -287,6 +290,7 @@ void OpenAiServer::handle_generation(const http::HttpRequest& request,
       choice.counts_prompt = sample == 0;
       choice.prompt_length = static_cast<int>(prompt.tokens.size());
       choice.text = prompt.echo;
+      choice.first_prompt_token = prompt.tokens.front();
       choice.starts_in_reasoning = prompt.starts_in_reasoning;
       if (chat) choice.reasoning.emplace(prompt.starts_in_reasoning);
       if (chat && req.parses_tool_calls()) choice.tools.emplace();

@@ -10,11 +10,12 @@
 //
 // Logprobs: completions `logprobs: N` and chat `logprobs: true, top_logprobs: N` return the
 // engine's sampled-token logprobs and top alternatives, whole or per SSE chunk, with token
-// strings from Tokenizer::token_bytes. The engine does not compute prompt logprobs, so a
-// completion with `echo: true` and `logprobs` set is refused with a 400 (param "echo") rather
-// than answered with prompt tokens whose logprobs are all null: a scoring client (the usual
-// reason to ask for both) would otherwise read the nulls as a result. text_offset counts code
-// points of the token strings from the start of the choice's generated text, in streams too.
+// strings from Tokenizer::token_bytes; text_offset counts code points of the token strings
+// from the start of the choice's text. Prompt logprobs (the engine computes them only for
+// requests that ask): a completion with `echo: true` and `logprobs: N` leads its logprobs with
+// the prompt's tokens (the first one's logprob and top_logprobs null, as OpenAI and vLLM;
+// a stream sends the echo with the first token), and vLLM's `prompt_logprobs: N` (completions
+// and chat, not streamed) answers [null, {"<id>": {logprob, rank, decoded_token}}, ...].
 //
 // Timeline (opt-in): a request with `X-Pdserve-Timeline: 1` gets `usage.pdserve_timeline`
 // (request_timeline.h) in its answer or its stream's usage chunk; a stream without a usage

@@ -113,14 +113,65 @@ TEST_F(ApiServerTest, StreamedChatLogprobsComeWithTheirTokens) {
   EXPECT_EQ(streamed, kHelloWorldChatLogprobs);
 }
 
-TEST_F(ApiServerTest, EchoWithLogprobsIsRefused) {
+// lm-eval's loglikelihood request: the prompt's tokens lead the logprobs, the first without one.
+TEST_F(ApiServerTest, EchoWithLogprobsLeadsWithThePromptsTokens) {
   start(kHelloWorldScript);
-  auto response = post("/v1/completions", R"({"prompt": "Say hi", "echo": true, "logprobs": 0})");
-  EXPECT_EQ(response.result_int(), 400) << response.body();
-  const Json error = Json::parse(response.body())["error"];
-  EXPECT_EQ(error["param"], "echo");
-  EXPECT_NE(error["message"].get<std::string>().find("prompt logprobs"), std::string::npos);
-  EXPECT_TRUE(service_->submitted().empty());
+  service_->set_logprobs(hello_world_logprobs());
+  const std::string body =
+      R"({"prompt": [9707, 1879, 9707], "echo": true, "logprobs": 1, "max_tokens": 1})";
+  auto response = post("/v1/completions", body);
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  EXPECT_EQ(service_->submitted_sampling().at(0).prompt_logprobs, 1);
+  const Json choice = Json::parse(response.body())["choices"][0];
+  EXPECT_EQ(choice["text"], "Hello worldHelloHello");
+  const Json& logprobs = choice["logprobs"];
+  EXPECT_EQ(logprobs["tokens"], Json::parse(R"(["Hello", " world", "Hello", "Hello"])"));
+  EXPECT_EQ(logprobs["token_logprobs"][3], hello_world_logprobs()[0].logprob);
+  EXPECT_EQ(logprobs["token_logprobs"][0], nullptr);
+  EXPECT_EQ(logprobs["top_logprobs"][0], nullptr);
+  EXPECT_EQ(logprobs["token_logprobs"][1], -0.5);
+  EXPECT_EQ(logprobs["token_logprobs"][2], -1.0);
+  EXPECT_EQ(logprobs["top_logprobs"][1], Json::parse(R"({"!": -0.25})"));
+  EXPECT_EQ(logprobs["text_offset"], Json::parse("[0, 5, 11, 16]"));
+  EXPECT_FALSE(choice.contains("prompt_logprobs"));
+
+  // Streamed: the echo and the prompt's logprobs come with the first token.
+  auto streamed = post("/v1/completions", body.substr(0, body.size() - 1) + R"(, "stream": true})");
+  ASSERT_EQ(streamed.result_int(), 200) << streamed.body();
+  bool done = false;
+  const std::vector<Json> events = sse_events(streamed.body(), done);
+  ASSERT_TRUE(done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Hello worldHelloHello");
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"], logprobs);
+}
+
+TEST_F(ApiServerTest, VllmPromptLogprobsOnCompletionsAndChat) {
+  start(kHelloWorldScript);
+  auto response =
+      post("/v1/completions", R"({"prompt": [9707, 1879], "prompt_logprobs": 2, "max_tokens": 1})");
+  ASSERT_EQ(response.result_int(), 200) << response.body();
+  const Json choice = Json::parse(response.body())["choices"][0];
+  EXPECT_EQ(choice["logprobs"], nullptr);
+  EXPECT_EQ(choice["prompt_logprobs"], Json::parse(R"([null, {
+      "1879": {"logprob": -0.5, "rank": 3, "decoded_token": " world"},
+      "0": {"logprob": -0.25, "rank": 1, "decoded_token": "!"},
+      "1": {"logprob": -0.375, "rank": 2, "decoded_token": "\""}}])"));
+  auto chat = post("/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 0})");
+  ASSERT_EQ(chat.result_int(), 200) << chat.body();
+  const Json answer = Json::parse(chat.body());
+  ASSERT_TRUE(answer["prompt_logprobs"].is_array());
+  const size_t prompt_tokens = answer["usage"]["prompt_tokens"].get<size_t>();
+  ASSERT_EQ(answer["prompt_logprobs"].size(), prompt_tokens);
+  EXPECT_EQ(answer["prompt_logprobs"][0], nullptr);
+  EXPECT_EQ(answer["prompt_logprobs"][1].size(), 1u);  // the prompt token alone
+  for (const char* refused : {R"({"prompt": "x", "prompt_logprobs": 21})",
+                              R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})"}) {
+    auto error = post("/v1/completions", refused);
+    EXPECT_EQ(error.result_int(), 400) << refused;
+    EXPECT_EQ(Json::parse(error.body())["error"]["param"], "prompt_logprobs") << refused;
+  }
 }
 
 }  // namespace

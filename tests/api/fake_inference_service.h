@@ -2,6 +2,7 @@
 // request's deltas come from its own engine thread, as the real engine's do.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -153,6 +154,7 @@ class FakeService : public InferenceService {
       }
       if (sampling.want_logprobs) delta.logprobs.push_back(std::move(logprobs));
     }
+    if (job.produced == 0 && sampling.prompt_logprobs) delta.prompt_logprobs = prompt_logprobs(job);
     ++job.produced;
     delta.completion_tokens = static_cast<int>(job.produced);
     const SteadyTime arrival = job.request.arrival;
@@ -180,6 +182,19 @@ class FakeService : public InferenceService {
       jobs_.push_back(std::move(job));
       cv_.notify_all();
     }
+  }
+
+  // Scripted prompt logprobs: prompt token p has logprob -0.5 p and rank 3, after tokens 0
+  // (-0.25) and 1 (-0.375), as many of those as asked.
+  static std::vector<PromptTokenLogprob> prompt_logprobs(const Job& job) {
+    const std::vector<int32_t>& prompt = job.request.prompt_tokens;
+    std::vector<TokenLogprob> top = {{0, -0.25f}, {1, -0.375f}};
+    top.resize(std::min(top.size(), static_cast<size_t>(*job.request.sampling.prompt_logprobs)));
+    std::vector<PromptTokenLogprob> positions;
+    for (size_t p = 1; p < prompt.size(); ++p) {
+      positions.push_back({prompt[p], -0.5f * static_cast<float>(p), 3, top});
+    }
+    return positions;
   }
 
   std::optional<Status> injected_failure(const Job& job) {

@@ -111,11 +111,19 @@ TEST(PrepareGeneration, CheckpointsOnlyForAClusterMembersStream) {
   EXPECT_FALSE(prepare(request({{"prompt", "hi"}}, true, true)).value().resumable);
 }
 
-TEST(PrepareGeneration, RefusesWhatCannotBeServed) {
+TEST(PrepareGeneration, EchoWithLogprobsAsksForPromptLogprobs) {
   ApiResult<PreparedGeneration> echo_logprobs =
-      prepare(request({{"prompt", "hi"}, {"echo", true}, {"logprobs", 1}}));
-  ASSERT_FALSE(echo_logprobs.ok());
-  EXPECT_EQ(echo_logprobs.error().param, "echo");
+      prepare(request({{"prompt", "hi"}, {"echo", true}, {"logprobs", 3}, {"prompt_logprobs", 1}}));
+  ASSERT_TRUE(echo_logprobs.ok()) << echo_logprobs.error().message;
+  // As many alternatives as either field asks; the client's own prompt_logprobs is kept.
+  EXPECT_EQ(echo_logprobs.value().request.sampling.prompt_logprobs, 3);
+  EXPECT_EQ(echo_logprobs.value().request.prompt_logprobs, 1);
+  ApiResult<PreparedGeneration> plain = prepare(request({{"prompt", "hi"}, {"logprobs", 3}}));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain.value().request.sampling.prompt_logprobs.has_value());
+}
+
+TEST(PrepareGeneration, RefusesWhatCannotBeServed) {
   ApiResult<PreparedGeneration> other_model = prepare(request({{"prompt", "hi"}, {"model", "x"}}));
   ASSERT_FALSE(other_model.ok());
   EXPECT_EQ(other_model.error().http_status, 404);

@@ -338,9 +338,16 @@ def completion_logprobs():
                 values.extend(getattr(part.logprobs, key))
     t.expect_equal(streamed, choice.logprobs.model_dump(), "streamed logprobs equal the unstreamed ones")
     expect_api_error(lambda: complete(prompt=PROMPT, **GREEDY, logprobs=21), 400)
-    # The engine computes no prompt logprobs, which echo with logprobs would need.
-    error = expect_api_error(lambda: complete(prompt=PROMPT, **GREEDY, logprobs=1, echo=True), 400)
-    t.expect_equal(error.param, "echo", "param")
+    # Echo with logprobs: the prompt's tokens lead (the first without a logprob), then the same
+    # entries as without echo (tests/conformance/prompt_logprobs_test.py checks their values).
+    echoed = complete(prompt=PROMPT, **GREEDY, logprobs=2, echo=True).choices[0]
+    generated = len(choice.logprobs.tokens)
+    for key in ("tokens", "token_logprobs", "top_logprobs"):
+        t.expect_equal(getattr(echoed.logprobs, key)[-generated:], getattr(choice.logprobs, key),
+                       f"echoed {key} end with the generated ones")
+    t.expect(echoed.logprobs.token_logprobs[0] is None and echoed.logprobs.top_logprobs[0] is None,
+             "the first prompt token has no logprob")
+    t.expect_equal("".join(echoed.logprobs.tokens), echoed.text, "the echoed tokens spell the text")
 
 
 def chat_logprobs():

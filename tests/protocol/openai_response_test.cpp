@@ -10,8 +10,8 @@ namespace {
 const ResponseMeta kMeta{"cmpl-1", 1700000000, "qwen3"};
 
 TEST(CompletionResponse, MatchesTheOpenAiShape) {
-  CompletionChoice first{0, "Hello", std::nullopt, 0, FinishReason::kStop};
-  CompletionChoice second{1, " world", std::nullopt, 0, FinishReason::kLength};
+  CompletionChoice first{0, "Hello", std::nullopt, 0, FinishReason::kStop, std::nullopt};
+  CompletionChoice second{1, " world", std::nullopt, 0, FinishReason::kLength, std::nullopt};
   EXPECT_EQ(to_json_text(completion_response(kMeta, {first, second}, {5, 7})),
             R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"qwen3",)"
             R"("choices":[{"index":0,"text":"Hello","logprobs":null,"finish_reason":"stop"},)"
@@ -27,7 +27,7 @@ TEST(CompletionResponse, LogprobsWithEchoAndNegativeInfinity) {
       {" é", -0.5f, {{" é", -0.5f}, {" e", -1.25f}}},
       {"!", -INFINITY, {{"!", -INFINITY}}},
   };
-  CompletionChoice choice{0, "Hi é!", tokens, 0, FinishReason::kLength};
+  CompletionChoice choice{0, "Hi é!", tokens, 0, FinishReason::kLength, std::nullopt};
   EXPECT_EQ(to_json_text(completion_response(kMeta, {choice}, {1, 2})["choices"][0]["logprobs"]),
             R"({"tokens":["Hi"," é","!"],"token_logprobs":[null,-0.5,-9999.0],)"
             R"("top_logprobs":[null,{" é":-0.5," e":-1.25},{"!":-9999.0}],)"
@@ -173,11 +173,11 @@ TEST(Sse, ChunksWithoutIncludeUsageHaveNoUsageField) {
 }
 
 TEST(Sse, CompletionChunks) {
-  CompletionChoice piece{1, "ab", std::nullopt, 0, FinishReason::kNone};
+  CompletionChoice piece{1, "ab", std::nullopt, 0, FinishReason::kNone, std::nullopt};
   EXPECT_EQ(to_json_text(completion_chunk(kMeta, {}, piece)),
             R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"qwen3",)"
             R"("choices":[{"index":1,"text":"ab","logprobs":null,"finish_reason":null}]})");
-  CompletionChoice last{1, "", std::nullopt, 0, FinishReason::kLength};
+  CompletionChoice last{1, "", std::nullopt, 0, FinishReason::kLength, std::nullopt};
   EXPECT_EQ(
       to_json_text(completion_chunk(kMeta, {true}, last)),
       R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"qwen3",)"
@@ -185,6 +185,22 @@ TEST(Sse, CompletionChunks) {
   EXPECT_EQ(to_json_text(usage_chunk(kMeta, false, {3, 4})),
             R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"qwen3",)"
             R"("choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then id -> {logprob, rank,
+// decoded_token}; a -inf logprob is written as -9999.0 (JSON has no -inf).
+TEST(CompletionResponse, PromptLogprobsInVllmsShape) {
+  CompletionChoice choice{0, "x", std::nullopt, 0, FinishReason::kLength, std::nullopt};
+  choice.prompt_logprobs = std::vector<PromptPositionLogprobs>{
+      {{{7, -1.5f, 4, "a"}, {3, -0.25f, 1, "b"}}}, {{{9, -INFINITY, 151936, "c"}}}};
+  const nlohmann::ordered_json body = completion_response({"cmpl-1", 1, "m"}, {choice}, {});
+  EXPECT_EQ(body["choices"][0]["prompt_logprobs"].dump(),
+            R"([null,{"7":{"logprob":-1.5,"rank":4,"decoded_token":"a"},)"
+            R"("3":{"logprob":-0.25,"rank":1,"decoded_token":"b"}},)"
+            R"({"9":{"logprob":-9999.0,"rank":151936,"decoded_token":"c"}}])");
+  choice.prompt_logprobs.reset();
+  EXPECT_FALSE(completion_response({"cmpl-1", 1, "m"}, {choice}, {})["choices"][0].contains(
+      "prompt_logprobs"));
 }
 
 }  // namespace

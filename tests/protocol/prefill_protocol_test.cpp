@@ -147,6 +147,50 @@ TEST(PrefillWorkTest, AScriptedOutputTravelsWithTheSampling) {
   EXPECT_TRUE(parsed->sampling.scripted_output.empty());
 }
 
+TEST(PrefillWorkTest, PromptLogprobsTravelWithTheSamplingAndDefaultToNone) {
+  PrefillWork work = minimal_work();
+  work.sampling.prompt_logprobs = 3;
+  Result<PrefillWork> parsed = parse_prefill_work(prefill_work_to_json(work).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->sampling.prompt_logprobs, 3);
+  work.sampling.prompt_logprobs.reset();
+  parsed = parse_prefill_work(prefill_work_to_json(work).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_FALSE(parsed->sampling.prompt_logprobs.has_value());
+}
+
+// The prompt's logprobs ride on the first token, bit-exact (a float's shortest decimal form
+// reads back as the same float).
+TEST(PrefillEventTest, PromptLogprobsSurviveARoundTripBitExact) {
+  PrefillEvent sent = first_token_event();
+  sent.prompt_logprobs = std::vector<PromptTokenLogprob>{
+      {7, -0.1234567f, 2, {{9, -0.0312f}, {7, -0.1234567f}}}, {151645, -17.25f, 9001, {}}};
+  Result<PrefillEvent> parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  ASSERT_TRUE(parsed->prompt_logprobs.has_value());
+  EXPECT_EQ(*parsed->prompt_logprobs, *sent.prompt_logprobs);
+  // Absent (no prompt logprobs asked) and empty (a one-token prompt) stay apart.
+  EXPECT_FALSE(parse_prefill_event(line_of(first_token_event()))->prompt_logprobs.has_value());
+  sent.prompt_logprobs.emplace();
+  parsed = parse_prefill_event(line_of(sent));
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_TRUE(parsed->prompt_logprobs.has_value());
+  EXPECT_TRUE(parsed->prompt_logprobs->empty());
+}
+
+TEST(PrefillEventTest, MalformedPromptLogprobsAreRefused) {
+  nlohmann::json json = nlohmann::json::parse(line_of(first_token_event()));
+  for (const nlohmann::json& bad :
+       {nlohmann::json(7), nlohmann::json::array({nlohmann::json::array({1, -0.5, 1})}),
+        nlohmann::json::array({nlohmann::json::array({1, -0.5, 1, nlohmann::json::array({1})})}),
+        nlohmann::json::array({nlohmann::json::array({"x", -0.5, 1, nlohmann::json::array()})})}) {
+    json["prompt_logprobs"] = bad;
+    const Result<PrefillEvent> parsed = parse_prefill_event(json.dump());
+    ASSERT_FALSE(parsed.ok()) << bad.dump();
+    EXPECT_NE(parsed.status().message().find("prompt_logprobs"), std::string::npos);
+  }
+}
+
 // The prefill node samples the first token under the decode node's constraint.
 TEST(PrefillWorkTest, TheStructuredOutputSurvivesARoundTrip) {
   PrefillWork work = minimal_work();
