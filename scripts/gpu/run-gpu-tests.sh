@@ -425,7 +425,7 @@ stage_pd() {
 
 # What the KV transfer costs, on the full-depth 0.6B shape with 1k-token prompts (64 on the
 # plumbing check's 2-layer CPU model): pdserve-bench-kv-transfer (direct and staged GB/s beside
-# cudaMemcpy D2H/H2D), then bench/kv_transfer/kv_path_bench.py (1P1D over sm and tcp, KV sent
+# cudaMemcpy D2H/H2D; not ucx_perftest, whose tcp put_bw can stall for minutes), then bench/kv_transfer/kv_path_bench.py (1P1D over sm and tcp, KV sent
 # layer by layer, beside a colocated node: TTFT, TPOT and first token -> KV landed).
 stage_kvpath() {
   local build model=$work/kvpath/model python tokens=1024 requests=3 max_tokens=32 layers=() code
@@ -436,7 +436,7 @@ stage_kvpath() {
     --out "$model" --seed 7 --dtype bfloat16 "${layers[@]}" || { finding "pdserve-make-model failed"; return 1; }
   run "$1" "$bin/pdserve-bench-kv-transfer" --device "$PD_DEVICE" \
     --config "$repo/configs/models/qwen3-0.6b/config.json" --tokens "$tokens" --repeats 5 \
-    --pool-blocks $((tokens / 16 + 8)) || { finding "pdserve-bench-kv-transfer failed (see the log)"; return 1; }
+    --pool-blocks $((tokens / 16 + 8)) --no-perftest || { finding "pdserve-bench-kv-transfer failed (see the log)"; return 1; }
   run "$1" "$python" "$repo/bench/kv_transfer/kv_path_bench.py" --build-dir "$build" \
     --model "$model" --prompt-tokens "$tokens" --requests "$requests" --max-tokens "$max_tokens" \
     --transports sm,tcp --layerwise on --colocated --kv-gib 2 --threads 1 \
