@@ -75,10 +75,11 @@ if ls /usr/local/cuda*/lib64/libcudart.so.* >/dev/null 2>&1; then
   [[ $found == *"/usr/local/cuda"* ]] || fail "bundle-env.sh misses /usr/local/cuda*: $found"
 fi
 
-# Binaries start with an empty environment (only the bundle's libraries, through run.sh).
-env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-bench-gpu --help >/dev/null 2>&1 ||
+# Binaries start with an empty environment (only the bundle's libraries, through run.sh; TMPDIR:
+# where it unpacks them).
+env -i PDSERVE_REPO="$source_dir" TMPDIR="$TMPDIR" "$bundle/run.sh" pdserve-bench-gpu --help >/dev/null 2>&1 ||
   fail "run.sh pdserve-bench-gpu --help under env -i"
-env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-make-model --help >/dev/null 2>&1 ||
+env -i PDSERVE_REPO="$source_dir" TMPDIR="$TMPDIR" "$bundle/run.sh" pdserve-make-model --help >/dev/null 2>&1 ||
   fail "run.sh pdserve-make-model --help under env -i"
 
 # The run script: its stage lists (decisive first), bad arguments, and no GPU.
