@@ -3,30 +3,31 @@
 # nothing more, in one folder that travels with the working tree (OUT_DIR at the repository
 # root, named build-* so git ignores it: build-gpu-bundle). The tree and the bundle together
 # must stay under the device machine's 64 MiB, so the bundle must stay under
-# $PDSERVE_BUNDLE_LIMIT_MIB (default 40): this script fails when it is larger.
-#   OUT_DIR/bin/                 BUNDLED_BINARIES and every gpu-label test binary of the build,
-#                                debug info stripped
-#   OUT_DIR/lib/                 the shared libraries they need that a GPU machine lacks
-#                                (Boost, PCRE2, utf8proc, OpenBLAS, gomp, ...; UCX and its
-#                                transport modules only when a bundled binary uses UCX); not
+# $PDSERVE_BUNDLE_LIMIT_MIB (default 24, so that the tree
+# (about 23 MiB) and the bundle stay well within 64 MiB): this script fails when it is larger.
+#   OUT_DIR/binaries.tar.gz      bin/ and lib/ below, packed (about 50 MiB unpacked: the tree
+#                                and the bundle would not fit unpacked); bundle-env.sh unpacks
+#                                them once under TMPDIR
+#     bin/                       BUNDLED_BINARIES and every gpu-label test binary of the build,
+#                                stripped of every symbol not needed to link (--strip-unneeded)
+#     lib/                 the shared libraries they need that a GPU machine lacks
+#                                (Boost, PCRE2, utf8proc, OpenBLAS, gomp, UCX and its transport
+#                                modules, ...), stripped the same way, each once; not
 #                                glibc/libstdc++ nor CUDA, which come from the machine
 #   OUT_DIR/gpu-tests.txt        the gpu-label test binaries (ctest -L gpu of BUILD_DIR)
 #   OUT_DIR/cuda-libraries.txt   the CUDA sonames the binaries need (bundle-env.sh finds them)
 #   OUT_DIR/bundle-env.sh        the library search (sourced by the two scripts below)
 #   OUT_DIR/run.sh NAME ARGS...  one binary with the bundle's libraries and the checkout's assets
-#   OUT_DIR/run-gpu-tests.sh OUT the GPU session's first run (360 s; --second: the second, 300 s)
+#   OUT_DIR/run-gpu-tests.sh OUT the GPU session's first run (360 s; --second: the second, 300 s,
+#                                with the PD stages, which also run tests/pd/pd_e2e_test.py,
+#                                bench/kv_transfer/kv_path_bench.py and tools/cluster from the
+#                                checkout)
 set -euo pipefail
 
-# The tools the GPU stages run, besides the gpu-label tests.
-BUNDLED_BINARIES=(pdserve-generate pdserve-make-model pdserve-bench-gpu)
-# PDSERVE_BUNDLE_PD=1: the bundle of the disaggregation check (scripts/gpu-pd-check.sh, issue
-# #14) instead: the node binaries, the KV transfer benchmark and make-model (about 31 MiB with
-# UCX and its transports), without the gpu-label tests, which would not fit beside them.
-bundle_pd=${PDSERVE_BUNDLE_PD:-0}
-if [[ $bundle_pd == 1 ]]; then
-  BUNDLED_BINARIES=(pdserve-proxy pdserve-prefill pdserve-decode pdserve-make-model
-                    pdserve-bench-kv-transfer)
-fi
+# The tools the GPU stages run, besides the gpu-label tests: the first run's, then the second
+# run's PD stages' (the nodes, the proxy and the KV transfer benchmark).
+BUNDLED_BINARIES=(pdserve-generate pdserve-make-model pdserve-bench-gpu
+                  pdserve-proxy pdserve-prefill pdserve-decode pdserve-bench-kv-transfer)
 
 if [[ $# -ne 2 ]]; then
   echo "usage: $0 BUILD_DIR OUT_DIR" >&2
@@ -35,7 +36,7 @@ fi
 build_dir=$(cd "$1" && pwd)
 out_dir=$2
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
-limit_mib=${PDSERVE_BUNDLE_LIMIT_MIB:-40}
+limit_mib=${PDSERVE_BUNDLE_LIMIT_MIB:-24}
 if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   echo "error: $build_dir is not a CMake build folder" >&2
   exit 2
@@ -47,7 +48,7 @@ fi
 
 # The gpu-label tests as CTest knows them: executable paths (none takes arguments).
 gpu_tests=()
-[[ $bundle_pd == 1 ]] || mapfile -t gpu_tests < <(
+mapfile -t gpu_tests < <(
   ctest --test-dir "$build_dir" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
 import json, sys
 for test in json.load(sys.stdin)["tests"]:
@@ -55,7 +56,7 @@ for test in json.load(sys.stdin)["tests"]:
     if len(command) != 1:
         sys.exit("error: gpu test %s takes arguments; the bundle runs binaries alone" % test["name"])
     print(command[0])')
-if [[ ${#gpu_tests[@]} -eq 0 && $bundle_pd != 1 ]]; then
+if [[ ${#gpu_tests[@]} -eq 0 ]]; then
   echo "error: ctest lists no gpu-label test in $build_dir" >&2
   exit 2
 fi
@@ -73,7 +74,7 @@ rm -rf "$out_dir"
 mkdir -p "$out_dir/bin" "$out_dir/lib"
 out_dir=$(cd "$out_dir" && pwd)
 for binary in "${binaries[@]}"; do
-  objcopy --strip-debug "$binary" "$out_dir/bin/$(basename "$binary")"
+  strip --strip-unneeded -o "$out_dir/bin/$(basename "$binary")" "$binary"
 done
 for test in "${gpu_tests[@]}"; do basename "$test"; done >"$out_dir/gpu-tests.txt"
 
@@ -92,7 +93,7 @@ copy_libraries_of() {
     is_host_library "$library" && continue
     [[ -e "$out_dir/lib/$(basename "$library")" ]] && continue
     cp -L "$library" "$out_dir/lib/"
-    strip --strip-debug "$out_dir/lib/$(basename "$library")" 2>/dev/null || true
+    strip --strip-unneeded "$out_dir/lib/$(basename "$library")" 2>/dev/null || true
   done < <(ldd "$1" 2>/dev/null | awk '/=> \// { print $3 }')
 }
 for binary in "$out_dir"/bin/*; do copy_libraries_of "$binary"; done
@@ -105,10 +106,19 @@ if ls "$out_dir"/lib/libucp.so* >/dev/null 2>&1; then
   ucx_module_dir=$(dpkg -L libucx0 2>/dev/null | grep -m1 -E '/ucx$' || true)
   if [[ -n "$ucx_module_dir" && -d "$ucx_module_dir" ]]; then
     mkdir -p "$out_dir/lib/ucx"
-    cp -L "$ucx_module_dir"/*.so* "$out_dir/lib/ucx/" 2>/dev/null || true
+    # Each module once: its .so and .so.0 names stay links to it (cp -P), as UCX installs them.
+    cp -P "$ucx_module_dir"/*.so* "$out_dir/lib/ucx/" 2>/dev/null || true
+    find "$out_dir/lib/ucx" -type f -exec strip --strip-unneeded {} + 2>/dev/null || true
     for module in "$out_dir"/lib/ucx/*.so*; do copy_libraries_of "$module"; done
   fi
 fi
+
+# Packed: the binaries compress to about a fifth.
+tar -C "$out_dir" -czf "$out_dir/binaries.tar.gz" bin lib
+unpacked_mib=$(( ($(du -sb "$out_dir/bin" "$out_dir/lib" | awk '{ sum += $1 } END { print sum }') + (1 << 20) - 1) >> 20 ))
+executables=$(ls "$out_dir/bin" | wc -l)
+libraries=$(find "$out_dir/lib" -type f | wc -l)
+rm -rf "$out_dir/bin" "$out_dir/lib"
 
 cp "$source_dir/scripts/gpu/bundle-env.sh" "$source_dir/scripts/gpu/run-gpu-tests.sh" "$out_dir/"
 cat >"$out_dir/run.sh" <<'RUN'
@@ -126,13 +136,13 @@ export PDSERVE_BINARY_DIR="${PDSERVE_BINARY_DIR:-${TMPDIR:-/tmp}/pdserve-bundle}
 mkdir -p "$PDSERVE_BINARY_DIR"
 name=$1
 shift
-exec "$pdserve_bundle/bin/$name" "$@"
+exec "$PDSERVE_BUNDLE_BIN/$name" "$@"
 RUN
 chmod +x "$out_dir/run.sh" "$out_dir/run-gpu-tests.sh"
 
 bytes=$(du -sb "$out_dir" | cut -f1)
 mib=$(( (bytes + (1 << 20) - 1) >> 20 ))
-echo "bundle: $out_dir ($mib MiB of $limit_mib; $(ls "$out_dir/bin" | wc -l) executables, $(find "$out_dir/lib" -type f | wc -l) libraries)"
+echo "bundle: $out_dir ($mib MiB of $limit_mib; $executables executables and $libraries libraries, $unpacked_mib MiB unpacked)"
 if [[ $bytes -gt $((limit_mib << 20)) ]]; then
   echo "error: the bundle is $mib MiB, over its limit of $limit_mib MiB; the largest files:" >&2
   find "$out_dir" -type f -printf '%s %P\n' | sort -rn | head -10 >&2

@@ -7,7 +7,7 @@
 #   build-gpu-bundle/run-gpu-tests.sh OUT            the first run: budget 360 s; decisive first:
 #                                                    preflight, model, gpu_tests, generate, hf
 #   build-gpu-bundle/run-gpu-tests.sh OUT --second   the second run: budget 300 s; preflight,
-#                                                    bench, sanitizer
+#                                                    pd, kvpath, bench, sanitizer
 # Each stage runs in its own process group under the limit min(its own limit, what is left of
 # the budget), so no stage outlives the budget; a stage that cannot start (less than 5 s left,
 # or no device) is written as NOT RUN. As each stage ends, OUT gets its log and its verdict:
@@ -40,13 +40,18 @@ started=$(date +%s)
 # machine, 2026-11-28), printed beside the limits; gpu_tests, bench and sanitizer skip there
 # (no device), hf too without transformers. The GPU's full-depth durations are not measured
 # yet: the limits are estimates, to be replaced by the first run's seconds.
+# The second run: correctness of the disaggregation (pd) before its cost (kvpath), both before
+# the bench table and the sanitizer.
 FIRST_STAGES=(preflight model gpu_tests generate hf)
-SECOND_STAGES=(preflight bench sanitizer)
+SECOND_STAGES=(preflight pd kvpath bench sanitizer)
 declare -A STAGE_LIMIT=([preflight]=20 [model]=40 [gpu_tests]=150 [generate]=90 [hf]=55
-                        [bench]=200 [sanitizer]=75)
+                        [pd]=65 [kvpath]=75 [bench]=95 [sanitizer]=40)
 declare -A STAGE_STANDIN=([preflight]=0 [model]=4 [gpu_tests]=0 [generate]=13 [hf]=1
-                          [bench]=0 [sanitizer]=1)
+                          [pd]=67 [kvpath]=35 [bench]=0 [sanitizer]=1)
 GPU_TEST_LIMIT=60  # each gpu test binary in the gpu_tests stage
+# The plumbing check's stage limits are this many times the GPU's: its CPU stand-in runs the
+# PD stages' nodes for real, slower than the GPU they stand in for (pd: 67 s against 65).
+PLUMBING_SLOWDOWN=2
 MIN_START=5        # a stage with fewer seconds of the budget left is NOT RUN
 RESERVE=5          # seconds of the budget kept for packing details.tar.gz
 declare -A STAGE_WHAT=(
@@ -55,11 +60,15 @@ declare -A STAGE_WHAT=(
   [gpu_tests]="every gpu-label test binary (cuda_backend, cuda_strict, cuda_engine, device_sampler), ${GPU_TEST_LIMIT}s each"
   [generate]="pdserve-generate cuda float32 == cpu float32 greedy ids (4 prompts x 64 tokens); bf16 margins"
   [hf]="transformers Qwen3ForCausalLM vs pdserve cuda float32 / bf16 and cpu float32"
+  [pd]="1P1D on the one GPU (UCX tcp, then sm): 32 concurrent greedy requests == a colocated node, no KV block left in use"
+  [kvpath]="full-depth 0.6B, 1k-token prompts: KV transfer GB/s beside cudaMemcpy D2H/H2D; 1P1D TTFT and first token -> KV landed (sm, tcp) beside colocated"
   [bench]="pdserve-bench-gpu, 0.6B and 8B shapes: decode batch 1/8/32/128 at context 1k and 4k, prefill 1k/4k/8k"
   [sanitizer]="compute-sanitizer memcheck + racecheck on the kernel tests"
 )
+# PD nodes' device: the one GPU for every node (the CPU in the plumbing check).
+PD_DEVICE=cuda:0
 # ---- LATER STAGES GO HERE -------------------------------------------------------------------
-# To add one (the PD tests of issue #14 belong in the second run):
+# To add one:
 # write a function stage_NAME below (it gets its time limit in $1, runs its commands through
 # `run`, writes its files to "$work/NAME/", returns 0 / 1 / 77 = skipped, and calls
 # `finding "..."` for its verdict), put NAME into FIRST_STAGES or SECOND_STAGES where it
@@ -111,7 +120,7 @@ fi
 for name in ${skip//,/ } ${only//,/ }; do
   [[ -n ${STAGE_LIMIT[$name]:-} ]] || { echo "error: no stage '$name' (--list)" >&2; exit 2; }
 done
-if [[ ! -d $repo/configs/models || ! -x $here/bin/pdserve-generate ]]; then
+if [[ ! -d $repo/configs/models || ! -f $here/binaries.tar.gz ]]; then
   echo "error: $here is not a GPU bundle at the root of a pdserve checkout" \
        "(scripts/gpu-bundle.sh BUILD build-gpu-bundle)" >&2
   exit 2
@@ -137,12 +146,13 @@ export PDSERVE_ASSETS_DIR=$repo/configs/models
 export PDSERVE_BINARY_DIR=$work/binary
 export PYTHONUNBUFFERED=1
 mkdir -p "$PDSERVE_BINARY_DIR"
-bin=$here/bin
+bin=$PDSERVE_BUNDLE_BIN  # (bundle-env.sh unpacked it)
 model=$work/qwen3-0.6b-synthetic
 device=cuda
 new_tokens=64
 if [[ $plumbing -eq 1 ]]; then
   device=cpu
+  PD_DEVICE=cpu
   new_tokens=12
 fi
 
@@ -199,8 +209,8 @@ alive() {
 # The outcome PDSERVE_PLUMBING_FAKE gives STAGE (plumbing check only), or nothing.
 fake_outcome() {
   [[ $plumbing -eq 1 ]] || return 0
-  local item
-  for item in ${PDSERVE_PLUMBING_FAKE//,/ }; do
+  local item fakes=${PDSERVE_PLUMBING_FAKE:-}
+  for item in ${fakes//,/ }; do
     [[ ${item%%=*} == "$1" ]] && echo "${item#*=}"
   done
   return 0
@@ -375,6 +385,80 @@ stage_hf() {
   return $code
 }
 
+# A build folder of wrappers in the layout tools/cluster/pdserve-cluster and the PD scripts
+# expect (BUILD/proxy/pdserve-proxy, ...), each running the bundle's binary through run.sh.
+pd_build_dir() {
+  local path
+  for path in proxy/pdserve-proxy prefill_node/pdserve-prefill decode_node/pdserve-decode \
+              tools/make_model/pdserve-make-model; do
+    mkdir -p "$work/build/$(dirname "$path")"
+    printf '#!/usr/bin/env bash\nexec "%s/run.sh" %s "$@"\n' "$here" "$(basename "$path")" \
+      >"$work/build/$path"
+    chmod +x "$work/build/$path"
+  done
+  echo "$work/build"
+}
+
+# 1P1D on the one GPU: tests/pd/pd_e2e_test.py's tcp and sm phases (each: a colocated node's
+# answers to 32 concurrent greedy requests, then the same through proxy -> prefill -> UCX ->
+# decode, identical, every node took work and holds no KV block afterwards), each phase with
+# half of the stage.
+PD_PHASES=(tcp sm)
+stage_pd() {
+  local build index phase left failed=0 python
+  build=$(pd_build_dir)
+  python=$(command -v python3) || { finding "no python3"; return 1; }
+  for ((index = 0; index < ${#PD_PHASES[@]}; index++)); do
+    phase=${PD_PHASES[$index]}
+    left=$(((stage_deadline - $(date +%s)) / (${#PD_PHASES[@]} - index)))
+    if [[ $left -lt 5 ]]; then finding "$phase NOT RUN (no time left)"; failed=1; continue; fi
+    run "$left" env PDSERVE_BUILD_DIR="$build" PDSERVE_SOURCE_DIR="$repo" \
+      PDSERVE_E2E_NODE_ARGS="--device $PD_DEVICE" "$python" "$repo/tests/pd/pd_e2e_test.py" "$phase"
+    case $? in
+      0) finding "$phase: $(grep -a '^ok: 1P1D' "$log" | tail -1 | sed 's/^ok: //')" ;;
+      124|137) failed=1; finding "$phase TIMEOUT" ;;
+      *) failed=1; finding "$phase FAILED: $(grep -a '^FAIL:' "$log" | tail -1 | cut -c1-300)" ;;
+    esac
+  done
+  return $failed
+}
+
+# What the KV transfer costs, on the full-depth 0.6B shape with 1k-token prompts (64 on the
+# plumbing check's 2-layer CPU model): pdserve-bench-kv-transfer (direct and staged GB/s beside
+# cudaMemcpy D2H/H2D; not ucx_perftest, whose tcp put_bw can stall for minutes), then bench/kv_transfer/kv_path_bench.py (1P1D over sm and tcp, KV sent
+# layer by layer, beside a colocated node: TTFT, TPOT and first token -> KV landed).
+stage_kvpath() {
+  local build model=$work/kvpath/model python tokens=1024 requests=3 max_tokens=32 layers=() code
+  build=$(pd_build_dir)
+  python=$(command -v python3) || { finding "no python3"; return 1; }
+  if [[ $plumbing -eq 1 ]]; then tokens=64; requests=1; max_tokens=4; layers=(--layers 2); fi
+  run "$1" "$bin/pdserve-make-model" --config "$repo/configs/models/qwen3-0.6b/config.json" \
+    --out "$model" --seed 7 --dtype bfloat16 "${layers[@]}" || { finding "pdserve-make-model failed"; return 1; }
+  run "$1" "$bin/pdserve-bench-kv-transfer" --device "$PD_DEVICE" \
+    --config "$repo/configs/models/qwen3-0.6b/config.json" --tokens "$tokens" --repeats 5 \
+    --pool-blocks $((tokens / 16 + 8)) --no-perftest || { finding "pdserve-bench-kv-transfer failed (see the log)"; return 1; }
+  run "$1" "$python" "$repo/bench/kv_transfer/kv_path_bench.py" --build-dir "$build" \
+    --model "$model" --prompt-tokens "$tokens" --requests "$requests" --max-tokens "$max_tokens" \
+    --transports sm,tcp --layerwise on --colocated --kv-gib 2 --threads 1 \
+    --json "$work/details/kvpath.json" \
+    --node-args "--device $PD_DEVICE --max-num-batched-tokens $((tokens + 64))"
+  code=$?
+  [[ $code -eq 0 ]] || { finding "kv_path_bench.py failed (exit $code, see the log)"; return 1; }
+  finding "$("$python" - "$work/details/kvpath.json" <<'PY'
+import json, sys
+parts = []
+for result in json.load(open(sys.argv[1])):
+    m = result["median"]
+    if result["tls"] == "colocated":
+        parts.append(f"colocated TTFT {m['client_ttft_ms']:.1f} ms")
+    else:
+        parts.append(f"{result['tls']}: TTFT {m['client_ttft_ms']:.1f} ms, first token -> KV landed "
+                     f"{m['cost_ms']:.1f} ms, transfer {m['gb_per_s']:.3g} GB/s")
+print("; ".join(parts) + " (medians)")
+PY
+)"
+}
+
 # Issue #28's table: decode batch 1/8/32/128 at context 1k and 4k, prefill 1k/4k/8k (one
 # pdserve-bench-gpu run per context; the 8k prefill's run repeats batch 1 at 1k), both shapes;
 # PDSERVE_BENCH_ARGS replaces them by one run with those flags.
@@ -459,6 +543,7 @@ echo "# pdserve GPU run ($run_name): $(date -u +%FT%TZ), budget ${budget}s, bund
 echo "# stage result seconds (limit; stand-in) findings" >>"$verdicts"
 for stage in "${STAGES[@]}"; do
   limit=${STAGE_LIMIT[$stage]}
+  [[ $plumbing -eq 1 ]] && limit=$((limit * PLUMBING_SLOWDOWN))
   standin=${STAGE_STANDIN[$stage]}
   if ! wanted "$stage"; then
     verdict "$stage SKIP 0s (not asked for)"

@@ -6,13 +6,16 @@
 # the verdicts and exit codes of passed, failed, timed-out and starved stages (stages faked
 # with PDSERVE_PLUMBING_FAKE) with the output layout (verdicts.txt, STAGE.log,
 # details.tar.gz), and both runs' plumbing works end to end on the CPU (--plumbing-check:
-# make-model, pdserve-generate runs and their comparisons).
+# make-model, pdserve-generate runs and their comparisons; the second run's PD stages: 1P1D
+# over UCX tcp and sm equal to a colocated node, and the KV path's figures, from the bundle's
+# node binaries and UCX modules).
 set -uo pipefail
 build_dir=$1
 source_dir=$2
-limit_mib=40
+limit_mib=24
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export TMPDIR=$work  # where run.sh and run-gpu-tests.sh unpack the bundle: gone with the test
 failures=0
 fail() { failures=$((failures + 1)); echo "FAIL: $*"; }
 pass() { echo "ok: $*"; }
@@ -25,23 +28,28 @@ if ! PDSERVE_BUNDLE_LIMIT_MIB=$limit_mib "$source_dir/scripts/gpu-bundle.sh" "$b
   exit 1
 fi
 cat "$work/bundle.log"
-for file in run.sh run-gpu-tests.sh bundle-env.sh gpu-tests.txt cuda-libraries.txt \
+# The binaries and libraries travel packed; run.sh and run-gpu-tests.sh unpack them.
+packed=$(tar -tzf "$bundle/binaries.tar.gz" 2>/dev/null | sed 's|^\./||')
+has() { [[ -e "$bundle/$1" ]] || grep -qx "$1" <<<"$packed"; }
+[[ -z $(ls -d "$bundle/bin" "$bundle/lib" 2>/dev/null) ]] || fail "the bundle carries bin/ or lib/ unpacked"
+for file in run.sh run-gpu-tests.sh bundle-env.sh gpu-tests.txt cuda-libraries.txt binaries.tar.gz \
             bin/pdserve-generate bin/pdserve-make-model bin/pdserve-bench-gpu \
             bin/cuda_backend_test bin/cuda_strict_test bin/cuda_engine_test \
-            bin/device_sampler_test; do
-  [[ -e "$bundle/$file" ]] || fail "bundle lacks $file"
+            bin/device_sampler_test bin/pdserve-proxy bin/pdserve-prefill bin/pdserve-decode \
+            bin/pdserve-bench-kv-transfer; do
+  has "$file" || fail "bundle lacks $file"
 done
 for test in cuda_backend_test cuda_strict_test cuda_engine_test device_sampler_test; do
   grep -qx "$test" "$bundle/gpu-tests.txt" || fail "gpu-tests.txt lacks $test"
 done
 # Every binary the sanitizer stage runs is in the bundle.
 while read -r _ binary _; do
-  [[ -x "$bundle/bin/$binary" ]] || fail "the sanitizer stage runs $binary, which the bundle lacks"
+  has "bin/$binary" || fail "the sanitizer stage runs $binary, which the bundle lacks"
 done < <(grep -E '^(memcheck|racecheck) ' "$bundle/run-gpu-tests.sh")
 grep -q '^libcudart\.so\.[0-9]' "$bundle/cuda-libraries.txt" && grep -q '^libcublas\.so\.[0-9]' "$bundle/cuda-libraries.txt" ||
   fail "cuda-libraries.txt: $(tr '\n' ' ' <"$bundle/cuda-libraries.txt")"
 [[ ! -e $bundle/src ]] || fail "the bundle copies sources (the checkout travels anyway)"
-if [[ -n $(find "$bundle/lib" -name 'libcublas*' -o -name 'libcudart*' -o -name 'libc.so*') ]]; then
+if grep -qE '^lib/(libcublas|libcudart|libc\.so)' <<<"$packed"; then
   fail "the bundle carries libraries the GPU machine has"
 fi
 bytes=$(du -sb "$bundle" | cut -f1)
@@ -57,6 +65,7 @@ fi
 # PyTorch's pip wheels install cuBLAS and cudart), and one under /usr/local/cuda*.
 mkdir -p "$work/env-check" "$work/site/nvidia/cu13/lib"
 cp "$bundle/bundle-env.sh" "$work/env-check/"
+tar -czf "$work/env-check/binaries.tar.gz" -T /dev/null  # (nothing to unpack)
 touch "$work/site/nvidia/__init__.py" "$work/site/nvidia/cu13/lib/libpdserve_only_in_pip.so.1"
 printf 'libpdserve_only_in_pip.so.1\n' >"$work/env-check/cuda-libraries.txt"
 found=$(PYTHONPATH=$work/site bash -c "source '$work/env-check/bundle-env.sh' && echo \$LD_LIBRARY_PATH")
@@ -66,10 +75,11 @@ if ls /usr/local/cuda*/lib64/libcudart.so.* >/dev/null 2>&1; then
   [[ $found == *"/usr/local/cuda"* ]] || fail "bundle-env.sh misses /usr/local/cuda*: $found"
 fi
 
-# Binaries start with an empty environment (only the bundle's libraries, through run.sh).
-env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-bench-gpu --help >/dev/null 2>&1 ||
+# Binaries start with an empty environment (only the bundle's libraries, through run.sh; TMPDIR:
+# where it unpacks them).
+env -i PDSERVE_REPO="$source_dir" TMPDIR="$TMPDIR" "$bundle/run.sh" pdserve-bench-gpu --help >/dev/null 2>&1 ||
   fail "run.sh pdserve-bench-gpu --help under env -i"
-env -i PDSERVE_REPO="$source_dir" "$bundle/run.sh" pdserve-make-model --help >/dev/null 2>&1 ||
+env -i PDSERVE_REPO="$source_dir" TMPDIR="$TMPDIR" "$bundle/run.sh" pdserve-make-model --help >/dev/null 2>&1 ||
   fail "run.sh pdserve-make-model --help under env -i"
 
 # The run script: its stage lists (decisive first), bad arguments, and no GPU.
@@ -77,7 +87,7 @@ run_tests=$bundle/run-gpu-tests.sh
 export PDSERVE_REPO=$source_dir
 stages_of() { "$run_tests" --list "$@" 2>&1 | awk 'NR > 1 && !/^budget/ { printf "%s ", $1 }'; }
 [[ $(stages_of) == "preflight model gpu_tests generate hf " ]] || fail "first run's stages: $(stages_of)"
-[[ $(stages_of --second) == "preflight bench sanitizer " ]] || fail "second run's stages: $(stages_of --second)"
+[[ $(stages_of --second) == "preflight pd kvpath bench sanitizer " ]] || fail "second run's stages: $(stages_of --second)"
 "$run_tests" --list | grep -q '^budget 360s' || fail "the first run's budget is not 360 s"
 "$run_tests" --list --second | grep -q '^budget 300s' || fail "the second run's budget is not 300 s"
 # Every stage's limit and stand-in duration are printed; the limits fit the budget.
@@ -122,11 +132,11 @@ expect_files "$work/no-gpu" verdicts.txt preflight.log details.tar.gz
 
 # The exit codes and verdicts of passed, failed, timed-out and starved stages, with stages
 # replaced by PDSERVE_PLUMBING_FAKE (honoured only with --plumbing-check).
-fake() {  # fake NAME EXPECTED_EXIT BUDGET FAKES
+fake() {  # fake NAME EXPECTED_EXIT BUDGET FAKES [RUN-ARGS...]
   local start code seconds
   start=$(date +%s)
   CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/fake-work PDSERVE_PLUMBING_FAKE=$4 timeout 60 \
-    "$run_tests" "$work/$1" --plumbing-check --budget-s "$3" >"$work/$1.out" 2>&1
+    "$run_tests" "$work/$1" --plumbing-check --budget-s "$3" "${@:5}" >"$work/$1.out" 2>&1
   code=$?
   seconds=$(($(date +%s) - start))
   [[ $code -eq $2 ]] || fail "$1: exit $code, expected $2: $(cat "$work/$1.out")"
@@ -149,6 +159,18 @@ if pgrep -f 'sleep 100000' >/dev/null; then fail "fake-hang: the hanging stage o
 # No time for any stage: all NOT RUN, exit 5.
 fake fake-starved 5 6 "$all_pass"
 expect_verdicts "$work/fake-starved" "preflight NOT RUN" "model NOT RUN" "gpu_tests NOT RUN" "generate NOT RUN" "hf NOT RUN"
+# The same for the second run, its PD stages among them.
+second_pass=preflight=pass,pd=pass,kvpath=pass,bench=pass,sanitizer=pass
+fake fake2-pass 0 300 "$second_pass" --second
+expect_verdicts "$work/fake2-pass" "preflight PASS" "pd PASS" "kvpath PASS" "bench PASS" "sanitizer PASS"
+expect_files "$work/fake2-pass" verdicts.txt details.tar.gz preflight.log pd.log kvpath.log bench.log sanitizer.log
+fake fake2-fail 1 300 "${second_pass/pd=pass/pd=fail}" --second
+expect_verdicts "$work/fake2-fail" "preflight PASS" "pd FAIL" "kvpath PASS" "bench PASS" "sanitizer PASS"
+fake fake2-hang 4 14 "${second_pass/kvpath=pass/kvpath=hang}" --second
+expect_verdicts "$work/fake2-hang" "preflight PASS" "pd PASS" "kvpath TIMEOUT" "bench NOT RUN" "sanitizer NOT RUN"
+if pgrep -f 'sleep 100000' >/dev/null; then fail "fake2-hang: the hanging stage outlived its limit"; fi
+fake fake2-starved 5 6 "$second_pass" --second
+expect_verdicts "$work/fake2-starved" "preflight NOT RUN" "pd NOT RUN" "kvpath NOT RUN" "bench NOT RUN" "sanitizer NOT RUN"
 CUDA_VISIBLE_DEVICES='' PDSERVE_PLUMBING_FAKE=preflight=pass PATH=/usr/bin:/bin timeout 60 "$run_tests" "$work/no-fake" \
   >/dev/null 2>&1
 [[ $? -eq 3 ]] || fail "PDSERVE_PLUMBING_FAKE is honoured outside the plumbing check"
@@ -167,16 +189,25 @@ grep -q 'cuda32: 2/2 prompts equal ids' "$verdicts" || fail "plumbing check: cpu
 expect_files "$work/plumbing" verdicts.txt details.tar.gz preflight.log model.log gpu_tests.log generate.log hf.log
 listing=$(tar -tzf "$work/plumbing/details.tar.gz")  # not piped into grep -q: pipefail
 grep -q 'details/generate.jsonl' <<<"$listing" || fail "details.tar.gz lacks the comparison records"
-CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 120 "$run_tests" "$work/plumbing2" \
+CUDA_VISIBLE_DEVICES='' PDSERVE_GPU_WORK=$work/plumbing-work timeout 400 "$run_tests" "$work/plumbing2" \
   --second --plumbing-check >"$work/plumbing2.out" 2>&1
 code=$?
-expect_verdicts "$work/plumbing2" "preflight PASS" "bench SKIP" "sanitizer SKIP"
+expect_verdicts "$work/plumbing2" "preflight PASS" "pd PASS" "kvpath PASS" "bench SKIP" "sanitizer SKIP"
 [[ $code -eq 0 ]] || fail "second run's plumbing check exit $code"
+expect_files "$work/plumbing2" verdicts.txt details.tar.gz preflight.log pd.log kvpath.log bench.log sanitizer.log
+for transport in tcp sm; do
+  grep -q "^pd PASS .*$transport: 1P1D over UCX $transport.* 32 answers identical to the colocated node" \
+    "$work/plumbing2/verdicts.txt" || fail "second run: the pd stage's verdict lacks 1P1D over $transport"
+done
+grep -q '^kvpath PASS .*sm: TTFT .*first token -> KV landed.*tcp: TTFT' "$work/plumbing2/verdicts.txt" ||
+  fail "second run: the kvpath stage's verdict lacks the transports' figures"
+grep -q 'details/kvpath.json' <<<"$(tar -tzf "$work/plumbing2/details.tar.gz")" ||
+  fail "second run: details.tar.gz lacks kvpath.json"
 grep -q '^bench SKIP .*its flags parsed' "$work/plumbing2/verdicts.txt" ||
   fail "second run: pdserve-bench-gpu did not reach the device check with the bench stage's flags"
 if [[ $failures -ne 0 ]]; then
   echo "--- plumbing output"; cat "$work/plumbing.out" "$work/plumbing2.out"
-  tail -30 "$work/plumbing"/*.log 2>/dev/null
+  tail -30 "$work/plumbing"/*.log "$work/plumbing2"/*.log 2>/dev/null
 fi
 cat "$verdicts" "$work/plumbing2/verdicts.txt"
 echo "gpu bundle: $failures failure(s)"

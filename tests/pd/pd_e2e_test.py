@@ -13,7 +13,7 @@ calls. After each phase no KV block is left in use.
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR; PDSERVE_E2E_NODE_ARGS (optional): more
 flags for every node and the colocated reference, e.g. "--device cuda:0" to run the phases on a
-GPU (scripts/gpu-pd-check.sh). Argument: the phase to run (or "all").
+GPU (the pd stage of scripts/gpu/run-gpu-tests.sh --second). Argument: the phase to run (or "all").
 """
 import concurrent.futures
 import json
