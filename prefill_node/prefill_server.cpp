@@ -197,7 +197,7 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           "KV transfers refused before any put: the work's KV descriptor was unreadable, denied "
           "by the decode node's handshake, or named blocks outside its pool.")) {}
 
-void PrefillServer::register_routes(http::Router& router) {
+void PrefillServer::register_routes(http::RouteTable& router) {
   router.add("POST", "/internal/v1/prefill",
              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                handle_prefill(request, ch);

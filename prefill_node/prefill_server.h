@@ -20,7 +20,7 @@
 #include <string>
 
 #include "common/engine/inference_service.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/prefill_protocol.h"
 #include "serving/engine_metrics.h"
@@ -35,7 +35,7 @@ class PrefillServer {
   PrefillServer(InferenceService& service, KvBlockLayout layout, std::string cluster_token,
                 std::function<bool()> draining);
 
-  void register_routes(http::Router& router);
+  void register_routes(http::RouteTable& router);
   metrics::Registry& metrics() { return metrics_; }
 
   struct Exchange;  // one prefill in flight (defined in prefill_server.cpp)

@@ -19,9 +19,8 @@
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
 #include "common/http/openapi_route.h"
-#include "proxy/node_registry.h"
-#include "proxy/prompt_tokenizer.h"
 #include "proxy/proxy_server.h"
+#include "proxy/routing/placement.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -126,7 +125,7 @@ Status run(const Options& options) {
     PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
   }
   PDS_RETURN_IF_ERROR(export_otlp_traces(options, proxy));
-  http::Router router;
+  http::RouteTable router;
   proxy.register_routes(router);
   http::add_openapi_route(router, [&registry] {
     return OpenApiFacts{registry.decode_models(std::chrono::steady_clock::now()), std::nullopt};

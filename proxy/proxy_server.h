@@ -24,7 +24,7 @@
 // A generation request goes to the decode node of lowest routing cost with the header
 // X-Pdserve-Prefill listing the prefill nodes, lowest cost first (none: the decode node
 // prefills itself); with a prompt tokenizer the cost weighs the prompt's cached prefix on each
-// node against its load (prefix_routing.h), else load alone. The proxy holds no model: the decode node validates the request, so error
+// node against its load (routing/placement.h), else load alone. The proxy holds no model: the decode node validates the request, so error
 // bodies are the engine's. A decode node that refuses before answering (429/503: KV pool or
 // queue full, prefill nodes unreachable) or cannot be reached is skipped and the next one
 // tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
@@ -43,15 +43,12 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/http/http_client.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/request_timeline.h"
-#include "proxy/cluster_advice.h"
-#include "proxy/node_registry.h"
-#include "proxy/otlp_exporter.h"
-#include "proxy/prompt_tokenizer.h"
-#include "proxy/trace_recorder.h"
+#include "proxy/routing/placement.h"
+#include "proxy/tracing/tracer.h"
 
 namespace pdserve::proxy {
 
@@ -79,7 +76,7 @@ class ProxyServer {
   // `registry` and `client` must outlive the server and every exchange it started.
   ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options);
 
-  void register_routes(http::Router& router);
+  void register_routes(http::RouteTable& router);
   // Drops the registered nodes whose heartbeats stopped (NodeRegistry::expire), and at once
   // sends the requests in flight on such a decode node to another one (no response head yet)
   // or ends them with an error; call it periodically.
@@ -102,8 +99,6 @@ class ProxyServer {
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);
   void count_response(int status);
-  // The prefix metrics of one routing choice.
-  void count_prefix_hits(NodeRole pool, const NodeRef& node);
   // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
   // trace file, histograms, OTLP); the aligned timeline, or nullopt (logged) when it cannot be
   // read. `usage` is the response's usage object when it carried one (its token counts).
@@ -142,7 +137,7 @@ class ProxyServer {
   metrics::Histogram& routing_time_;
   metrics::Histogram& first_byte_time_;
   metrics::Histogram& e2e_time_;
-  metrics::Histogram& tokenize_time_;
+  RequestPlacer placer_;
   ClusterAdvisor advisor_;
   http::TraceIdGenerator trace_ids_;
   TraceRecorder traces_;

@@ -334,7 +334,7 @@ bool NodeMembership::draining() const {
 }
 
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
-                            NodeRole role, ServingNode& node, http::Router router,
+                            NodeRole role, ServingNode& node, http::RouteTable router,
                             const std::function<void(uint16_t port)>& announce) {
   const ModelInfo& model = node.engine->model_info();
   OpenApiFacts facts{{model.name}, model.vocab_size};

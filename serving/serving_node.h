@@ -92,7 +92,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
 // proxy drained the node and its last request finished; then leaves the cluster, closes the
 // connections and stops the engine, in that order. `announce` runs once the port is bound.
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
-                            NodeRole role, ServingNode& node, http::Router router,
+                            NodeRole role, ServingNode& node, http::RouteTable router,
                             const std::function<void(uint16_t port)>& announce);
 
 }  // namespace pdserve

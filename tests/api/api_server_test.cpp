@@ -295,7 +295,7 @@ class ApiServerTest : public ::testing::Test {
   void start(std::vector<std::string> script, OpenAiOptions options = {}) {
     service_ = std::make_unique<FakeService>(std::move(script));
     api_ = std::make_unique<OpenAiServer>(*service_, tokenizer(), chat_template(), options);
-    http::Router router;
+    http::RouteTable router;
     api_->register_routes(router);
     server_ = http::HttpServer::start({}, std::move(router)).value();
   }
@@ -1199,7 +1199,7 @@ TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
       LlmEngine::create(std::move(executor), tokenizer(), std::move(config)).value();
   ASSERT_TRUE(engine->start().ok());
   OpenAiServer api(*engine, tokenizer(), chat_template());
-  http::Router router;
+  http::RouteTable router;
   api.register_routes(router);
   std::unique_ptr<http::HttpServer> server = http::HttpServer::start({}, std::move(router)).value();
 

@@ -166,7 +166,7 @@ class PrefillCancelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     prefill_ = std::make_unique<PrefillServer>(service_, kLayout, kToken, [] { return false; });
-    http::Router router;
+    http::RouteTable router;
     prefill_->register_routes(router);
     auto server = http::HttpServer::start({}, std::move(router));
     ASSERT_TRUE(server.ok()) << server.status().to_string();

@@ -1,4 +1,4 @@
-#include "proxy/node_registry.h"
+#include "proxy/routing/node_registry.h"
 
 #include <algorithm>
 #include <cctype>

@@ -31,8 +31,8 @@
 #include "common/cluster/cluster_messages.h"
 #include "common/core/status.h"
 #include "common/http/http_client.h"
-#include "proxy/cluster_advice.h"
-#include "proxy/prefix_routing.h"
+#include "proxy/routing/cluster_advice.h"
+#include "proxy/routing/prefix_routing.h"
 
 namespace pdserve::proxy {
 
