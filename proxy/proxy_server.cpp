@@ -117,7 +117,8 @@ ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, Proxy
           "Arrival to the first response byte from the decode node.", kLatencyBuckets)),
       e2e_time_(metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
                                    "Arrival to the end of the response.", kLatencyBuckets)),
-      placer_(registry, options_.prompt_tokenizer, options_.placement, metrics_),
+      placer_(registry, options_.tokenizer, options_.access.cluster_token, options_.placement,
+              metrics_),
       advisor_(options_.advice),
       traces_(options_.trace_capacity) {
   declare_timeline_metrics(metrics_);

@@ -66,8 +66,9 @@ struct ProxyOptions {
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace
   bool ready_needs_prefill = false;                    // GET /ready also waits for a prefill node
-  // Tokenizes prompts for cache-aware routing; null: requests are placed by load alone.
-  std::shared_ptr<const PromptTokenizer> prompt_tokenizer;
+  // The tokenizer of cache-aware routing: learned from the nodes by default, fixed with
+  // --tokenizer, none with --no-cache-aware-routing (routing/cluster_tokenizer.h).
+  ClusterTokenizerOptions tokenizer;
   PlacementPolicy placement;  // where a request's prompt is prefilled (prefix_routing.h)
 };
 
@@ -83,6 +84,7 @@ class ProxyServer {
   void expire_nodes(std::chrono::steady_clock::time_point now);
   metrics::Registry& metrics() { return metrics_; }
   ClusterAdvisor& advisor() { return advisor_; }
+  const RequestPlacer& placement() const { return placer_; }
   TraceRecorder& traces() { return traces_; }
   // From now on also sends each recorded request's spans to an OTLP collector.
   void export_traces(std::unique_ptr<OtlpExporter> exporter) { otlp_ = std::move(exporter); }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -68,6 +69,12 @@ class NodeRegistry {
   static constexpr size_t kMaxModelNameBytes = 256;
 
   explicit NodeRegistry(RegistryOptions options) : options_(options) {}
+
+  // Asked for every registration that parsed, before the node is let in; an error refuses it
+  // (FailedPrecondition is HTTP 409). Empty: every such registration is let in. Set it before
+  // nodes register, and reset it before its target goes.
+  using Admission = std::function<Status(const NodeRegistration&)>;
+  void set_admission(Admission admission);
 
   // A node from the command line: never expires. InvalidArgument for a bad URL.
   Result<std::string> add_static(NodeRole role, const std::string& url);
@@ -151,6 +158,7 @@ class NodeRegistry {
 
   RegistryOptions options_;
   std::mutex mutex_;
+  Admission admission_;
   std::map<std::string, Node> nodes_;
   std::set<std::string> retired_;  // drained and removed; one entry per drain, so it stays small
   uint64_t next_id_ = 1;

@@ -30,11 +30,11 @@ metrics::Counter& prefix_hit_counter(metrics::Registry& metrics, NodeRole pool) 
 
 }  // namespace
 
-RequestPlacer::RequestPlacer(NodeRegistry& registry,
-                             std::shared_ptr<const PromptTokenizer> tokenizer,
-                             PlacementPolicy policy, metrics::Registry& metrics)
+RequestPlacer::RequestPlacer(NodeRegistry& registry, ClusterTokenizerOptions tokenizer,
+                             std::string cluster_token, PlacementPolicy policy,
+                             metrics::Registry& metrics)
     : registry_(registry),
-      tokenizer_(std::move(tokenizer)),
+      tokenizer_(std::move(tokenizer), std::move(cluster_token), metrics),
       policy_(policy),
       metrics_(metrics),
       tokenize_time_(metrics.histogram(
@@ -48,12 +48,19 @@ RequestPlacer::RequestPlacer(NodeRegistry& registry,
     prefix_query_counter(metrics_, pool);
     prefix_hit_counter(metrics_, pool);
   }
+  registry_.set_admission(
+      [this](const NodeRegistration& registration) { return tokenizer_.admit(registration); });
+}
+
+RequestPlacer::~RequestPlacer() {
+  registry_.set_admission({});
 }
 
 std::optional<PromptTokens> RequestPlacer::tokenize(PromptKind kind, std::string_view body) {
-  if (!tokenizer_) return std::nullopt;
+  const std::shared_ptr<const PromptTokenizer> tokenizer = tokenizer_.current();
+  if (!tokenizer) return std::nullopt;
   const Clock::time_point start = Clock::now();
-  std::optional<PromptTokens> tokens = tokenizer_->tokens(kind, body);
+  std::optional<PromptTokens> tokens = tokenizer->tokens(kind, body);
   tokenize_time_.observe(std::chrono::duration<double>(Clock::now() - start).count());
   return tokens;
 }

@@ -1,9 +1,10 @@
 // The proxy's routing entry point: where one attempt of a request goes. The proxy server asks
 // it for the prompt's ids (cache-aware routing tokenizes prompts as the nodes do,
-// prompt_tokenizer.h) and then, per attempt, for a placement: the decode node of lowest cost
-// (node_registry.h, costs of prefix_routing.h) and where the prompt is prefilled (a prefill
-// node, ranked, or the decode node itself). It counts what it chose in the proxy's metrics
-// (placements, prefix hits, tokenizing time). Thread-safe, as the registry is.
+// prompt_tokenizer.h, with the cluster's tokenizer: cluster_tokenizer.h) and then, per attempt, for
+// a placement: the decode node of lowest cost (node_registry.h, costs of prefix_routing.h) and
+// where the prompt is prefilled (a prefill node, ranked, or the decode node itself). It counts what
+// it chose in the proxy's metrics (placements, prefix hits, tokenizing time). Thread-safe, as the
+// registry is.
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,7 @@
 
 #include "common/metrics/metrics.h"
 #include "proxy/routing/cluster_advice.h"
+#include "proxy/routing/cluster_tokenizer.h"
 #include "proxy/routing/node_registry.h"
 #include "proxy/routing/prefix_routing.h"
 #include "proxy/routing/prompt_tokenizer.h"
@@ -35,13 +37,19 @@ class RequestPlacer {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `registry` and `metrics` must outlive the placer. A null `tokenizer`: requests are placed
-  // by load alone. Every series it counts is in `metrics` at zero from the start.
-  RequestPlacer(NodeRegistry& registry, std::shared_ptr<const PromptTokenizer> tokenizer,
-                PlacementPolicy policy, metrics::Registry& metrics);
+  // `registry` and `metrics` must outlive the placer. While it lives, the registry asks it
+  // about each registering node (its tokenizer). Until a tokenizer is known, requests are
+  // placed by load alone. Every series it counts is in `metrics` at zero from the start.
+  RequestPlacer(NodeRegistry& registry, ClusterTokenizerOptions tokenizer,
+                std::string cluster_token, PlacementPolicy policy, metrics::Registry& metrics);
+  ~RequestPlacer();
+  RequestPlacer(const RequestPlacer&) = delete;
+  RequestPlacer& operator=(const RequestPlacer&) = delete;
 
-  // The prompt's leading ids for cache-aware routing, or nullopt (no tokenizer, or a body the
-  // tokenizer does not take: the request is then placed by load alone).
+  const ClusterTokenizer& tokenizer() const { return tokenizer_; }
+
+  // The prompt's leading ids for cache-aware routing, or nullopt (no tokenizer yet or at all,
+  // or a body the tokenizer does not take: the request is then placed by load alone).
   std::optional<PromptTokens> tokenize(PromptKind kind, std::string_view body);
 
   // The routable decode node of lowest cost not in `excluded`, and where the prompt is
@@ -54,7 +62,7 @@ class RequestPlacer {
   void count_prefix_hits(NodeRole pool, const NodeRef& node);
 
   NodeRegistry& registry_;
-  std::shared_ptr<const PromptTokenizer> tokenizer_;
+  ClusterTokenizer tokenizer_;
   PlacementPolicy policy_;
   metrics::Registry& metrics_;
   metrics::Histogram& tokenize_time_;
