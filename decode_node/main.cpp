@@ -59,7 +59,7 @@ Status run(const Options& options) {
     policy.prefill_timeout = std::chrono::milliseconds(options.prefill_timeout_ms);
     api.set_request_hook(make_remote_prefill_hook(std::move(policy)));
   }
-  http::Router router;
+  http::RouteTable router;
   api.register_routes(router);
   return serve_until_shutdown(
       options.node, signals, NodeRole::kDecode, *node, std::move(router), [&](uint16_t port) {

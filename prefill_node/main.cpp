@@ -52,7 +52,7 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise, bool unregister
   PrefillServer prefill(
       *node->engine, kv_block_layout(node->connector->layout()), options.cluster_token,
       [&membership = node->membership] { return membership.draining(); }, std::move(peers));
-  http::Router router;
+  http::RouteTable router;
   prefill.register_routes(router);
   return serve_until_shutdown(
       options, signals, NodeRole::kPrefill, *node, std::move(router), [&](uint16_t port) {

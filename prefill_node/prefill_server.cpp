@@ -223,7 +223,7 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           "handshake, or named blocks outside its pool.")),
       kv_peers_(std::move(kv_peers)) {}
 
-void PrefillServer::register_routes(http::Router& router) {
+void PrefillServer::register_routes(http::RouteTable& router) {
   router.add("POST", "/internal/v1/prefill",
              [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                handle_prefill(request, ch);

@@ -20,7 +20,7 @@
 #include <string>
 
 #include "common/engine/inference_service.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/prefill_protocol.h"
 #include "kv_transfer/kv_peer_allowlist.h"
@@ -39,7 +39,7 @@ class PrefillServer {
                 std::function<bool()> draining,
                 std::unique_ptr<kv_transfer::KvPeerAllowlist> kv_peers);
 
-  void register_routes(http::Router& router);
+  void register_routes(http::RouteTable& router);
   metrics::Registry& metrics() { return metrics_; }
 
   struct Exchange;  // one prefill in flight (defined in prefill_server.cpp)

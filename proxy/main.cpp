@@ -19,9 +19,9 @@
 #include "common/http/http_client.h"
 #include "common/http/http_server.h"
 #include "common/http/openapi_route.h"
-#include "proxy/node_registry.h"
-#include "proxy/prompt_tokenizer.h"
+#include "common/tokenizer/tokenizer_files.h"
 #include "proxy/proxy_server.h"
+#include "proxy/routing/placement.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -52,6 +52,7 @@ struct Options {
   int otlp_timeout_ms = 5000;
   size_t otlp_max_queue_spans = 4096;
   std::string tokenizer_dir;
+  bool no_cache_aware_routing = false;
   size_t route_max_prompt_bytes = 8'192;
   RegistryOptions registry;
   PlacementPolicy placement;
@@ -112,21 +113,32 @@ Status run(const Options& options) {
   proxy_options.trace_capacity = options.trace_capacity;
   proxy_options.ready_needs_prefill = options.ready_needs_prefill;
   proxy_options.placement = options.placement;
+  proxy_options.tokenizer.enabled = !options.no_cache_aware_routing;
+  proxy_options.tokenizer.max_text_bytes = options.route_max_prompt_bytes;
   if (!options.tokenizer_dir.empty()) {
     Result<PromptTokenizer> prompt_tokenizer =
         PromptTokenizer::load(options.tokenizer_dir, options.route_max_prompt_bytes);
     if (!prompt_tokenizer.ok()) return prompt_tokenizer.status().with_context("--tokenizer");
-    proxy_options.prompt_tokenizer =
+    Result<TokenizerFiles> files = TokenizerFiles::read(options.tokenizer_dir);
+    if (!files.ok()) return files.status().with_context("--tokenizer");
+    proxy_options.tokenizer.fixed =
         std::make_shared<const PromptTokenizer>(std::move(prompt_tokenizer).value());
+    proxy_options.tokenizer.fixed_sha256 = files->sha256();
+    PDS_LOG_INFO("cache-aware placement with --tokenizer (sha256 " +
+                 proxy_options.tokenizer.fixed_sha256 + "): nodes advertising another are refused");
+  } else if (options.no_cache_aware_routing) {
+    PDS_LOG_INFO("--no-cache-aware-routing: requests are placed by load alone");
   } else {
-    PDS_LOG_INFO("no --tokenizer: requests are placed by load alone (no cache-aware routing)");
+    PDS_LOG_INFO(
+        "cache-aware placement: the tokenizer comes from the first node to register "
+        "(requests are placed by load alone until it is loaded)");
   }
   ProxyServer proxy(registry, *client, proxy_options);
   if (!options.trace_file.empty()) {
     PDS_RETURN_IF_ERROR(proxy.traces().write_to_file(options.trace_file));
   }
   PDS_RETURN_IF_ERROR(export_otlp_traces(options, proxy));
-  http::Router router;
+  http::RouteTable router;
   proxy.register_routes(router);
   http::add_openapi_route(router, [&registry] {
     return OpenApiFacts{registry.decode_models(std::chrono::steady_clock::now()), std::nullopt};
@@ -278,10 +290,16 @@ int main(int argc, char** argv) {
                  "dropped (pdserve:otlp_spans_dropped_total)")
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{1'000'000}));
-  app.add_option("--tokenizer", options.tokenizer_dir,
-                 "Model folder (tokenizer.json, tokenizer_config.json) the proxy tokenizes prompts "
-                 "with, as the nodes do, for cache-aware routing. Default: none, requests are "
-                 "placed by load alone");
+  CLI::Option* tokenizer =
+      app.add_option("--tokenizer", options.tokenizer_dir,
+                     "Model folder (tokenizer.json, tokenizer_config.json) the proxy tokenizes "
+                     "prompts with, as the nodes do, for cache-aware routing; registering nodes "
+                     "must advertise the same tokenizer. Default: fetched from the first node "
+                     "to register (GET /cluster/tokenizer, cluster token)");
+  app.add_flag("--no-cache-aware-routing", options.no_cache_aware_routing,
+               "Place requests by load alone: no tokenizer is fetched or loaded, and prefill "
+               "placement is not chosen per request")
+      ->excludes(tokenizer);
   app.add_option("--route-max-prompt-bytes", options.route_max_prompt_bytes,
                  "Cache-aware routing tokenizes at most this many leading bytes of a prompt "
                  "(bodies over 4x this are placed by load alone)")
@@ -306,15 +324,16 @@ int main(int argc, char** argv) {
                  "lengths of the prompt being placed")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--local-prefill-max-uncached-tokens",
-                 options.placement.local_max_uncached_tokens,
-                 "With --tokenizer: prefill on the decode node when at most this many of the "
-                 "prompt's tokens are not cached there (0: only a prompt cached in full)")
+  app.add_option(
+         "--local-prefill-max-uncached-tokens", options.placement.local_max_uncached_tokens,
+         "With cache-aware routing: prefill on the decode node when at most this many of the "
+         "prompt's tokens are not cached there (0: only a prompt cached in full)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  app.add_option("--prefill-queue-max-tokens", options.placement.max_prefill_queue_tokens,
-                 "With --tokenizer: prefill on the decode node when the best prefill node has "
-                 "more outstanding prompt tokens than this (0: no limit)")
+  app.add_option(
+         "--prefill-queue-max-tokens", options.placement.max_prefill_queue_tokens,
+         "With cache-aware routing: prefill on the decode node when the best prefill node has "
+         "more outstanding prompt tokens than this (0: no limit)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--prefix-keys-per-node", options.registry.prefix_keys_per_node,

@@ -16,9 +16,8 @@
 #include "common/protocol/pdserve_headers.h"
 #include "proxy/address_redaction.h"
 #include "proxy/client_request_guard.h"
-#include "proxy/timeline_alignment.h"
-#include "proxy/timeline_metrics.h"
 #include "proxy/timeline_relay.h"
+#include "proxy/tracing/tracer.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -32,29 +31,6 @@ const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0
 
 http::HttpResponse json_response(int status, const Json& body) {
   return {status, "application/json", {}, body.dump()};
-}
-
-// The proxy's own work per request: fine buckets from 10 us.
-const std::vector<double> kFastBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
-                                          0.001,   0.0025,   0.005,   0.01,   0.025};
-
-metrics::Counter& placement_counter(metrics::Registry& metrics, PrefillPlacement placement) {
-  return metrics.counter("pdserve:proxy_prefill_placements_total",
-                         "Where requests' prompts were prefilled: remote (a prefill node), local "
-                         "(the decode node), cached (the decode node held every reusable block).",
-                         {{"placement", std::string(prefill_placement_name(placement))}});
-}
-
-metrics::Counter& prefix_query_counter(metrics::Registry& metrics, NodeRole pool) {
-  return metrics.counter("pdserve:proxy_prefix_query_blocks_total",
-                         "Reusable prompt blocks looked up in the proxy's prefix index, by pool.",
-                         {{"pool", std::string(node_role_name(pool))}});
-}
-
-metrics::Counter& prefix_hit_counter(metrics::Registry& metrics, NodeRole pool) {
-  return metrics.counter("pdserve:proxy_prefix_hit_blocks_total",
-                         "Of those, the leading blocks the chosen node held, by pool.",
-                         {{"pool", std::string(node_role_name(pool))}});
 }
 
 double seconds_since(Clock::time_point start) {
@@ -129,19 +105,10 @@ ProxyServer::ProxyServer(NodeRegistry& registry, http::HttpClient& client, Proxy
           "Arrival to the first response byte from the decode node.", kLatencyBuckets)),
       e2e_time_(metrics_.histogram("pdserve:proxy_e2e_request_latency_seconds",
                                    "Arrival to the end of the response.", kLatencyBuckets)),
-      tokenize_time_(metrics_.histogram(
-          "pdserve:proxy_prompt_tokenize_seconds",
-          "Parsing, templating and tokenizing a prompt for cache-aware routing.", kFastBuckets)),
+      placer_(registry, options_.tokenizer, options_.access.cluster_token, options_.placement,
+              metrics_),
       advisor_(options_.advice),
       traces_(options_.trace_capacity) {
-  for (const PrefillPlacement placement :
-       {PrefillPlacement::kRemote, PrefillPlacement::kLocal, PrefillPlacement::kCached}) {
-    placement_counter(metrics_, placement);
-  }
-  for (const NodeRole pool : {NodeRole::kDecode, NodeRole::kPrefill}) {
-    prefix_query_counter(metrics_, pool);
-    prefix_hit_counter(metrics_, pool);
-  }
   declare_timeline_metrics(metrics_);
 }
 
@@ -152,12 +119,7 @@ void ProxyServer::count_response(int status) {
       .inc();
 }
 
-void ProxyServer::count_prefix_hits(NodeRole pool, const NodeRef& node) {
-  prefix_query_counter(metrics_, pool).inc(static_cast<double>(node.prompt_blocks));
-  prefix_hit_counter(metrics_, pool).inc(static_cast<double>(node.hit_blocks));
-}
-
-void ProxyServer::register_routes(http::Router& router) {
+void ProxyServer::register_routes(http::RouteTable& router) {
   const AccessPolicy& access = options_.access;
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     router.add(
@@ -368,16 +330,11 @@ void ProxyServer::handle_generation(const http::HttpRequest& request,
   exchange->body = request.body;
   // A rough token count for load accounting, unless the prompt is tokenized whole here.
   exchange->prompt_estimate = static_cast<int64_t>(request.body.size() / 4);
-  if (options_.prompt_tokenizer) {
-    const Clock::time_point start = Clock::now();
-    std::optional<PromptTokens> tokens = options_.prompt_tokenizer->tokens(
-        request.path == "/v1/chat/completions" ? PromptKind::kChat : PromptKind::kCompletion,
-        request.body);
-    if (tokens) {
-      if (tokens->whole) exchange->prompt_estimate = static_cast<int64_t>(tokens->ids.size());
-      exchange->prompt_ids = std::move(tokens->ids);
-    }
-    tokenize_time_.observe(seconds_since(start));
+  if (std::optional<PromptTokens> tokens = placer_.tokenize(
+          request.path == "/v1/chat/completions" ? PromptKind::kChat : PromptKind::kCompletion,
+          request.body)) {
+    if (tokens->whole) exchange->prompt_estimate = static_cast<int64_t>(tokens->ids.size());
+    exchange->prompt_ids = std::move(tokens->ids);
   }
   const std::optional<std::string_view> traceparent = request.header(kTraceparentHeader);
   exchange->trace = trace_ids_.context_for(traceparent);
@@ -455,13 +412,14 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
     body = std::move(resumed).value();
   }
   const RoutingQuery query{exchange->prompt_ids, exchange->prompt_estimate};
-  std::optional<NodeRef> decode = exchange->attempts < options_.max_attempts
-                                      ? registry_.pick_decode(exchange->tried, now, query)
-                                      : std::nullopt;
-  if (!decode) {
+  std::optional<RequestPlacement> placed = exchange->attempts < options_.max_attempts
+                                               ? placer_.place(query, exchange->tried, now)
+                                               : std::nullopt;
+  if (!placed) {
     carry_out(*exchange, exchange->lifecycle.no_node());
     return;
   }
+  const NodeRef* decode = &placed->decode;
   ++exchange->attempts;
   exchange->tried.push_back(decode->id);
   exchange->decode = *decode;
@@ -471,23 +429,10 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
   // A resumption carries over what the client already has.
   exchange->relay = SseRelay(exchange->relay.delivered());
   if (!exchange->holds_cluster_token) exchange->relay.redact_errors(options_.access.cluster_token);
-  const std::vector<NodeRef> prefill = registry_.rank_prefill(now, query);
-  PlacementInput placement_input;
-  placement_input.prompt_known = !exchange->prompt_ids.empty();
-  placement_input.prefill_node = !prefill.empty();
-  placement_input.prompt_tokens = exchange->prompt_estimate;
-  placement_input.block_size = decode->block_size;
-  placement_input.prompt_blocks = decode->prompt_blocks;
-  placement_input.hit_blocks = decode->hit_blocks;
-  placement_input.prefill_queue_tokens = prefill.empty() ? 0 : prefill.front().queued_prompt_tokens;
-  const PrefillPlacement placement = choose_prefill_placement(placement_input, options_.placement);
+  const std::vector<NodeRef>& prefill = placed->prefill;
+  const PrefillPlacement placement = placed->placement;
   const bool remote = placement == PrefillPlacement::kRemote;
-  exchange->prefill_id = remote ? prefill.front().id : std::string();
-  placement_counter(metrics_, placement).inc();
-  if (placement_input.prompt_known) {
-    count_prefix_hits(NodeRole::kDecode, *decode);
-    if (remote) count_prefix_hits(NodeRole::kPrefill, prefill.front());
-  }
+  exchange->prefill_id = placed->prefill_id;
   registry_.begin_request(decode->id, exchange->prefill_id, exchange->prompt_estimate);
 
   http::ClientRequest upstream;

@@ -25,7 +25,7 @@
 // A generation request goes to the decode node of lowest routing cost with the header
 // X-Pdserve-Prefill listing the prefill nodes, lowest cost first (none: the decode node
 // prefills itself); with a prompt tokenizer the cost weighs the prompt's cached prefix on each
-// node against its load (prefix_routing.h), else load alone. The proxy holds no model: the decode node validates the request, so error
+// node against its load (routing/placement.h), else load alone. The proxy holds no model: the decode node validates the request, so error
 // bodies are the engine's. A decode node that refuses before answering (429/503: KV pool or
 // queue full, prefill nodes unreachable) or cannot be reached is skipped and the next one
 // tried; a decode node that fails mid-stream gets the client an SSE error event and [DONE]
@@ -45,15 +45,12 @@
 
 #include "common/cluster/cluster_auth.h"
 #include "common/http/http_client.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/protocol/request_timeline.h"
-#include "proxy/cluster_advice.h"
-#include "proxy/node_registry.h"
-#include "proxy/otlp_exporter.h"
-#include "proxy/prompt_tokenizer.h"
-#include "proxy/trace_recorder.h"
+#include "proxy/routing/placement.h"
+#include "proxy/tracing/tracer.h"
 
 namespace pdserve {
 struct UsageCounts;  // common/protocol/stream_event.h
@@ -78,8 +75,9 @@ struct ProxyOptions {
   AdvisorOptions advice;                               // GET /cluster/advice
   size_t trace_capacity = 1000;                        // timelines kept for GET /trace
   bool ready_needs_prefill = false;                    // GET /ready also waits for a prefill node
-  // Tokenizes prompts for cache-aware routing; null: requests are placed by load alone.
-  std::shared_ptr<const PromptTokenizer> prompt_tokenizer;
+  // The tokenizer of cache-aware routing: learned from the nodes by default, fixed with
+  // --tokenizer, none with --no-cache-aware-routing (routing/cluster_tokenizer.h).
+  ClusterTokenizerOptions tokenizer;
   PlacementPolicy placement;  // where a request's prompt is prefilled (prefix_routing.h)
 };
 
@@ -88,13 +86,14 @@ class ProxyServer {
   // `registry` and `client` must outlive the server and every exchange it started.
   ProxyServer(NodeRegistry& registry, http::HttpClient& client, ProxyOptions options);
 
-  void register_routes(http::Router& router);
+  void register_routes(http::RouteTable& router);
   // Drops the registered nodes whose heartbeats stopped (NodeRegistry::expire), and at once
   // sends the requests in flight on such a decode node to another one (no response head yet)
   // or ends them with an error; call it periodically.
   void expire_nodes(std::chrono::steady_clock::time_point now);
   metrics::Registry& metrics() { return metrics_; }
   ClusterAdvisor& advisor() { return advisor_; }
+  const RequestPlacer& placement() const { return placer_; }
   TraceRecorder& traces() { return traces_; }
   // From now on also sends each recorded request's spans to an OTLP collector.
   void export_traces(std::unique_ptr<OtlpExporter> exporter) { otlp_ = std::move(exporter); }
@@ -111,8 +110,6 @@ class ProxyServer {
                         const std::shared_ptr<http::ResponseChannel>& channel);
   void attempt(const std::shared_ptr<Exchange>& exchange);
   void count_response(int status);
-  // The prefix metrics of one routing choice.
-  void count_prefix_hits(NodeRole pool, const NodeRef& node);
   // Parses the decode node's timeline, aligns it to the exchange and records it (/trace,
   // trace file, histograms, OTLP); the aligned timeline, or nullopt (logged) when it cannot be
   // read. `usage`: the response's token counts, where it had them.
@@ -159,7 +156,7 @@ class ProxyServer {
   metrics::Histogram& routing_time_;
   metrics::Histogram& first_byte_time_;
   metrics::Histogram& e2e_time_;
-  metrics::Histogram& tokenize_time_;
+  RequestPlacer placer_;
   ClusterAdvisor advisor_;
   http::TraceIdGenerator trace_ids_;
   TraceRecorder traces_;

@@ -17,8 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/core/cli.h"
-#include "proxy/node_registry.h"
-#include "proxy/prompt_tokenizer.h"
+#include "proxy/routing/placement.h"
 
 namespace pdserve::proxy {
 namespace {

@@ -16,7 +16,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libopenblas-dev libxxhash-dev
-  libboost-dev libboost-system-dev libucx-dev ucx-utils
+  libboost-dev libboost-system-dev libucx-dev ucx-utils libssl-dev
   python3 python3-venv python3-torch python3-numpy python3-matplotlib curl procps
   systemd prometheus iproute2
 )

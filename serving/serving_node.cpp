@@ -189,7 +189,10 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   PDS_ASSIGN_OR_RETURN(engine_config.kv_cache_dtype, parse_kv_cache_dtype(options.kv_cache_dtype));
   PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(loaded.model_dir));
+  PDS_ASSIGN_OR_RETURN(TokenizerFiles tokenizer_files, TokenizerFiles::read(loaded.model_dir));
   auto node = std::make_unique<ServingNode>(std::move(loaded), std::move(tokenizer));
+  node->tokenizer_sha256 = tokenizer_files.sha256();
+  node->tokenizer_files = std::make_shared<const TokenizerFiles>(std::move(tokenizer_files));
   KvConnectorFactory factory;
   if (with_kv_transfer) {
     kv_transfer::UcxKvConnectorOptions connector_options;
@@ -295,6 +298,7 @@ Result<ClusterJoin> join_cluster(const ServingNodeOptions& options, NodeRole rol
     membership.registration.kv_descriptor = node.connector->descriptor_base64();
   }
   membership.registration.kv_blocks_total = node.engine->stats().kv_blocks_total;
+  membership.registration.tokenizer_sha256 = node.tokenizer_sha256;
   membership.heartbeat_interval = std::chrono::milliseconds(options.heartbeat_interval_ms);
   LlmEngine* engine = node.engine.get();
   join.prefix_cache = std::make_unique<PrefixCacheFanout>(
@@ -334,11 +338,20 @@ bool NodeMembership::draining() const {
 }
 
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
-                            NodeRole role, ServingNode& node, http::Router router,
+                            NodeRole role, ServingNode& node, http::RouteTable router,
                             const std::function<void(uint16_t port)>& announce) {
   const ModelInfo& model = node.engine->model_info();
   OpenApiFacts facts{{model.name}, model.vocab_size};
   http::add_openapi_route(router, [facts] { return facts; });
+  if (!options.proxy_urls.empty()) {
+    // The proxies' cache-aware placement fetches it (proxy/routing/cluster_tokenizer.h).
+    router.add("GET", "/cluster/tokenizer",
+               guarded({options.cluster_token, {}}, RouteAccess::kCluster,
+                       [files = node.tokenizer_files](const http::HttpRequest&,
+                                                      std::shared_ptr<http::ResponseChannel> ch) {
+                         ch->send({200, "application/json", {}, files->to_json().dump()});
+                       }));
+  }
   Result<std::unique_ptr<http::HttpServer>> server =
       http::HttpServer::start(http_server_options(options), std::move(router));
   if (!server.ok()) {

@@ -16,9 +16,10 @@
 #include "common/core/shutdown_signals.h"
 #include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer_files.h"
 #include "kernels/model/model_loader.h"
-#include "serving/engine_assembly.h"
 #include "kv_transfer/ucx_kv_connector.h"
+#include "serving/engine_assembly.h"
 
 namespace pdserve {
 
@@ -75,6 +76,10 @@ struct ServingNode {
 
   LoadedModel model;
   Tokenizer tokenizer;
+  // The model's tokenizer files, served to proxies (GET /cluster/tokenizer), and their
+  // identity, advertised when registering.
+  std::shared_ptr<const TokenizerFiles> tokenizer_files;
+  std::string tokenizer_sha256;
   std::unique_ptr<LlmEngine> engine;                 // started
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
   NodeMembership membership;
@@ -92,7 +97,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
 // proxy drained the node and its last request finished; then leaves the cluster, closes the
 // connections and stops the engine, in that order. `announce` runs once the port is bound.
 Status serve_until_shutdown(const ServingNodeOptions& options, const sigset_t& signals,
-                            NodeRole role, ServingNode& node, http::Router router,
+                            NodeRole role, ServingNode& node, http::RouteTable router,
                             const std::function<void(uint16_t port)>& announce);
 
 }  // namespace pdserve

@@ -39,7 +39,7 @@ http::Handler anthropic_guarded(const AccessPolicy& policy, http::Handler handle
 
 }  // namespace
 
-void add_translated_routes(http::Router& router, const AccessPolicy& access,
+void add_translated_routes(http::RouteTable& router, const AccessPolicy& access,
                            ChatFrontEnd front_end) {
   const auto shared = std::make_shared<const ChatFrontEnd>(std::move(front_end));
   router.add(

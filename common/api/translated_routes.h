@@ -11,7 +11,7 @@
 #pragma once
 
 #include "common/cluster/cluster_auth.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 namespace pdserve::api {
 
@@ -20,7 +20,7 @@ struct ChatFrontEnd {
   http::Handler tokenize;          // takes a POST /tokenize request
 };
 
-void add_translated_routes(http::Router& router, const AccessPolicy& access,
+void add_translated_routes(http::RouteTable& router, const AccessPolicy& access,
                            ChatFrontEnd front_end);
 
 }  // namespace pdserve::api

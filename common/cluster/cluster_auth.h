@@ -15,7 +15,7 @@
 
 #include "common/core/status.h"
 #include "common/http/http_message.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/protocol/openai_error.h"
 
 namespace pdserve {

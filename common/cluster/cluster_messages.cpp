@@ -6,6 +6,7 @@
 
 #include "common/core/json_fields.h"
 #include "common/http/http_client.h"
+#include "common/tokenizer/tokenizer_files.h"
 
 namespace pdserve {
 namespace {
@@ -114,7 +115,8 @@ Json NodeRegistration::to_json() const {
           {"url", url},
           {"model", model},
           {"kv_descriptor", kv_descriptor},
-          {"kv_blocks_total", kv_blocks_total}};
+          {"kv_blocks_total", kv_blocks_total},
+          {"tokenizer_sha256", tokenizer_sha256}};
 }
 
 Result<NodeRegistration> NodeRegistration::parse(const Json& json) {
@@ -130,7 +132,12 @@ Result<NodeRegistration> NodeRegistration::parse(const Json& json) {
   registration.model = reader.get<std::string>("model", "", /*required=*/false);
   registration.kv_descriptor = reader.get<std::string>("kv_descriptor", "", /*required=*/false);
   registration.kv_blocks_total = read_count<int>(reader, "kv_blocks_total");
+  registration.tokenizer_sha256 =
+      reader.get<std::string>("tokenizer_sha256", "", /*required=*/false);
   PDS_RETURN_IF_ERROR(reader.status());
+  if (!registration.tokenizer_sha256.empty() && !is_sha256_hex(registration.tokenizer_sha256)) {
+    return invalid_argument("registration: 'tokenizer_sha256' must be 64 lowercase hex digits");
+  }
   PDS_ASSIGN_OR_RETURN(const http::BaseUrl base, http::parse_base_url(url));
   registration.url = base.to_string();
   return registration;

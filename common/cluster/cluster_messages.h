@@ -3,6 +3,7 @@
 //   POST /cluster/nodes                NodeRegistration  -> RegistrationReply
 //   POST /cluster/nodes/ID/heartbeat   Heartbeat         -> HeartbeatReply
 //   GET  /cluster/kv-peers                                -> KvPeerList
+//   GET  /cluster/tokenizer (at a node)                   -> TokenizerFiles (its to_json)
 // The prefill protocol has its own types (common/protocol/prefill_protocol.h).
 #pragma once
 
@@ -53,9 +54,13 @@ struct NodeRegistration {
   std::string model;          // the served model name ("" for none)
   std::string kv_descriptor;  // base64 UCX worker address and pool key ("" without KV transfer)
   int kv_blocks_total = 0;
+  // The identity of the node's tokenizer (common/tokenizer/tokenizer_files.h): 64 lowercase
+  // hex digits, or "" when the node advertises none (the proxy then checks nothing).
+  std::string tokenizer_sha256;
 
   nlohmann::json to_json() const;
-  // InvalidArgument for a missing or malformed field (the URL must parse as http://HOST:PORT).
+  // InvalidArgument for a missing or malformed field (the URL must parse as http://HOST:PORT;
+  // tokenizer_sha256, optional, must be 64 lowercase hex digits).
   static Result<NodeRegistration> parse(const nlohmann::json& json);
   bool operator==(const NodeRegistration&) const = default;
 };

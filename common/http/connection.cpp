@@ -388,7 +388,7 @@ void Connection::dispatch() {
   request.body = std::move(message.body());
 
   auto channel = std::make_shared<ChannelImpl>(weak_from_this(), exchange_, state_);
-  const RouteMatch route = state_->router.match(request.method, request.path);
+  const RouteMatch route = state_->routes.match(request.method, request.path);
   if (route.handler == nullptr) {
     if (route.allowed.empty()) {
       channel->send(api_error_response(route_not_found(request.method, request.path)));

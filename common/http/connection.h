@@ -26,11 +26,11 @@ class Connection;
 
 // What the server, its connections and the channels given to handlers share.
 struct ServerState {
-  ServerState(ServerOptions options_in, Router router_in)
-      : options(std::move(options_in)), router(std::move(router_in)) {}
+  ServerState(ServerOptions options_in, RouteTable routes_in)
+      : options(std::move(options_in)), routes(std::move(routes_in)) {}
 
   const ServerOptions options;
-  const Router router;
+  const RouteTable routes;
 
   std::mutex mutex;
   bool accepting_posts = true;  // false once stop() began: channels post nothing more

@@ -85,11 +85,12 @@ uint16_t HttpServer::port() const {
   return impl_->port;
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerOptions& options, Router router) {
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerOptions& options,
+                                                      RouteTable routes) {
   if (options.threads < 1) return invalid_argument("the server needs at least one I/O thread");
   if (options.max_body_bytes == 0) return invalid_argument("max_body_bytes must be positive");
   auto impl =
-      std::make_unique<Impl>(std::make_shared<detail::ServerState>(options, std::move(router)));
+      std::make_unique<Impl>(std::make_shared<detail::ServerState>(options, std::move(routes)));
 
   const std::string where = options.host + ":" + std::to_string(options.port);
   error_code ec;

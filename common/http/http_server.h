@@ -20,7 +20,7 @@
 #include <string>
 
 #include "common/core/status.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 namespace pdserve::http {
 
@@ -48,7 +48,7 @@ class HttpServer {
  public:
   // Binds, listens and starts the I/O threads. InvalidArgument for a bad host or option,
   // Unavailable when the address cannot be bound.
-  static Result<std::unique_ptr<HttpServer>> start(const ServerOptions& options, Router router);
+  static Result<std::unique_ptr<HttpServer>> start(const ServerOptions& options, RouteTable routes);
 
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

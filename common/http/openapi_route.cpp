@@ -4,10 +4,10 @@
 
 namespace pdserve::http {
 
-void add_openapi_route(Router& router, std::function<OpenApiFacts()> facts) {
-  auto operations = router.routes();
+void add_openapi_route(RouteTable& routes, std::function<OpenApiFacts()> facts) {
+  auto operations = routes.routes();
   operations.emplace_back("GET", "/openapi.json");
-  router.add("GET", "/openapi.json",
+  routes.add("GET", "/openapi.json",
              [operations = std::move(operations), facts = std::move(facts)](
                  const HttpRequest&, std::shared_ptr<ResponseChannel> channel) {
                channel->send({200, "application/json", {},

@@ -4,12 +4,12 @@
 
 #include <functional>
 
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/protocol/openapi.h"
 
 namespace pdserve::http {
 
 // `facts` is asked on every request (a proxy learns its model names as nodes register).
-void add_openapi_route(Router& router, std::function<OpenApiFacts()> facts);
+void add_openapi_route(RouteTable& routes, std::function<OpenApiFacts()> facts);
 
 }  // namespace pdserve::http

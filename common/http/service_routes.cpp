@@ -37,7 +37,7 @@ HttpResponse health_response(const HttpRequest& request, const ReadinessProbe& p
   return {200, "application/json", {}, R"({"ready":true})"};
 }
 
-void add_service_routes(Router& router, ReadinessProbe probe,
+void add_service_routes(RouteTable& routes, ReadinessProbe probe,
                         std::function<void(int status)> on_answer) {
   auto answer = [probe = std::move(probe), on_answer = std::move(on_answer)](
                     bool readiness, const HttpRequest& request,
@@ -46,15 +46,15 @@ void add_service_routes(Router& router, ReadinessProbe probe,
     if (on_answer) on_answer(response.status);
     channel->send(std::move(response));
   };
-  router.add("GET", "/health",
+  routes.add("GET", "/health",
              [answer](const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) {
                answer(false, request, channel);
              });
-  router.add("GET", "/ready",
+  routes.add("GET", "/ready",
              [answer](const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) {
                answer(true, request, channel);
              });
-  router.add(
+  routes.add(
       "GET", "/version", [on_answer](const HttpRequest&, std::shared_ptr<ResponseChannel> channel) {
         if (on_answer) on_answer(200);
         channel->send(

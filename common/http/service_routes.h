@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 namespace pdserve::http {
 
@@ -22,7 +22,7 @@ using ReadinessProbe = std::function<std::optional<std::string>()>;
 HttpResponse health_response(const HttpRequest& request, const ReadinessProbe& probe,
                              bool readiness);
 // GET /health, GET /ready and GET /version. `on_answer` (optional) sees each status sent.
-void add_service_routes(Router& router, ReadinessProbe probe,
+void add_service_routes(RouteTable& routes, ReadinessProbe probe,
                         std::function<void(int status)> on_answer = {});
 
 // The project version (CMake's PROJECT_VERSION).

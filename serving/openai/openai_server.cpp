@@ -72,7 +72,7 @@ OpenAiServer::OpenAiServer(InferenceService& service, const Tokenizer& tokenizer
 
 OpenAiServer::~OpenAiServer() = default;
 
-void OpenAiServer::register_routes(http::Router& router) {
+void OpenAiServer::register_routes(http::RouteTable& router) {
   const AccessPolicy& access = options_.access;
   router.add(
       "POST", "/v1/completions",

@@ -41,7 +41,7 @@
 #include "common/chat/chat_template.h"
 #include "common/cluster/cluster_auth.h"
 #include "common/engine/inference_service.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/http/traceparent.h"
 #include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
@@ -70,7 +70,7 @@ class OpenAiServer {
                const ChatTemplate& chat_template, OpenAiOptions options = {});
   ~OpenAiServer();
 
-  void register_routes(http::Router& router);
+  void register_routes(http::RouteTable& router);
 
   // Called for every engine request built from an HTTP request, before it is submitted (e.g.
   // to mark it for remote prefill); an error rejects the HTTP request with its status.

@@ -79,7 +79,7 @@ TEST(ApiServerOverLlmEngineTest, FailedChoiceAbortsItsSiblingsInTheEngine) {
       LlmEngine::create(std::move(executor), tokenizer(), std::move(config)).value();
   ASSERT_TRUE(engine->start().ok());
   OpenAiServer api(*engine, tokenizer(), chat_template());
-  http::Router router;
+  http::RouteTable router;
   api.register_routes(router);
   std::unique_ptr<http::HttpServer> server = http::HttpServer::start({}, std::move(router)).value();
 

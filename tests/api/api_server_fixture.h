@@ -66,7 +66,7 @@ class ApiServerTest : public ::testing::Test {
   void start(std::vector<std::string> script, OpenAiOptions options = {}) {
     service_ = std::make_unique<FakeService>(std::move(script));
     api_ = std::make_unique<OpenAiServer>(*service_, tokenizer(), chat_template(), options);
-    http::Router router;
+    http::RouteTable router;
     api_->register_routes(router);
     server_ = http::HttpServer::start({}, std::move(router)).value();
   }

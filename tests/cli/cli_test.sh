@@ -125,6 +125,8 @@ expect_exit "decode bad id" 2 bash -c "echo '[-1]' | '$tokenize' --model '$model
 
 # Log options of the servers.
 expect_exit "unknown log level" 2 "$proxy" --log-level loud
+expect_exit "--tokenizer and --no-cache-aware-routing together" 2 "$proxy" --tokenizer "$work" \
+  --no-cache-aware-routing
 expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
 # The KV path flags of the nodes.
 prefill=$build/prefill_node/pdserve-prefill

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "common/http/http_server.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 namespace pdserve {
 namespace {
@@ -34,7 +34,7 @@ class FakeProxy {
   using Answer = std::function<std::pair<int, NodeState>(const Heartbeat&)>;
 
   explicit FakeProxy(std::string id, Answer answer) : id_(std::move(id)), answer_(std::move(answer)) {
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/cluster/nodes",
                [this](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> channel) {
                  {

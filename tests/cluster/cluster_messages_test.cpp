@@ -16,6 +16,7 @@ TEST(ClusterMessages, EveryMessageRoundTrips) {
   registration.model = "qwen3-0.6b";
   registration.kv_descriptor = "AAEC";
   registration.kv_blocks_total = 4096;
+  registration.tokenizer_sha256 = std::string(64, 'c');
   EXPECT_EQ(NodeRegistration::parse(registration.to_json()).value(), registration);
 
   NodeLoad load;
@@ -43,10 +44,13 @@ TEST(ClusterMessages, RegistrationNormalisesTheUrlAndDefaultsOptionalFields) {
   EXPECT_EQ(parsed.model, "");
   EXPECT_EQ(parsed.kv_descriptor, "");
   EXPECT_EQ(parsed.kv_blocks_total, 0);
+  EXPECT_EQ(parsed.tokenizer_sha256, "");
 }
 
 TEST(ClusterMessages, BadRegistrationsAreRefusedNamingTheField) {
-  const Json good = NodeRegistration{NodeRole::kDecode, "http://h:1", "m", "", 10}.to_json();
+  const Json good =
+      NodeRegistration{NodeRole::kDecode, "http://h:1", "m", "", 10, std::string(64, 'f')}
+          .to_json();
   const auto refused = [&](Json body, const std::string& part) {
     const Result<NodeRegistration> parsed = NodeRegistration::parse(body);
     EXPECT_FALSE(parsed.ok()) << body.dump();
@@ -75,6 +79,12 @@ TEST(ClusterMessages, BadRegistrationsAreRefusedNamingTheField) {
   Json negative = good;
   negative["kv_blocks_total"] = -1;
   refused(negative, "'kv_blocks_total'");
+  for (const Json& identity : {Json("F" + std::string(63, 'f')), Json(std::string(63, 'f')),
+                               Json("sha256:" + std::string(64, 'f')), Json(7)}) {
+    Json bad_identity = good;
+    bad_identity["tokenizer_sha256"] = identity;
+    refused(bad_identity, "'tokenizer_sha256'");
+  }
 }
 
 TEST(ClusterMessages, ImpossibleLoadsAreRefused) {

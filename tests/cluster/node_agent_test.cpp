@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/http/http_server.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 namespace pdserve {
 namespace {
@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 class FakeProxy {
  public:
   FakeProxy() {
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/cluster/nodes",
                [](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> channel) {
                  channel->send(

@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 class HttpClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Router router;
+    RouteTable router;
     router.add(
         "POST", "/echo", [](const HttpRequest& request, std::shared_ptr<ResponseChannel> ch) {
           std::string auth(request.header("Authorization").value_or(""));

@@ -54,7 +54,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   void start(ServerOptions options = {}) {
-    Router router;
+    RouteTable router;
     router.add("GET", "/hello", [](const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
       ch->send({200, "text/plain", {}, "hello"});
     });
@@ -541,17 +541,17 @@ TEST_F(HttpServerTest, StopClosesOpenStreamsAndCancelsThem) {
 }
 
 TEST(HttpServerStartTest, ReportsTheEphemeralPortAndRefusesABusyOne) {
-  auto first = HttpServer::start({}, Router{});
+  auto first = HttpServer::start({}, RouteTable{});
   ASSERT_TRUE(first.ok());
   ServerOptions busy;
   busy.port = first.value()->port();
   // SO_REUSEADDR does not allow two listeners on one port.
-  auto second = HttpServer::start(busy, Router{});
+  auto second = HttpServer::start(busy, RouteTable{});
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
   ServerOptions bad_host;
   bad_host.host = "no such host name.invalid";
-  auto third = HttpServer::start(bad_host, Router{});
+  auto third = HttpServer::start(bad_host, RouteTable{});
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.status().code(), StatusCode::kInvalidArgument);
 }

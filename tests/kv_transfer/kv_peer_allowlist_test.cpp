@@ -37,7 +37,7 @@ std::string descriptor(const std::string& worker, std::uint64_t pool_base = 4096
 class StandInProxy {
  public:
   StandInProxy() {
-    http::Router router;
+    http::RouteTable router;
     router.add("GET", "/cluster/kv-peers",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  std::lock_guard lock(mutex_);
@@ -204,7 +204,7 @@ TEST(KvPeerAllowlist, ABadProxyUrlIsRefusedAtCreation) {
 TEST(KvPeerAllowlist, AChecksWaitEndsWhenTheAllowlistStops) {
   // A proxy that accepts and never answers: the check waits for the refresh, which the
   // destructor cancels.
-  http::Router router;
+  http::RouteTable router;
   std::mutex held_mutex;
   std::vector<std::shared_ptr<http::ResponseChannel>> held;
   router.add("GET", "/cluster/kv-peers",

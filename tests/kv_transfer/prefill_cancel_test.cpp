@@ -206,7 +206,7 @@ class PrefillCancelTest : public ::testing::Test {
     prefill_->set_test_after_delta([this](const std::string& engine_request_id, bool ended) {
       handled_.record(engine_request_id, ended);
     });
-    http::Router router;
+    http::RouteTable router;
     prefill_->register_routes(router);
     auto server = http::HttpServer::start({}, std::move(router));
     ASSERT_TRUE(server.ok()) << server.status().to_string();

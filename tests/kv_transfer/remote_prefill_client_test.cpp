@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/http/http_server.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "common/protocol/prefill_protocol.h"
 
 namespace pdserve::kv_transfer {
@@ -41,7 +41,7 @@ struct Script {
 class ScriptedPrefillNode {
  public:
   explicit ScriptedPrefillNode(Script script = {}) {
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/internal/v1/prefill",
                [this, script](const http::HttpRequest& request,
                               std::shared_ptr<http::ResponseChannel> ch) {

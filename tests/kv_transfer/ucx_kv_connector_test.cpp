@@ -28,7 +28,7 @@
 #include <tuple>
 
 #include "common/http/http_server.h"
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 #include "kv_transfer/host_pool_copier.h"
 
 namespace pdserve::kv_transfer {
@@ -158,7 +158,7 @@ class ExportingPrefillNode {
     if (!created.ok()) return;
     exporter_ = std::move(*created);
     exporter_->set_wakeup([] {});
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/internal/v1/prefill",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  export_work(request.body, std::move(ch));

@@ -112,6 +112,7 @@ PROXY_PDSERVE = {
     "pdserve:proxy_prefill_queue_time_seconds": "histogram", "pdserve:proxy_prefill_time_seconds": "histogram",
     "pdserve:proxy_kv_transfer_time_seconds": "histogram", "pdserve:proxy_decode_queue_time_seconds": "histogram",
     "pdserve:proxy_prefix_index_keys": "gauge", "pdserve:cluster_advice_nodes": "gauge",
+    "pdserve:proxy_tokenizer_fetch_failures": "counter", "pdserve:proxy_tokenizer_mismatch": "counter",
     "pdserve:cluster_pool_nodes": "gauge",
 }
 

@@ -261,7 +261,12 @@ def phase_transport(model, log_dir, ucx_tls, kv_layerwise, staged=False):
 def phase_2p2d(model, log_dir):
     requests = workload(2, 32, shared_prefix=64)
     reference = reference_answers(model, requests, log_dir)
-    cluster = Cluster(topology(2, 2), model, "tcp", log_dir, "2p2d")
+    spec = topology(2, 2)
+    # The faults below check that every stream, resumed ones included, is prefilled on a
+    # prefill node: placement by load, since cache-aware placement (the default) rightly
+    # prefills a resumed stream on the decode node that has its prompt cached (pd_routing).
+    spec["proxy"]["args"] = ["--no-cache-aware-routing"]
+    cluster = Cluster(spec, model, "tcp", log_dir, "2p2d")
     try:
         # Two requests alone first, so each decode node has the shared prompt cached.
         got = run_all(cluster.proxy, requests[:1]) + run_all(cluster.proxy, requests[1:2])

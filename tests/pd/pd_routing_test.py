@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Cache-aware placement end to end (issue #20): a proxy, one prefill node and two decode nodes
-with small KV pools (each holds two of the four shared prefixes), run once cache-aware
-(the default weights) and once cache-unaware (--route-prefix-weight 0). Each round sends one
+"""Cache-aware placement end to end (issues #20, #34): a proxy, one prefill node and two decode
+nodes with small KV pools (each holds two of the four shared prefixes), run once cache-aware
+(the default: no --tokenizer, the proxy fetches the tokenizer from the nodes that register) and
+once cache-unaware (--no-cache-aware-routing). Each round sends one
 request per prefix, staggered so that each is in flight when the next arrives, in an order
 rotated every round: placement by load alone then sends a prefix to the other decode node
 than last time, while cache-aware placement sends it back to the node that holds it (its
@@ -32,9 +33,10 @@ STAGGER_S = 0.05  # a prefill here takes longer: each request is in flight when 
 KEYS_PER_NODE = 4096
 
 
-def topology(prefix_weight, model):
-    return {"proxy": {"port": 0, "args": ["--tokenizer", model, "--route-prefix-weight", str(prefix_weight),
-                                          "--prefix-keys-per-node", str(KEYS_PER_NODE)]},
+def topology(aware):
+    # No --tokenizer either way: cache-aware placement is the default.
+    policy = [] if aware else ["--no-cache-aware-routing"]
+    return {"proxy": {"port": 0, "args": policy + ["--prefix-keys-per-node", str(KEYS_PER_NODE)]},
             # 2-layer Qwen3-0.6B shape, float32 KV: 256 KiB a block, so 15 MiB is 60 blocks:
             # two prefixes of 20 blocks and their requests' own blocks.
             "node_args": ["--kv-cache-memory-gib", str(15 / 1024), "--threads", "1", "--max-model-len", "1024",
@@ -58,12 +60,24 @@ def decode_sum(cluster, name):
     return sum(metric(cluster.url("decode", index), name) for index in range(2))
 
 
-def run_policy(model, directory, prefix_weight):
-    cluster = Cluster(topology(prefix_weight, model), model, "tcp", directory, f"w{prefix_weight}")
+def wait_for_tokenizer(cluster):
+    """The proxy fetches the tokenizer once the nodes registered; until then it places by load."""
+    deadline = time.monotonic() + 60
+    while metric(cluster.proxy, "pdserve:proxy_cache_aware_routing") != 1.0:
+        if time.monotonic() > deadline:
+            raise AssertionError("the proxy did not get the tokenizer from its nodes in 60 s")
+        time.sleep(0.1)
+
+
+def run_policy(model, directory, aware):
+    name = "aware" if aware else "unaware"
+    cluster = Cluster(topology(aware), model, "tcp", directory, name)
     try:
+        if aware:
+            wait_for_tokenizer(cluster)
         nodes = cluster.nodes()
         blocks = [node["load"]["kv_blocks_total"] for node in nodes if node["role"] == "decode"]
-        print(f"prefix weight {prefix_weight}: decode KV pools of {blocks} blocks", flush=True)
+        print(f"{name}: decode KV pools of {blocks} blocks", flush=True)
         for number, requests in enumerate(rounds_of_requests()):
             with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
                 futures = []
@@ -94,8 +108,11 @@ def run_policy(model, directory, prefix_weight):
             "placements": {placement: metric(cluster.proxy, f'pdserve:proxy_prefill_placements_total{{placement="{placement}"}}')
                            for placement in ("remote", "local", "cached")},
             "last_route": routes[-1],
+            "tokenizer_in_use": metric(cluster.proxy, "pdserve:proxy_cache_aware_routing"),
+            "tokenizer_fetch_failures": metric(cluster.proxy, "pdserve:proxy_tokenizer_fetch_failures_total"),
+            "tokenizer_mismatches": metric(cluster.proxy, "pdserve:proxy_tokenizer_mismatch_total"),
         }
-        print(f"prefix weight {prefix_weight}: {json.dumps(result)}", flush=True)
+        print(f"{name}: {json.dumps(result)}", flush=True)
         return result
     finally:
         cluster.stop()
@@ -105,8 +122,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pdserve-routing-") as directory:
         model = make_model(directory)
         try:
-            aware = run_policy(model, directory, 1.0)
-            unaware = run_policy(model, directory, 0.0)
+            aware = run_policy(model, directory, True)
+            unaware = run_policy(model, directory, False)
         except Exception:
             for root, _, files in os.walk(directory):
                 for name in files:
@@ -139,6 +156,15 @@ def main():
     if aware["bytes"] > 0.75 * unaware["bytes"]:
         failures.append(f"cache-aware transferred {aware['bytes']:.0f} KV bytes, more than 3/4 of the "
                         f"cache-unaware {unaware['bytes']:.0f}")
+    if aware["tokenizer_fetch_failures"] or aware["tokenizer_mismatches"]:
+        failures.append(f"cache-aware: {aware['tokenizer_fetch_failures']:.0f} failed tokenizer fetches, "
+                        f"{aware['tokenizer_mismatches']:.0f} refused registrations")
+    # --no-cache-aware-routing: no tokenizer, no prefix lookup, every prompt prefilled remotely.
+    if unaware["tokenizer_in_use"] != 0 or unaware["proxy_query_blocks"] != 0:
+        failures.append(f"--no-cache-aware-routing: tokenizer in use {unaware['tokenizer_in_use']}, "
+                        f"{unaware['proxy_query_blocks']} prefix blocks looked up")
+    if unaware["placements"]["cached"] or unaware["placements"]["local"]:
+        failures.append(f"--no-cache-aware-routing: placements {unaware['placements']}, not all remote")
     if failures:
         raise AssertionError("\n".join(failures))
     print(f"cache-aware: {aware['bytes'] / 2**20:.1f} MiB of KV transferred vs {unaware['bytes'] / 2**20:.1f} MiB "

@@ -10,9 +10,9 @@
 
 #include <gtest/gtest.h>
 
-#include "proxy/chrome_trace.h"
-#include "proxy/trace_file.h"
-#include "proxy/trace_recorder.h"
+#include "proxy/tracing/chrome_trace.h"
+#include "proxy/tracing/trace_file.h"
+#include "proxy/tracing/trace_recorder.h"
 
 namespace pdserve::proxy {
 namespace {

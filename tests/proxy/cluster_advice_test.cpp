@@ -1,6 +1,6 @@
 // ClusterAdvisor against numbers computed by hand from synthetic request records, and the
 // gauges it exports for an autoscaler.
-#include "proxy/cluster_advice.h"
+#include "proxy/routing/cluster_advice.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // NodeRegistry: registration input, heartbeats, expiry, failures, drain and routing order,
 // with an explicit clock.
-#include "proxy/node_registry.h"
+#include "proxy/routing/node_registry.h"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "proxy/otlp_exporter.h"
-#include "proxy/otlp_trace.h"
+#include "proxy/tracing/otlp_exporter.h"
+#include "proxy/tracing/otlp_trace.h"
 
 namespace pdserve::proxy {
 namespace {

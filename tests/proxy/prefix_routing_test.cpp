@@ -1,6 +1,6 @@
 // Cache-aware placement: the proxy's chain of a prompt's block keys is the nodes' chain, each
 // node's key set stays bounded, and the costs rank as documented.
-#include "proxy/prefix_routing.h"
+#include "proxy/routing/prefix_routing.h"
 
 #include <gtest/gtest.h>
 

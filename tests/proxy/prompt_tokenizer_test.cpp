@@ -1,7 +1,7 @@
 // PromptTokenizer: the proxy's ids of a prompt are the decode node's (same parsers, template
 // and tokenizer), a prompt cut to the bound tokenizes as the start of the whole one, and bodies
 // a node would refuse give no ids rather than an error.
-#include "proxy/prompt_tokenizer.h"
+#include "proxy/routing/prompt_tokenizer.h"
 
 #include <gtest/gtest.h>
 

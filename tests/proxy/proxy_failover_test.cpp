@@ -33,7 +33,7 @@ enum class Behaviour { kAnswer, kNeverAnswer, kFreezeMidStream, kCheckpointThenF
 class FakeDecodeNode {
  public:
   explicit FakeDecodeNode(Behaviour behaviour) : behaviour_(behaviour) {
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/v1/completions",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  {
@@ -114,7 +114,7 @@ class ProxyFailover : public ::testing::Test {
   void start_proxy(ProxyOptions options) {
     client_ = std::move(http::HttpClient::create(2).value());
     proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
-    http::Router router;
+    http::RouteTable router;
     proxy_->register_routes(router);
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
     base_ = http::parse_base_url("http://127.0.0.1:" + std::to_string(server_->port())).value();

@@ -41,7 +41,7 @@ constexpr char kCompletion[] = R"({"model":"m","prompt":"hi","max_tokens":2})";
 class RecordingNode {
  public:
   explicit RecordingNode(http::HttpResponse answer) : answer_(std::move(answer)) {
-    http::Router router;
+    http::RouteTable router;
     for (const char* path : {"/v1/completions", "/tokenize"}) {
       router.add(
           "POST", path,
@@ -94,7 +94,7 @@ class ProxyRelayTest : public ::testing::Test {
     options.first_byte_timeout = 5s;
     options.stream_idle_timeout = 5s;
     proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
-    http::Router router;
+    http::RouteTable router;
     proxy_->register_routes(router);
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
   }

@@ -35,7 +35,7 @@ class ProxyServerTest : public ::testing::Test {
     options.access.cluster_token = kToken;
     options.access.api_keys = {"client-key-1", "client-key-2"};
     proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
-    http::Router router;
+    http::RouteTable router;
     proxy_->register_routes(router);
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
   }
@@ -229,7 +229,7 @@ TEST(ProxyReadinessTest, ReadyNeedsPrefillWaitsForAPrefillNodeToo) {
   ProxyOptions options;
   options.ready_needs_prefill = true;
   ProxyServer proxy(registry, *client, options);
-  http::Router router;
+  http::RouteTable router;
   proxy.register_routes(router);
   std::unique_ptr<http::HttpServer> server =
       std::move(http::HttpServer::start({}, std::move(router)).value());
@@ -274,7 +274,7 @@ class FailingDecodeNode {
   static constexpr char kMessage[] = "KV import from prefill node http://10.9.8.7:8100 failed";
 
   explicit FailingDecodeNode(int status = 500) {
-    http::Router routes;
+    http::RouteTable routes;
     routes.add("POST", "/v1/completions",
                [status](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  const std::string error =
@@ -338,7 +338,7 @@ TEST_F(ProxyServerTest, Http10ClientGetsTheRelayedStreamUnchunked) {
   const std::string events =
       "data: {\"choices\":[{\"text\":\"a\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"}]}\n\n"
       "data: [DONE]\n\n";
-  http::Router decode_routes;
+  http::RouteTable decode_routes;
   decode_routes.add("POST", "/v1/completions",
                     [&events](const http::HttpRequest&, std::shared_ptr<http::ResponseChannel> ch) {
                       ch->start_stream(200, "text/event-stream", {});

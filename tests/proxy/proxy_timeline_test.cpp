@@ -28,7 +28,7 @@ const http::HeaderList kWithToken = {{"Authorization", "Bearer cluster-secret"}}
 class FakeDecodeNode {
  public:
   FakeDecodeNode() {
-    http::Router router;
+    http::RouteTable router;
     router.add("POST", "/v1/completions",
                [this](const http::HttpRequest& request, std::shared_ptr<http::ResponseChannel> ch) {
                  answer(request, ch);
@@ -112,7 +112,7 @@ class ProxyTimeline : public ::testing::Test {
     ProxyOptions options;
     options.access.cluster_token = kToken;
     proxy_ = std::make_unique<ProxyServer>(registry_, *client_, options);
-    http::Router router;
+    http::RouteTable router;
     proxy_->register_routes(router);
     server_ = std::move(http::HttpServer::start({}, std::move(router)).value());
     base_ = http::parse_base_url("http://127.0.0.1:" + std::to_string(server_->port())).value();

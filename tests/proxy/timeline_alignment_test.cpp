@@ -1,10 +1,10 @@
 // Clock alignment arithmetic, the spans the proxy adds, the client-visible TTFT/TPOT/E2E, the
 // PD-split summary, and traceparent validation and generation.
-#include "proxy/timeline_alignment.h"
+#include "proxy/tracing/timeline_alignment.h"
 
 #include <gtest/gtest.h>
 
-#include "proxy/timeline_metrics.h"
+#include "proxy/tracing/timeline_metrics.h"
 
 namespace pdserve::proxy {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "common/http/http_message.h"
 #include "common/protocol/openai_error.h"
-#include "proxy/trace_file.h"
-#include "proxy/trace_store.h"
+#include "proxy/tracing/trace_file.h"
+#include "proxy/tracing/trace_store.h"
 
 namespace pdserve::proxy {
 

@@ -1,4 +1,4 @@
-#include "proxy/cluster_advice.h"
+#include "proxy/routing/cluster_advice.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,7 +12,7 @@
 
 #include "common/metrics/metrics.h"
 #include "common/protocol/request_timeline.h"
-#include "proxy/cluster_advice.h"
+#include "proxy/routing/cluster_advice.h"
 
 namespace pdserve::proxy {
 

@@ -24,7 +24,7 @@ struct RouteMatch {
   std::vector<std::string> allowed;  // the path's methods, when the path is known
 };
 
-class Router {
+class RouteTable {
  public:
   void add(std::string method, std::string path, Handler handler);
   // Every path that starts with `prefix` (e.g. "/cluster/nodes/" for "/cluster/nodes/ID/drain")

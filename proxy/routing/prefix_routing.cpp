@@ -1,4 +1,4 @@
-#include "proxy/prefix_routing.h"
+#include "proxy/routing/prefix_routing.h"
 
 #include <algorithm>
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,8 +32,8 @@
 #include "common/cluster/cluster_messages.h"
 #include "common/core/status.h"
 #include "common/http/http_client.h"
-#include "proxy/cluster_advice.h"
-#include "proxy/prefix_routing.h"
+#include "proxy/routing/cluster_advice.h"
+#include "proxy/routing/prefix_routing.h"
 
 namespace pdserve::proxy {
 
@@ -68,6 +69,12 @@ class NodeRegistry {
   static constexpr size_t kMaxModelNameBytes = 256;
 
   explicit NodeRegistry(RegistryOptions options) : options_(options) {}
+
+  // Asked for every registration that parsed, before the node is let in; an error refuses it
+  // (FailedPrecondition is HTTP 409). Empty: every such registration is let in. Set it before
+  // nodes register, and reset it before its target goes.
+  using Admission = std::function<Status(const NodeRegistration&)>;
+  void set_admission(Admission admission);
 
   // A node from the command line: never expires. InvalidArgument for a bad URL.
   Result<std::string> add_static(NodeRole role, const std::string& url);
@@ -154,6 +161,7 @@ class NodeRegistry {
 
   RegistryOptions options_;
   std::mutex mutex_;
+  Admission admission_;
   std::map<std::string, Node> nodes_;
   std::set<std::string> retired_;  // drained and removed; one entry per drain, so it stays small
   uint64_t next_id_ = 1;

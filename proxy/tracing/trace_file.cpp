@@ -1,4 +1,4 @@
-#include "proxy/trace_file.h"
+#include "proxy/tracing/trace_file.h"
 
 #include <cerrno>
 #include <cstring>

@@ -21,7 +21,7 @@
 #include "common/core/status.h"
 #include "common/http/http_client.h"
 #include "common/metrics/metrics.h"
-#include "proxy/otlp_trace.h"
+#include "proxy/tracing/otlp_trace.h"
 
 namespace pdserve::proxy {
 

@@ -1,4 +1,4 @@
-#include "proxy/otlp_trace.h"
+#include "proxy/tracing/otlp_trace.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "proxy/prompt_tokenizer.h"
+#include "proxy/routing/prompt_tokenizer.h"
 
 #include <string>
 #include <utility>

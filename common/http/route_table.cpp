@@ -1,18 +1,18 @@
-#include "common/http/router.h"
+#include "common/http/route_table.h"
 
 #include <utility>
 
 namespace pdserve::http {
 
-void Router::add(std::string method, std::string path, Handler handler) {
+void RouteTable::add(std::string method, std::string path, Handler handler) {
   routes_[std::move(path)][std::move(method)] = std::move(handler);
 }
 
-void Router::add_prefix(std::string method, std::string prefix, Handler handler) {
+void RouteTable::add_prefix(std::string method, std::string prefix, Handler handler) {
   prefix_routes_[std::move(prefix)][std::move(method)] = std::move(handler);
 }
 
-RouteMatch Router::match(std::string_view method, std::string_view path) const {
+RouteMatch RouteTable::match(std::string_view method, std::string_view path) const {
   RouteMatch result;
   auto route = routes_.find(path);
   if (route == routes_.end()) {
@@ -33,7 +33,7 @@ RouteMatch Router::match(std::string_view method, std::string_view path) const {
   return result;
 }
 
-std::vector<std::pair<std::string, std::string>> Router::routes() const {
+std::vector<std::pair<std::string, std::string>> RouteTable::routes() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [path, methods] : routes_) {
     for (const auto& [method, handler] : methods) out.emplace_back(method, path);

@@ -1,4 +1,4 @@
-#include "proxy/trace_recorder.h"
+#include "proxy/tracing/trace_recorder.h"
 
 #include <charconv>
 

@@ -1,4 +1,4 @@
-#include "proxy/node_registry.h"
+#include "proxy/routing/node_registry.h"
 
 #include <algorithm>
 #include <cctype>
@@ -60,12 +60,18 @@ Result<std::string> NodeRegistry::add_static(NodeRole role, const std::string& u
   return id;
 }
 
+void NodeRegistry::set_admission(Admission admission) {
+  std::lock_guard lock(mutex_);
+  admission_ = std::move(admission);
+}
+
 Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_point now) {
   PDS_ASSIGN_OR_RETURN(NodeRegistration registration, NodeRegistration::parse(body));
   PDS_RETURN_IF_ERROR(check_model_name(registration.model));
   PDS_ASSIGN_OR_RETURN(http::BaseUrl base, http::parse_base_url(registration.url));
   std::lock_guard lock(mutex_);
   const std::string url = registration.url;
+  auto stale = nodes_.end();
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
     if (it->second.url != url) continue;
     const bool live = it->second.state != NodeState::kDown &&
@@ -73,9 +79,12 @@ Result<std::string> NodeRegistry::register_node(const Json& body, Clock::time_po
     if (live && !it->second.is_static) {
       return failed_precondition("registration: node " + it->first + " is already live at " + url);
     }
-    nodes_.erase(it);  // a restarted node's stale entry (or a static entry it now owns)
+    stale = it;
     break;
   }
+  if (admission_) PDS_RETURN_IF_ERROR(admission_(registration));
+  // A restarted node's stale entry (or a static entry it now owns).
+  if (stale != nodes_.end()) nodes_.erase(stale);
   Node node = make_node();
   node.id = std::string(node_role_name(registration.role)) + "-" + std::to_string(next_id_++);
   node.role = registration.role;

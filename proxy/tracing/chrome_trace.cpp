@@ -1,4 +1,4 @@
-#include "proxy/chrome_trace.h"
+#include "proxy/tracing/chrome_trace.h"
 
 #include <algorithm>
 

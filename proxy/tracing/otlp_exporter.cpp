@@ -1,4 +1,4 @@
-#include "proxy/otlp_exporter.h"
+#include "proxy/tracing/otlp_exporter.h"
 
 #include <cstdio>
 

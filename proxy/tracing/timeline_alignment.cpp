@@ -1,4 +1,4 @@
-#include "proxy/timeline_alignment.h"
+#include "proxy/tracing/timeline_alignment.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "proxy/trace_store.h"
+#include "proxy/tracing/trace_store.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "proxy/timeline_metrics.h"
+#include "proxy/tracing/timeline_metrics.h"
 
 #include <algorithm>
 #include <string>

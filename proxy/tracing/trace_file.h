@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/core/status.h"
-#include "proxy/chrome_trace.h"
+#include "proxy/tracing/chrome_trace.h"
 
 namespace pdserve::proxy {
 

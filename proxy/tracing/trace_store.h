@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "proxy/chrome_trace.h"
+#include "proxy/tracing/chrome_trace.h"
 
 namespace pdserve::proxy {
 
