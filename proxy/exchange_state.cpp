@@ -118,9 +118,9 @@ ExchangeActions ExchangeLifecycle::relay_overflowed() {
 }
 
 ExchangeActions ExchangeLifecycle::client_write_failed() {
-  ExchangeActions actions;
-  actions.cancel_call = calling();
-  return actions;
+  // The client's stream is over either way: the cancelled call's end must not read as the
+  // node failing (marked down, the stream resumed on another node).
+  return client_left();
 }
 
 ExchangeActions ExchangeLifecycle::failed_mid_answer(bool resumable) {

@@ -16,7 +16,8 @@
 //    └──┼───────────────────────────────────────────────── route_again ───────┘
 //       └── no node left, or the resumption's body cannot be made ──> kDone (an error)
 //   kStreaming / kBuffering / kDiscarding / kRefused ── call ended ──> kDone (answer or error)
-//   any state ── client_left ──> kDone (nothing sent; the call is cancelled)
+//   any state ── client_left / client_write_failed ──> kDone (nothing sent; the call is
+//   cancelled, and its end is not the node's failure)
 //
 // The client's stream, once opened (the first stream head), stays open across resumptions:
 // from then on every failure is an error event in it and never an HTTP error.

@@ -127,7 +127,7 @@ const std::vector<Row> kTable = {
     {State::kRouting, false, "head_429_last", State::kRouting, kNothing},
     {State::kRouting, false, "head_204", State::kRouting, kNothing},
     {State::kRouting, false, "relay_overflowed", State::kRouting, kNothing},
-    {State::kRouting, false, "client_write_failed", State::kRouting, kNothing},
+    {State::kRouting, false, "client_write_failed", State::kDone, kNothing},
     {State::kRouting, false, "call_ok", State::kRouting, kNothing},
     {State::kRouting, false, "call_failed_resumable", State::kRouting, kNothing},
     {State::kRouting, false, "call_failed", State::kRouting, kNothing},
@@ -150,7 +150,7 @@ const std::vector<Row> kTable = {
     {State::kAwaitingHead, false, "head_429_last", State::kBuffering, kNothing},
     {State::kAwaitingHead, false, "head_204", State::kBuffering, kNothing},
     {State::kAwaitingHead, false, "relay_overflowed", State::kAwaitingHead, kNothing},
-    {State::kAwaitingHead, false, "client_write_failed", State::kAwaitingHead, kCancel},
+    {State::kAwaitingHead, false, "client_write_failed", State::kDone, kCancel},
     {State::kAwaitingHead, false, "call_ok", State::kRouting, kNodeGoneRetry},
     {State::kAwaitingHead, false, "call_failed_resumable", State::kRouting, kNodeGoneRetry},
     {State::kAwaitingHead, false, "call_failed", State::kRouting, kNodeGoneRetry},
@@ -173,7 +173,7 @@ const std::vector<Row> kTable = {
     {State::kRefused, false, "head_429_last", State::kRefused, kNothing},
     {State::kRefused, false, "head_204", State::kRefused, kNothing},
     {State::kRefused, false, "relay_overflowed", State::kRefused, kNothing},
-    {State::kRefused, false, "client_write_failed", State::kRefused, kCancel},
+    {State::kRefused, false, "client_write_failed", State::kDone, kCancel},
     {State::kRefused, false, "call_ok", State::kRouting, kRetry503},
     {State::kRefused, false, "call_failed_resumable", State::kDone, kNodeFailed},
     {State::kRefused, false, "call_failed", State::kDone, kNodeFailed},
@@ -189,7 +189,7 @@ const std::vector<Row> kTable = {
     {State::kBuffering, false, "head_429_last", State::kBuffering, kNothing},
     {State::kBuffering, false, "head_204", State::kBuffering, kNothing},
     {State::kBuffering, false, "relay_overflowed", State::kBuffering, kNothing},
-    {State::kBuffering, false, "client_write_failed", State::kBuffering, kCancel},
+    {State::kBuffering, false, "client_write_failed", State::kDone, kCancel},
     {State::kBuffering, false, "call_ok", State::kDone, ends(End::kAnswer)},
     {State::kBuffering, false, "call_failed_resumable", State::kDone, kNodeFailed},
     {State::kBuffering, false, "call_failed", State::kDone, kNodeFailed},
@@ -209,7 +209,7 @@ const std::vector<Row> kTable = {
      "relay_overflowed",
      State::kDone,
      {.cancel_call = true, .end = End::kEventTooLarge}},
-    {State::kStreaming, false, "client_write_failed", State::kStreaming, kCancel},
+    {State::kStreaming, false, "client_write_failed", State::kDone, kCancel},
     {State::kStreaming, false, "call_ok", State::kDone, ends(End::kAnswer)},
     {State::kStreaming, false, "call_failed_resumable", State::kRouting, kResume},
     {State::kStreaming, false, "call_failed", State::kDone, kNodeFailed},
@@ -225,7 +225,7 @@ const std::vector<Row> kTable = {
     {State::kDiscarding, true, "head_429_last", State::kDiscarding, kNothing},
     {State::kDiscarding, true, "head_204", State::kDiscarding, kNothing},
     {State::kDiscarding, true, "relay_overflowed", State::kDiscarding, kNothing},
-    {State::kDiscarding, true, "client_write_failed", State::kDiscarding, kCancel},
+    {State::kDiscarding, true, "client_write_failed", State::kDone, kCancel},
     {State::kDiscarding, true, "call_ok", State::kDone, ends(End::kResumeRefused)},
     {State::kDiscarding, true, "call_failed_resumable", State::kDone, kNodeFailed},
     {State::kDiscarding, true, "call_failed", State::kDone, kNodeFailed},
@@ -350,6 +350,17 @@ TEST(ExchangeLifecycle, TheClientLeavingCancelsTheCallAndEndsNothing) {
   EXPECT_EQ(routing.client_left(), kNothing) << "no call to cancel";
   routing.call_started();
   EXPECT_EQ(routing.state(), State::kDone) << "no call starts for a client gone";
+}
+
+// A client that stops taking the stream (gone, or too slow) ends the exchange as a client that
+// left: the call's end that follows is the proxy's cancel, not the node's failure, so the node
+// is not marked down and the stream is not resumed elsewhere.
+TEST(ExchangeLifecycle, AClientThatStopsTakingTheStreamIsNotTheNodesFailure) {
+  ExchangeLifecycle exchange = in(State::kStreaming);
+  exchange.body();
+  EXPECT_EQ(exchange.client_write_failed(), kCancel);
+  EXPECT_EQ(exchange.state(), State::kDone);
+  EXPECT_EQ(exchange.call_ended(false, true), kNothing);
 }
 
 }  // namespace
