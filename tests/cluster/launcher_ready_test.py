@@ -12,11 +12,11 @@ Environment: PDSERVE_SOURCE_DIR.
 """
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from stand_in_build import install_stand_ins
 
@@ -70,17 +70,16 @@ def main():
 
 
 def alive(pid, seconds=20):
-    """Whether `pid` still runs `seconds` from now (a zombie does not count)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return False
-        except FileNotFoundError:
-            return False
-        time.sleep(0.1)
-    return True
+    """Whether `pid` still runs `seconds` from now. Waits on its pidfd, which turns readable when
+    the process exits (a zombie has exited): an event, though the process is not our child."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        return not select.select([pidfd], [], [], seconds)[0]
+    finally:
+        os.close(pidfd)
 
 
 def expect(condition, message):
