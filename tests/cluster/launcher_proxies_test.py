@@ -66,6 +66,7 @@ def main():
             while line and "proxy-1 exited" not in line:
                 line = launcher.stdout.readline()
             expect("the other proxies serve" in line, f"the launcher on proxy-1's death: {line!r}")
+            # Polled: the launcher rewrites its state file after that line, and a file gives no event.
             deadline = time.monotonic() + 10
             while "proxy-1" in read(state_path) and time.monotonic() < deadline:
                 time.sleep(0.05)
