@@ -46,6 +46,7 @@ start_server() {
   local pid=$!
   SERVER_PIDS+=("$pid")
   local url=""
+  # Polled: the server's stdout goes to a file (nothing blocks on it), and a file gives no event.
   for _ in $(seq 600); do  # 60 s
     url=$(sed -n 's|^pdserve-decode: serving .* on \(http://[^ ]*\) (device cpu)$|\1|p' "$log.out")
     [[ -n $url ]] && break
@@ -65,6 +66,7 @@ stop_servers() {
   local pid code ok=0
   for pid in "${SERVER_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${SERVER_PIDS[@]}"; do
+    # Polled: bash's wait has no deadline, and a server that hangs on SIGTERM must not hang the test.
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then
       echo "  server $pid still running 15 s after SIGTERM"
