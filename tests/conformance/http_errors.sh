@@ -130,6 +130,7 @@ answered_all() {
   local i
   for i in $(seq 8); do grep -q '^HTTP/1.1 [0-9]' "$queue_dir/headers$i" 2>/dev/null || return 1; done
 }
+# Polled: curl writes the status lines to files, which give no event.
 for _ in $(seq 200); do answered_all && break; sleep 0.1; done  # 20 s
 check "all eight queued requests got a status line" answered_all
 
@@ -193,7 +194,7 @@ sys.exit(1 if problems else 0)
 PY
 queue_full_answers() {
   local _
-  for _ in $(seq 100); do  # 10 s for the running stream's first event
+  for _ in $(seq 100); do  # 10 s for the running stream's first event (polled: curl's files give no event)
     "$PYTHON" "$WORK_DIR/queue_answers.py" "$queue_dir" started >/dev/null 2>&1 && break
     sleep 0.1
   done
@@ -206,7 +207,7 @@ for pid in "${curl_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
 
 serves_again() {
   local _
-  for _ in $(seq 50); do  # the aborts land at the next engine step
+  for _ in $(seq 50); do  # polled (an HTTP answer): the aborts land at the next engine step
     expect_completion "${json[@]}" -d '{"prompt": "Hello", "max_tokens": 4}' "$QUEUE/v1/completions" \
       >/dev/null && return 0
     sleep 0.2
