@@ -121,7 +121,7 @@ def check_slowloris(server):
                 closed_at[i] = time.monotonic() - start
         trickled += 1
         assert_serving(server)  # the trickling clients do not block anyone else
-        time.sleep(0.5)
+        time.sleep(0.5)  # the trickle's pace: the slow client is the behaviour under test
     for sock in sockets:
         sock.close()
     still_open = closed_at.count(None)
@@ -207,6 +207,7 @@ def check_disconnect_burst(server):
         prompt = " ".join(rng.choice(["kv", "block", "abort", "leak", "stream"]) for _ in range(5 + i * 7))
         sock.sendall(streaming_request(prompt, 4000))
         sockets.append(sock)
+    # Polled: the server's /metrics is the only view of its KV pool.
     end = time.monotonic() + 10
     while (in_use_during := server.kv_blocks_in_use()) == 0 and time.monotonic() < end:
         time.sleep(0.05)
@@ -235,6 +236,7 @@ def check_disconnect_burst(server):
     assert in_use_during > 0, "no KV block was in use while twenty streams ran"
     print(f"     KV in use during the burst: {in_use_during:g}")
 
+    # Polled (/metrics): the aborts land at the server's next engine step.
     end = time.monotonic() + 15
     while True:
         values = server.metrics()
