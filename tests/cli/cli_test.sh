@@ -157,6 +157,7 @@ expect_token_refused "cluster token with a trailing space (lone decode)" "$decod
 "$decode" --model "$model" --port 0 --threads 1 --kv-cache-memory-gib 0.25 --log-format json \
   >"$work/node.out" 2>"$work/node.err" &
 node_pid=$!
+# Polled: the node's stdout goes to a file (nothing blocks on it), and a file gives no event.
 for _ in $(seq 1 600); do
   grep -q "serving" "$work/node.out" 2>/dev/null && break
   kill -0 "$node_pid" 2>/dev/null || break
