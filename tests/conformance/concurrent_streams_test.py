@@ -62,7 +62,7 @@ def concurrent_streams():
     def sample():
         while not done.is_set():
             peak["running"] = max(peak["running"], t.metric(decode_url, "vllm:num_requests_running"))
-            time.sleep(0.05)
+            time.sleep(0.05)  # the sampling period: /metrics is the only view of the batch
 
     sampler = threading.Thread(target=sample)
     sampler.start()
