@@ -184,6 +184,7 @@ def check_no_blocks_in_use(cluster, roles=("decode", "prefill"), killed=()):
             if served == 0:
                 raise AssertionError(f"{role} {url} took no work ({WORK_COUNTERS[role]} is 0): "
                                      "its free pool proves nothing")
+            # Polled: another process's state, which gives the test no event to wait on.
             deadline = time.monotonic() + 15
             while True:
                 try:
@@ -308,14 +309,19 @@ def faults(cluster, requests, reference):
             raise AssertionError(f"expected HTTP {expected} with an error body, got {status}: {body[:200]}")
     print(f"ok: {len(checks)} bad cluster calls refused with the right status and an error body", flush=True)
 
-    # A client that leaves while its request is in flight: no block stays in use.
+    # A client that leaves while its request is in flight: no block stays in use. Each leaves
+    # after its stream's first event, so its request surely held blocks when the client went.
     for _ in range(4):
-        with socket.create_connection(("127.0.0.1", int(proxy.rsplit(":", 1)[1]))) as conn:
+        with socket.create_connection(("127.0.0.1", int(proxy.rsplit(":", 1)[1])), timeout=60) as conn:
             body = json.dumps({"prompt": requests[0]["prompt"] * 3, "max_tokens": 50, "stream": True}).encode()
             conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            time.sleep(0.05)
-    time.sleep(1)
+            received = b""
+            while b"\ndata: " not in received:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    raise AssertionError(f"the proxy closed the stream before its first event: {received[:300]!r}")
+                received += chunk
     check_no_blocks_in_use(cluster)
     print("ok: clients that left mid-flight left no KV block in use", flush=True)
 
@@ -334,7 +340,8 @@ def faults(cluster, requests, reference):
         if outcome["error"] is not None or outcome["finish"] != {i: "length" for i in range(stream.get("n", 1))}:
             raise AssertionError(f"an uninterrupted stream failed: {outcome['error']}")
     frozen_url = cut_streams(cluster, streams, uninterrupted, signal.SIGSTOP, "SIGSTOP")
-    # Thawed, the node registers again and serves; it holds no block afterwards.
+    # Thawed, the node registers again and serves; it holds no block afterwards. Polled: the
+    # proxy's /cluster is the only place that says so.
     deadline = time.monotonic() + 20
     while not any(n["url"] == frozen_url and n["state"] == "up" for n in cluster.nodes()):
         if time.monotonic() > deadline:
@@ -363,9 +370,10 @@ def long_streams(requests):
     return [base] + seeded
 
 
-def stream_text(base_url, request, start_delay=0.0):
+def stream_text(base_url, request, start_delay=0.0, first_event=None):
     """Streams a request; returns its text and finish reason per choice index, usage, error
-    event and the longest gap between two events (seconds)."""
+    event and the longest gap between two events (seconds). `first_event` (a threading.Event)
+    is set when the first event arrives. `start_delay` staggers the streams' starts."""
     time.sleep(start_delay)
     req = urllib.request.Request(base_url + "/v1/completions", data=json.dumps(request).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -378,6 +386,8 @@ def stream_text(base_url, request, start_delay=0.0):
                 if line.startswith(":"):
                     raise AssertionError(f"a comment reached the client: {line[:100]}")
                 continue
+            if first_event is not None:
+                first_event.set()
             now = time.monotonic()
             outcome["gap"] = max(outcome["gap"], now - last)
             last = now
@@ -406,17 +416,20 @@ def run_streams(base_url, streams, stagger=0.0):
 
 def cut_streams(cluster, streams, uninterrupted, sig, what):
     """Starts `streams` staggered (so each is cut at another point), stops the decode node
-    with the most of them after 2.5 s with `sig`, and checks every stream against its
-    uninterrupted run, and that every stream, resumed ones included, was prefilled on a prefill
-    node. Returns the URL of the stopped node."""
+    with the most of them with `sig` once every stream has had its first event, and checks
+    every stream against its uninterrupted run, and that every stream, resumed ones included,
+    was prefilled on a prefill node. Returns the URL of the stopped node."""
     resumes_before = metric(cluster.proxy, "pdserve:proxy_stream_resumes_total")
     kv_sources = ("pdserve:remote_prefill_time_seconds_count", "pdserve:remote_prefill_fallbacks_total",
                   "pdserve:remote_prefills_served_from_cache_total")
     remote_before = {n["url"]: {name: metric(n["url"], name) for name in kv_sources}
                      for n in cluster.nodes() if n["role"] == "decode"}
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(streams)) as pool:
-        futures = [pool.submit(stream_text, cluster.proxy, r, i * 0.4) for i, r in enumerate(streams)]
-        time.sleep(2.5)
+        started = [threading.Event() for _ in streams]
+        futures = [pool.submit(stream_text, cluster.proxy, r, i * 0.4, started[i]) for i, r in enumerate(streams)]
+        for i, event in enumerate(started):
+            if not event.wait(60):
+                raise AssertionError(f"{what}: stream {i} got no event within 60 s")
         victim = max((n for n in cluster.nodes() if n["role"] == "decode"),
                      key=lambda n: n["load"]["proxy_in_flight"])
         on_victim = victim["load"]["proxy_in_flight"]
