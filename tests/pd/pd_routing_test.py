@@ -61,12 +61,41 @@ def decode_sum(cluster, name):
 
 
 def wait_for_tokenizer(cluster):
-    """The proxy fetches the tokenizer once the nodes registered; until then it places by load."""
+    """The proxy fetches the tokenizer once the nodes registered; until then it places by load.
+    Polled: the proxy's /metrics is the only place that says it has the tokenizer."""
     deadline = time.monotonic() + 60
     while metric(cluster.proxy, "pdserve:proxy_cache_aware_routing") != 1.0:
         if time.monotonic() > deadline:
             raise AssertionError("the proxy did not get the tokenizer from its nodes in 60 s")
         time.sleep(0.1)
+
+
+def heartbeats_after(cluster, moment):
+    """{decode node URL: when the proxy last heard from it} for those heard from after `moment`
+    (time.monotonic()); from /cluster, which says how long ago each heartbeat arrived."""
+    now = time.monotonic()
+    return {node["url"]: now - node["last_heartbeat_ms_ago"] / 1000 for node in cluster.nodes()
+            if node["role"] == "decode" and now - node["last_heartbeat_ms_ago"] / 1000 > moment}
+
+
+def wait_for_fresh_heartbeats(cluster, since):
+    """Waits until each decode node's heartbeat has reached the proxy twice after `since`: the
+    first may have been composed before `since`, the next (sent after the first's answer) was
+    not. Polled: the proxy's /cluster is the only place that shows a heartbeat's arrival."""
+    deadline = time.monotonic() + 30
+    first = {}
+    while len(first) < 2:
+        first = heartbeats_after(cluster, since)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no heartbeat from both decode nodes within 30 s: {cluster.nodes()}")
+        time.sleep(0.02)
+    # Later by more than half the heartbeat interval (100 ms): /cluster's millisecond rounding
+    # never passes the first heartbeat off as the second.
+    while not all(url in later and later[url] > first[url] + 0.05
+                  for later in [heartbeats_after(cluster, since)] for url in first):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no second heartbeat from both decode nodes within 30 s: {cluster.nodes()}")
+        time.sleep(0.02)
 
 
 def run_policy(model, directory, aware):
@@ -86,9 +115,11 @@ def run_policy(model, directory, aware):
                     time.sleep(STAGGER_S)
                 for future in futures:
                     future.result()
+            round_end = time.monotonic()
             if number == 0:
                 first_round_bytes = decode_sum(cluster, "pdserve:kv_transfer_bytes_total")
-            time.sleep(0.5)  # the nodes' next heartbeats report the blocks just cached
+            # The placement of the next round reads the blocks just cached from the heartbeats.
+            wait_for_fresh_heartbeats(cluster, round_end)
         # One more repeat, asking for its timeline: the proxy's route says where it was prefilled.
         status, body = http("POST", cluster.proxy + "/v1/completions", rounds_of_requests()[0][0],
                             headers=dict(AUTH, **{"X-Pdserve-Timeline": "1"}), timeout=300)
