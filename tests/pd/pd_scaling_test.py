@@ -85,6 +85,8 @@ class Processes:
 
 
 def wait_for(what, predicate, timeout=120):
+    """Polls `predicate` until it holds: for the states of other processes (an address printed,
+    a node registered, a counter on /metrics), which give the test no event to wait on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -247,7 +249,9 @@ def phase_backpressure(model, log_dir):
 
 
 def leave_early(url, request, after_s):
-    """A streaming completion whose client hangs up after `after_s` seconds, as one that leaves."""
+    """A streaming completion whose client hangs up after `after_s` seconds, as one that leaves.
+    The stay is the behaviour under test (a client that gives up while its prompt queues);
+    phase_cancel checks that the prefill node got cancels, so the clients left in time."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
     body = json.dumps(dict(request, stream=True)).encode()
     with socket.create_connection((host, int(port)), timeout=30) as connection:
