@@ -40,6 +40,8 @@ CLIENTS = 10
 
 
 def wait_for(what, predicate, timeout):
+    """Polls `predicate` until it holds: for the states of other processes (the launcher's
+    state file, /cluster, /metrics), which give the test no event to wait on."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -70,7 +72,7 @@ class Load:
             if status == 200:
                 self.ok += 1
             elif status == 429:
-                time.sleep(0.2)
+                time.sleep(0.2)  # a client's back-off before its retry (pacing, not a wait)
             else:
                 self.errors.append(f"HTTP {status}: {body[:200]}")
 
@@ -100,15 +102,21 @@ def main():
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env=dict(os.environ, PDSERVE_CLUSTER_TOKEN=TOKEN))
 
+        ready = threading.Event()  # set on the launcher's "ready:" line, or when its output ends
+
         def read_launcher():
             for line in launcher.stdout:
                 launcher_log.append(line)
                 print("launcher: " + line, end="", flush=True)
+                if "ready:" in line:
+                    ready.set()
+            ready.set()
 
         threading.Thread(target=read_launcher, daemon=True).start()
         load = None
         try:
-            wait_for("the cluster to be ready", lambda: any("ready:" in line for line in launcher_log), 180)
+            if not ready.wait(180) or not any("ready:" in line for line in launcher_log):
+                raise AssertionError("the cluster was not ready within 180 s (or the launcher stopped)")
 
             def state():
                 with open(state_path) as handle:
