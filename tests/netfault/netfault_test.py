@@ -402,13 +402,16 @@ def partition(lab, urls, baseline, victim_kind):
     decode_ports = {r: split_url(urls[r])[1] for r in ROLES if r.startswith("decode")}
     stop = threading.Event()
     outcomes = []
+    answered = threading.Condition()  # notified at each outcome appended
 
     def client(worker):
         index = worker
         while not stop.is_set():
             outcome = complete(proxy, REQUESTS[index % len(REQUESTS)], (index + worker) % 2 == 0)
             outcome["index"] = index % len(REQUESTS)
-            outcomes.append(outcome)
+            with answered:
+                outcomes.append(outcome)
+                answered.notify_all()
             index += 5
 
     counters = {name: metric(proxy, name, 0.0) for name in PROXY_COUNTERS}
@@ -439,7 +442,7 @@ def partition(lab, urls, baseline, victim_kind):
                 states = {}
                 not_up.append((time.monotonic() - down_at, f"the proxy's /cluster ({error})"))
             not_up.extend((time.monotonic() - down_at, r) for r in ROLES[1:] if states.get(urls[r]) != "up")
-            time.sleep(0.1)
+            time.sleep(0.1)  # the sampling period: /cluster is another process's state, with no event
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -452,8 +455,13 @@ def partition(lab, urls, baseline, victim_kind):
     t.expect(dropped_after is not None, f"the proxy still routed to {victim} after {PARTITION_S} s of partition")
     t.wait_until(lambda: registered(proxy).get(urls[victim]) == "up", 30, f"{victim} registered again after the heal")
     back_after = time.monotonic() - healed_at
-    # Load goes on a little on the healed cluster, then every client ends within its deadline.
-    time.sleep(2)
+    # Load goes on on the healed cluster (as many requests sent after the heal ended as there
+    # are clients), then every client ends within its deadline.
+    with answered:
+        if not answered.wait_for(lambda: sum(o["start"] > healed_at for o in outcomes) >= len(threads),
+                                 2 * REQUEST_DEADLINE_S):
+            stop.set()
+            raise AssertionError(f"the load did not go on after the heal: {len(outcomes)} requests ended in all")
     stop.set()
     for thread in threads:
         thread.join(REQUEST_DEADLINE_S + 5)
