@@ -117,6 +117,13 @@ ExchangeActions ExchangeLifecycle::relay_overflowed() {
   return actions;
 }
 
+ExchangeActions ExchangeLifecycle::buffer_overflowed() {
+  if (state_ != ExchangeState::kBuffering) return {};
+  ExchangeActions actions = finish(ExchangeEnd::kAnswerTooLarge);
+  actions.cancel_call = true;
+  return actions;
+}
+
 ExchangeActions ExchangeLifecycle::client_write_failed() {
   // The client's stream is over either way: the cancelled call's end must not read as the
   // node failing (marked down, the stream resumed on another node).

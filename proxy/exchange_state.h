@@ -49,6 +49,7 @@ enum class ExchangeEnd {
   kResumeUnreadable,  // error event: the resumption's body could not be made
   kResumeRefused,     // error event: the node asked to continue the stream did not
   kEventTooLarge,     // error event: the node sent an SSE event over the relay's bound
+  kAnswerTooLarge,    // 502: a whole (non-streamed) answer over the proxy's bound
 };
 
 // What the proxy must do after an event (several may be set).
@@ -113,6 +114,8 @@ class ExchangeLifecycle {
   BodyAction body();
   // The SSE relay held more than its bound: the stream is cut.
   ExchangeActions relay_overflowed();
+  // A whole answer being buffered grew over the proxy's bound: it is refused, not relayed.
+  ExchangeActions buffer_overflowed();
   // The client's stream did not take the relayed bytes (gone, or not keeping up).
   ExchangeActions client_write_failed();
   // The call ended: `ok` when the answer came whole; `resumable` when what the client got of

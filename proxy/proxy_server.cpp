@@ -475,6 +475,11 @@ void ProxyServer::attempt(const std::shared_ptr<Exchange>& exchange) {
         }
         return;
       case BodyUse::kBuffer:
+        if (bytes.size() > kMaxBufferedAnswerBytes - ex->buffered.size()) {
+          ex->buffered.clear();
+          carry_out(*ex, ex->lifecycle.buffer_overflowed());
+          return;
+        }
         ex->buffered.append(bytes);
         return;
       case BodyUse::kRelay:
@@ -553,6 +558,15 @@ void ProxyServer::conclude(Exchange& exchange, ExchangeEnd end) {
       count_response(502);
       record_failure(exchange);
       exchange.channel->send(http::api_error_response(contentless_answer(status)));
+      return;
+    case ExchangeEnd::kAnswerTooLarge:
+      PDS_LOG_WARN("decode node " + exchange.decode.id + " sent a whole answer over " +
+                   std::to_string(kMaxBufferedAnswerBytes) + " bytes: refused");
+      count_response(502);
+      record_failure(exchange);
+      exchange.channel->send(http::api_error_response(bad_gateway(
+          "the decode node's answer is over " + std::to_string(kMaxBufferedAnswerBytes) +
+          " bytes")));
       return;
     case ExchangeEnd::kNodeFailed:
       if (exchange.lifecycle.client_stream_open()) return stream_error(node_failed);

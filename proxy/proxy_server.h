@@ -58,6 +58,10 @@ struct UsageCounts;  // common/protocol/stream_event.h
 
 namespace pdserve::proxy {
 
+// The most bytes of a whole (non-streamed) node answer the proxy holds before relaying it; a
+// longer one is a 502 (a streamed answer is bounded per event: kMaxSseHeldBytes).
+inline constexpr size_t kMaxBufferedAnswerBytes = size_t{64} << 20;
+
 struct ExchangeActions;  // exchange_state.h
 enum class ExchangeEnd;
 

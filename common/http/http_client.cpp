@@ -300,14 +300,29 @@ std::shared_ptr<ClientCall> HttpClient::stream(const BaseUrl& url, ClientRequest
 void HttpClient::fetch(const BaseUrl& url, ClientRequest request,
                        std::function<void(Result<ClientResponse>)> done) {
   auto response = std::make_shared<ClientResponse>();
+  auto over_bound = std::make_shared<bool>(false);  // the callbacks run one at a time
+  const size_t max_body = request.max_fetch_body_bytes;
   StreamCallbacks callbacks;
   callbacks.on_head = [response](int status, const HeaderList& headers) {
     response->status = status;
     response->headers = headers;
   };
-  callbacks.on_body = [response](std::string_view bytes) { response->body.append(bytes); };
-  callbacks.on_done = [response, done = std::move(done)](const Status& outcome) {
-    if (outcome.ok()) {
+  callbacks.on_body = [response, over_bound, max_body](std::string_view bytes) {
+    if (*over_bound) return;
+    if (bytes.size() > max_body - response->body.size()) {
+      *over_bound = true;
+      response->body.clear();
+      response->body.shrink_to_fit();
+      return;
+    }
+    response->body.append(bytes);
+  };
+  callbacks.on_done = [response, over_bound, max_body, done = std::move(done)](
+                          const Status& outcome) {
+    if (*over_bound) {
+      done(resource_exhausted("http client: the response body is over " +
+                              std::to_string(max_body) + " bytes"));
+    } else if (outcome.ok()) {
       done(std::move(*response));
     } else {
       done(outcome);

@@ -50,6 +50,10 @@ struct ClientRequest {
   // mid-stream, fails the call with DeadlineExceeded naming the phase.
   std::optional<std::chrono::steady_clock::duration> head_timeout;
   std::optional<std::chrono::steady_clock::duration> idle_timeout;
+  // fetch() only: the most body bytes it holds. A longer body fails the call with
+  // ResourceExhausted (what comes past the bound is not kept), so no peer can make the caller
+  // buffer without bound. Streamed calls bound what they keep themselves.
+  size_t max_fetch_body_bytes = size_t{64} << 20;
 };
 
 struct ClientResponse {

@@ -108,6 +108,23 @@ TEST_F(HttpClientTest, FetchesAWholeResponseWithHeaders) {
   }
 }
 
+// A peer cannot make fetch() hold an unbounded body: over the bound the call fails and the
+// body is not kept; at the bound it is whole.
+TEST_F(HttpClientTest, FetchRefusesABodyOverItsBound) {
+  ClientRequest request;
+  request.method = "POST";
+  request.target = "/echo";
+  request.body = std::string(1000, 'x');
+  request.max_fetch_body_bytes = 1000;
+  Result<ClientResponse> whole = client_->fetch_and_wait(url_, request);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_EQ(whole->body, request.body);
+  request.max_fetch_body_bytes = 999;
+  Result<ClientResponse> over = client_->fetch_and_wait(url_, request);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status().to_string();
+}
+
 TEST_F(HttpClientTest, StreamsChunksAsTheyArrive) {
   std::promise<Status> done;
   std::string body;

@@ -55,8 +55,11 @@ CLUSTER_NODE_ARGS = ["--ucx-tls", "tcp", "--kv-transfer-timeout-ms", "20000", "-
 # The proxy's stream idle timeout must exceed the decode node's wait for KV after the first token
 # (--kv-transfer-timeout-ms + 2 s grace): else a prefill node's fault ends the stream as a decode
 # node's failure, and the proxy marks that healthy decode node down.
+# Placement by load alone: the workload repeats its prompts, so cache-aware placement (the default)
+# would prefill them on the decode nodes holding them, and a healed prefill node would get no work
+# to show that it serves again.
 PROXY_ARGS = ["--heartbeat-timeout-ms", "3000", "--first-byte-timeout-s", "30", "--stream-idle-timeout-s", "25",
-              "--request-timeout-s", "60"]
+              "--request-timeout-s", "60", "--no-cache-aware-routing"]
 DECODE_ARGS = ["--prefill-timeout-ms", "20000"]
 ROLES = ["proxy", "prefill-0", "prefill-1", "decode-0", "decode-1"]
 

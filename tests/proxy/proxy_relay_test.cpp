@@ -286,6 +286,22 @@ TEST_F(ProxyRelayTest, AnSseEventOverTheBoundEndsTheStreamWithAnErrorEvent) {
             std::string::npos);
 }
 
+// A whole (non-streamed) answer is buffered before it is relayed: past the proxy's bound the
+// client gets a 502 naming it, not a proxy holding the node's bytes without bound.
+TEST_F(ProxyRelayTest, AWholeAnswerOverTheBoundIsABadGateway) {
+  std::string reply =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const size_t chunks = kMaxBufferedAnswerBytes / (size_t{1} << 20) + 1;
+  for (size_t i = 0; i < chunks; ++i) reply += chunk(std::string(size_t{1} << 20, ' '));
+  ScriptedServer node(reply);
+  add_decode(node.url());
+  const HttpResponseMessage response = call("POST", "/v1/completions", R"({"prompt":"hi"})");
+  EXPECT_EQ(response.result_int(), 502);
+  EXPECT_EQ(error_of(response).value("code", ""), "bad_gateway") << response.body();
+  EXPECT_NE(error_of(response).value("message", "").find(std::to_string(kMaxBufferedAnswerBytes)),
+            std::string::npos);
+}
+
 // Node error text may carry the cluster token (e.g. an echoed header): a client without the
 // token gets it redacted, with node addresses, in a relayed error body, an SSE error event and
 // the last refusal's 503; a token holder gets the text whole.
