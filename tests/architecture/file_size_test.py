@@ -18,8 +18,10 @@ SKIPPED_NAMES = {".git", "third_party", ".venv", "__pycache__", "node_modules"}
 SKIPPED_TOP = ("build", "out")
 
 
-def skipped(relative_dir, name):
-    if name in SKIPPED_NAMES:
+def skipped(directory, relative_dir, name):
+    # Any virtual environment, whatever its name (.venv, .venv-lmeval, bench/peer/.venv): its
+    # pyvenv.cfg says what it is.
+    if name in SKIPPED_NAMES or os.path.isfile(os.path.join(directory, name, "pyvenv.cfg")):
         return True
     return relative_dir == "." and (name.startswith(SKIPPED_TOP[0]) or name in SKIPPED_TOP[1:])
 
@@ -43,7 +45,7 @@ def oversized_files(root):
     found = []
     for directory, folders, names in os.walk(root):
         relative_dir = os.path.relpath(directory, root)
-        folders[:] = sorted(f for f in folders if not skipped(relative_dir, f))
+        folders[:] = sorted(f for f in folders if not skipped(directory, relative_dir, f))
         for name in sorted(names):
             path = os.path.join(directory, name)
             if os.path.islink(path) or not is_source(path, name):
@@ -62,13 +64,14 @@ def check_the_checker():
     caught = ["tests/api/long_test.cpp", "common/chat/long.h", "kernels/long.cu", "tools/long.py",
               "scripts/long.sh", "tests/CMakeLists.txt", "tools/long-tool"]
     ignored = ["third_party/vendored.cpp", "build/generated.cpp", "build-gpu/x.cpp", ".venv/x.py",
+               ".venv-lmeval/lib/x.py", ".venv-lmeval/pyvenv.cfg",
                "tests/data/long.json", "docs/long.md", "tests/short_test.cpp"]
     with tempfile.TemporaryDirectory() as root:
         for relative in caught + ignored:
             path = os.path.join(root, relative)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as handle:
-                if relative.endswith("short_test.cpp"):
+                if relative.endswith(("short_test.cpp", "pyvenv.cfg")):
                     handle.write("x\n" * MAX_LINES)
                 else:
                     handle.write(("#!/bin/sh\n" if relative == "tools/long-tool" else "") + long_text)
