@@ -22,42 +22,18 @@
 #include "common/model/synthetic_checkpoint.h"
 #include "common/sampling/sampler.h"
 #include "serving/engine_assembly.h"
+#include "tests/serving/tiny_model.h"
 
 namespace pdserve {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct TinyModel {
-  std::filesystem::path dir;  // private to this process: CTest runs tests in parallel
-  LoadedModel loaded;
-  std::optional<Tokenizer> tokenizer;
-
-  ~TinyModel() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-};
+using serving_test::TinyModel;
 
 TinyModel& tiny_model() {
   static const std::unique_ptr<TinyModel> model = [] {
-    auto built = std::make_unique<TinyModel>();
-    built->dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" /
-                 ("serving-tiny-" + std::to_string(::getpid()));
-    SyntheticCheckpointOptions options;
-    options.config_path =
-        std::filesystem::path(PDSERVE_TEST_DATA_DIR) / "reference" / "configs" / "tiny.json";
-    options.out_dir = built->dir;
-    options.seed = 7;
-    options.num_layers = 2;
-    options.dtype = DType::kBF16;
-    options.tie_word_embeddings = true;
-    options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
-    const Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
-    EXPECT_TRUE(written.ok()) << written.status().to_string();
-    built->loaded = load_model(built->dir.string(), ModelLoadOptions{}).value();
-    built->tokenizer = Tokenizer::from_model_dir(built->dir).value();
-    return built;
+    return serving_test::make_tiny_model("serving-tiny");
   }();
   return *model;
 }
