@@ -36,27 +36,35 @@ else
   echo "setup: all Debian packages present"
 fi
 
-# The venv is built from Debian's interpreter (/usr/bin/python3), not whatever python3 comes
+# Each venv is built from Debian's interpreter (/usr/bin/python3), not whatever python3 comes
 # first on PATH, so that it matches the pinned wheels. A stamp holding the requirements'
 # hash tells an up-to-date venv from one that is stale or half-installed.
-venv=${PDSERVE_VENV:-$repo/.venv}
-requirements=$repo/python/requirements.txt
-want=$(sha256sum "$requirements" | cut -d' ' -f1)
-stamp=$venv/.pdserve-requirements
-if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]] &&
-   "$venv/bin/python" -c 'import openai, tokenizers, transformers, schemathesis, jsonschema' 2>/dev/null; then
-  echo "setup: Python environment $venv up to date"
-else
-  echo "setup: installing the Python environment $venv (python/requirements.txt)"
-  if [[ -e $venv && ! -f $venv/pyvenv.cfg ]]; then
-    echo "setup: $venv exists and is not a Python venv; move it or set PDSERVE_VENV" >&2
+# ensure_venv WHAT DIR REQUIREMENTS VARIABLE IMPORTS: DIR holds REQUIREMENTS and imports IMPORTS,
+# or is made anew (VARIABLE names the setting that moves it).
+ensure_venv() {
+  local what=$1 dir=$2 requirements=$3 variable=$4 imports=$5
+  local want stamp
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  stamp=$dir/.pdserve-requirements
+  if [[ -x $dir/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]] &&
+     "$dir/bin/python" -c "import $imports" 2>/dev/null; then
+    echo "setup: $what $dir up to date"
+    return
+  fi
+  echo "setup: installing the $what $dir (${requirements#"$repo"/})"
+  if [[ -e $dir && ! -f $dir/pyvenv.cfg ]]; then
+    echo "setup: $dir exists and is not a Python venv; move it or set $variable" >&2
     exit 2
   fi
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$requirements"
+  rm -rf "$dir"
+  /usr/bin/python3 -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-input -r "$requirements"
   echo "$want" >"$stamp"
-fi
+}
+
+venv=${PDSERVE_VENV:-$repo/.venv}
+ensure_venv "Python environment" "$venv" "$repo/python/requirements.txt" PDSERVE_VENV \
+  "openai, tokenizers, transformers, schemathesis, jsonschema"
 
 # lm-eval, the evaluation harness users point at vLLM (tests/lmeval), in a venv of its own
 # ($PDSERVE_LMEVAL_VENV, default .venv-lmeval) with every package pinned by
@@ -64,25 +72,8 @@ fi
 # (local-completions, local-chat-completions) import no PyTorch: lm-eval[api] plus
 # transformers for the Hugging Face tokenizer backend, no CUDA wheels. The float64 reference
 # its test compares with runs on Debian's python3-torch (installed above).
-lmeval_venv=${PDSERVE_LMEVAL_VENV:-$repo/.venv-lmeval}
-lmeval_requirements=$repo/python/lmeval-requirements.txt
-lmeval_want=$(sha256sum "$lmeval_requirements" | cut -d' ' -f1)
-lmeval_stamp=$lmeval_venv/.pdserve-requirements
-if [[ -x $lmeval_venv/bin/python && -f $lmeval_stamp && $(cat "$lmeval_stamp") == "$lmeval_want" ]] &&
-   "$lmeval_venv/bin/python" -c 'import lm_eval, transformers' 2>/dev/null; then
-  echo "setup: lm-eval environment $lmeval_venv up to date"
-else
-  echo "setup: installing the lm-eval environment $lmeval_venv (python/lmeval-requirements.txt)"
-  if [[ -e $lmeval_venv && ! -f $lmeval_venv/pyvenv.cfg ]]; then
-    echo "setup: $lmeval_venv exists and is not a Python venv; move it or set PDSERVE_LMEVAL_VENV" >&2
-    exit 2
-  fi
-  rm -rf "$lmeval_venv"
-  /usr/bin/python3 -m venv "$lmeval_venv"
-  "$lmeval_venv/bin/python" -m pip install -q --disable-pip-version-check --no-input \
-    -r "$lmeval_requirements"
-  echo "$lmeval_want" >"$lmeval_stamp"
-fi
+ensure_venv "lm-eval environment" "${PDSERVE_LMEVAL_VENV:-$repo/.venv-lmeval}" \
+  "$repo/python/lmeval-requirements.txt" PDSERVE_LMEVAL_VENV "lm_eval, transformers"
 
 # xgrammar (Apache-2.0), the structured-output grammar engine: its sdist carries the C++ core
 # that cmake/xgrammar.cmake builds (its Python bindings are not used). Fetched by the venv's pip
