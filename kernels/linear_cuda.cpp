@@ -15,6 +15,8 @@ Result<cudaDataType_t> cuda_type(DType dtype) {
       return CUDA_R_16F;
     case DType::kF32:
       return CUDA_R_32F;
+    case DType::kF8E4M3:  // needs its scales: not a plain GEMM operand
+      break;
   }
   return invalid_argument("linear (cuda): unknown dtype");
 }

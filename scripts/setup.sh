@@ -64,7 +64,7 @@ ensure_venv() {
 
 venv=${PDSERVE_VENV:-$repo/.venv}
 ensure_venv "Python environment" "$venv" "$repo/python/requirements.txt" PDSERVE_VENV \
-  "openai, tokenizers, transformers, schemathesis, jsonschema"
+  "openai, tokenizers, transformers, schemathesis, jsonschema, ml_dtypes"
 
 # lm-eval, the evaluation harness users point at vLLM (tests/lmeval), in a venv of its own
 # ($PDSERVE_LMEVAL_VENV, default .venv-lmeval) with every package pinned by

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/core/float8.h"
+
 namespace pdserve {
 
 size_t dtype_size(DType dtype) {
@@ -13,6 +15,8 @@ size_t dtype_size(DType dtype) {
       return 2;
     case DType::kF32:
       return 4;
+    case DType::kF8E4M3:
+      return 1;
   }
   return 0;
 }
@@ -25,6 +29,8 @@ std::string_view dtype_name(DType dtype) {
       return "float16";
     case DType::kF32:
       return "float32";
+    case DType::kF8E4M3:
+      return "float8_e4m3fn";
   }
   return "unknown";
 }
@@ -41,8 +47,9 @@ Result<DType> parse_safetensors_dtype(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
   if (name == "F32") return DType::kF32;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return invalid_argument("unsupported safetensors dtype '" + std::string(name) +
-                          "' (supported: BF16, F16, F32)");
+                          "' (supported: BF16, F16, F32, F8_E4M3)");
 }
 
 std::string_view safetensors_dtype_name(DType dtype) {
@@ -53,6 +60,8 @@ std::string_view safetensors_dtype_name(DType dtype) {
       return "F16";
     case DType::kF32:
       return "F32";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
   }
   return "unknown";
 }
@@ -91,7 +100,9 @@ namespace {
 
 template <DType From>
 inline float load_typed(const void* src, size_t i) {
-  if constexpr (From == DType::kF32) {
+  if constexpr (From == DType::kF8E4M3) {
+    return fp8_e4m3_to_float(static_cast<const uint8_t*>(src)[i]);
+  } else if constexpr (From == DType::kF32) {
     float v;
     std::memcpy(&v, static_cast<const std::byte*>(src) + 4 * i, 4);
     return v;
@@ -104,7 +115,9 @@ inline float load_typed(const void* src, size_t i) {
 
 template <DType To>
 inline void store_typed(void* dst, size_t i, float value) {
-  if constexpr (To == DType::kF32) {
+  if constexpr (To == DType::kF8E4M3) {
+    static_cast<uint8_t*>(dst)[i] = float_to_fp8_e4m3(value);
+  } else if constexpr (To == DType::kF32) {
     std::memcpy(static_cast<std::byte*>(dst) + 4 * i, &value, 4);
   } else {
     const uint16_t v = To == DType::kBF16 ? float_to_bf16(value) : float_to_f16(value);
@@ -130,6 +143,9 @@ void convert_from(const void* src, void* dst, DType to, size_t count) {
     case DType::kF32:
       convert_loop<From, DType::kF32>(src, dst, count);
       return;
+    case DType::kF8E4M3:
+      convert_loop<From, DType::kF8E4M3>(src, dst, count);
+      return;
   }
 }
 
@@ -149,6 +165,9 @@ void convert_elements(const void* src, DType from, void* dst, DType to, size_t c
       return;
     case DType::kF32:
       convert_from<DType::kF32>(src, dst, to, count);
+      return;
+    case DType::kF8E4M3:
+      convert_from<DType::kF8E4M3>(src, dst, to, count);
       return;
   }
 }

@@ -8,16 +8,18 @@
 #include <string_view>
 
 #include "common/core/dtype_enum.h"
+#include "common/core/float8.h"
 #include "common/core/status.h"
 
 namespace pdserve {
 
 size_t dtype_size(DType dtype);
-// Names as used on the command line ("bfloat16", "float16", "float32").
+// Names as used on the command line ("bfloat16", "float16", "float32"; "float8_e4m3fn").
 std::string_view dtype_name(DType dtype);
-// Accepts the command-line names and torch-style aliases ("bf16", "fp16", "half", "float").
+// Accepts the compute dtypes' command-line names and torch-style aliases ("bf16", "fp16",
+// "half", "float"); never FP8, which is a storage type only.
 Result<DType> parse_dtype(std::string_view name);
-// Safetensors header dtype strings ("BF16", "F16", "F32").
+// Safetensors header dtype strings ("BF16", "F16", "F32", "F8_E4M3").
 Result<DType> parse_safetensors_dtype(std::string_view name);
 std::string_view safetensors_dtype_name(DType dtype);
 
@@ -36,9 +38,10 @@ inline float bf16_to_float(uint16_t value) {
 uint16_t float_to_f16(float value);
 float f16_to_float(uint16_t value);
 
-// Reads element `index` of a bf16/f16/f32 array as float.
+// Reads element `index` of an array of any DType as float (an FP8 code unscaled).
 inline float load_as_float(const void* base, DType dtype, size_t index) {
   if (dtype == DType::kF32) return static_cast<const float*>(base)[index];
+  if (dtype == DType::kF8E4M3) return fp8_e4m3_to_float(static_cast<const uint8_t*>(base)[index]);
   uint16_t bits;
   std::memcpy(&bits, static_cast<const uint16_t*>(base) + index, 2);
   return dtype == DType::kBF16 ? bf16_to_float(bits) : f16_to_float(bits);

@@ -5,6 +5,8 @@
 
 namespace pdserve {
 
-enum class DType { kBF16, kF16, kF32 };
+// kF8E4M3 is a storage type only (FP8 weights with their scales, an FP8 KV cache): nothing
+// computes in it, and the compute-dtype parser (parse_dtype) does not accept it.
+enum class DType { kBF16, kF16, kF32, kF8E4M3 };
 
 }  // namespace pdserve

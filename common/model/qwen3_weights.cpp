@@ -143,6 +143,11 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
   for (size_t i = 0; i < specs.size(); ++i) {
     PDS_ASSIGN_OR_RETURN(TensorView view, checkpoint.tensor(specs[i].name));
     PDS_RETURN_IF_ERROR(check_shape(view, specs[i], checkpoint));
+    if (view.dtype == DType::kF8E4M3) {
+      // Its values mean nothing without the quantization's scales.
+      return unimplemented("tensor " + specs[i].name +
+                           " is FP8 (F8_E4M3): FP8 checkpoints are not supported yet");
+    }
     HostTensor& tensor = *slots[i];
     tensor.dtype = compute_dtype;
     tensor.shape = view.shape;
