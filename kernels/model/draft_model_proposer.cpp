@@ -126,12 +126,11 @@ Status DraftModelProposer::propose(std::span<const ProposalRequest> requests,
     for (std::vector<int32_t>& list : proposals) list.clear();
     return status;
   }
-  std::vector<int32_t> with_kv;
   for (const Active& sequence : active) {
-    const std::vector<int32_t>& proposed = proposals[sequence.request];
-    with_kv.assign(sequence.tokens.begin(), sequence.tokens.end());
-    with_kv.insert(with_kv.end(), proposed.begin(), proposed.end() - 1);
-    sequences_.set_computed(requests[sequence.request].seq_id, with_kv);
+    // Every proposal but the last went through a draft step: its KV is in the pool.
+    const std::span<const int32_t> proposed = proposals[sequence.request];
+    sequences_.set_computed(requests[sequence.request].seq_id, sequence.tokens,
+                            proposed.first(proposed.size() - 1));
   }
   return Status::ok_status();
 }

@@ -65,15 +65,19 @@ std::optional<int> DraftSequenceTable::reserve(SeqId seq_id, std::span<const int
   return static_cast<int>(common);
 }
 
-void DraftSequenceTable::set_computed(SeqId seq_id, std::span<const int32_t> tokens_with_kv) {
+void DraftSequenceTable::set_computed(SeqId seq_id, std::span<const int32_t> tokens,
+                                      std::span<const int32_t> drafted) {
   const auto it = entries_.find(seq_id);
   PDS_CHECK(it != entries_.end() && it->second.state == DraftSeqState::kHeld,
             "DraftSequenceTable::set_computed: the sequence is not held");
   Entry& entry = it->second;
-  PDS_CHECK(
-      blocks_for(static_cast<int>(tokens_with_kv.size())) <= static_cast<int>(entry.blocks.size()),
-      "DraftSequenceTable::set_computed: more tokens than the reserved blocks hold");
-  entry.tokens.assign(tokens_with_kv.begin(), tokens_with_kv.end());
+  PDS_CHECK(entry.tokens.size() <= tokens.size() &&
+                blocks_for(static_cast<int>(tokens.size() + drafted.size())) <=
+                    static_cast<int>(entry.blocks.size()),
+            "DraftSequenceTable::set_computed: not what was reserved");
+  entry.tokens.insert(entry.tokens.end(),
+                      tokens.begin() + static_cast<ptrdiff_t>(entry.tokens.size()), tokens.end());
+  entry.tokens.insert(entry.tokens.end(), drafted.begin(), drafted.end());
 }
 
 void DraftSequenceTable::release(SeqId seq_id) {

@@ -36,9 +36,11 @@ class DraftSequenceTable {
   // (its blocks freed). A sequence starved since the last release() is not tried again.
   std::optional<int> reserve(SeqId seq_id, std::span<const int32_t> tokens, int positions);
 
-  // After the forwards that computed them: `tokens_with_kv` (a prefix of what was reserved)
-  // have their KV in the sequence's blocks. The sequence must be held.
-  void set_computed(SeqId seq_id, std::span<const int32_t> tokens_with_kv);
+  // After the forwards that computed them: the reserved `tokens`, then `drafted` (tokens the
+  // draft wrote after them), have their KV in the sequence's blocks. The sequence must be held
+  // and still hold a prefix of `tokens` (what reserve() left); only the rest is copied.
+  void set_computed(SeqId seq_id, std::span<const int32_t> tokens,
+                    std::span<const int32_t> drafted);
 
   // Forgets the sequence and frees its blocks; unknown ids are ignored.
   void release(SeqId seq_id);
