@@ -1,0 +1,36 @@
+// The draft-model proposer of a serving engine (speculative decoding, issue #30): maps a node's
+// settings and its target model to kernels/model/draft_model_proposer.h's config. The draft
+// runs on the target's backend, in its weight dtype, with the engine's block size, KV dtype and
+// step limits, and a KV pool holding as many tokens as the target's (so every sequence the
+// target holds can be drafted for), unless draft_pool_tokens says otherwise.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/engine/spec_decode/proposer.h"
+#include "kernels/model/draft_model_proposer.h"
+#include "kernels/model/model_loader.h"
+#include "serving/engine_assembly.h"
+
+namespace pdserve {
+
+struct DraftProposerSettings {
+  std::string model;                     // --speculative-config's "model"
+  int num_speculative_tokens = 0;        // its "num_speculative_tokens"
+  int target_pool_tokens = 0;            // the target's KV pool: blocks x block size
+  std::optional<int> draft_pool_tokens;  // unset: target_pool_tokens
+};
+
+// InvalidArgument when a pool size is below one block.
+Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target,
+                                                       const EngineConfig& engine,
+                                                       const DraftProposerSettings& settings);
+
+// draft_proposer_config, then make_draft_model_proposer on the target's backend.
+Result<std::unique_ptr<Proposer>> make_engine_draft_proposer(const LoadedModel& target,
+                                                             const EngineConfig& engine,
+                                                             const DraftProposerSettings& settings);
+
+}  // namespace pdserve
