@@ -72,12 +72,19 @@ TEST(SpeculativeConfigTest, RefusesBadInputWithItsName) {
   }
 }
 
-TEST(NgramLookupTest, LongestSuffixFirstThenMostRecentMatch) {
-  // Suffix [7 8]: the 2-gram occurs at 1 (followed by 1 2 3) and at 5 (followed by 9 9).
+TEST(NgramLookupTest, LongestSuffixFirstThenEarliestMatch) {
+  // Suffix [7 8]: the 2-gram occurs at 1 (followed by 1 2 7) and at 5 (followed by 9 9 7).
   const std::vector<int32_t> tokens = {0, 7, 8, 1, 2, 7, 8, 9, 9, 7, 8};
-  EXPECT_EQ(ngram_lookup(tokens, 1, 2, 3), (std::vector<int32_t>{9, 9, 7}));
+  EXPECT_EQ(ngram_lookup(tokens, 1, 2, 3), (std::vector<int32_t>{1, 2, 7}));
   // The 3-gram [9 7 8] never occurred before: n = 2 answers.
-  EXPECT_EQ(ngram_lookup(tokens, 2, 3, 2), (std::vector<int32_t>{9, 9}));
+  EXPECT_EQ(ngram_lookup(tokens, 2, 3, 2), (std::vector<int32_t>{1, 2}));
+  // The longer n-gram wins over an earlier shorter one: [4 5 8] at 3 (followed by 2 3) beats
+  // [5 8] at 0 (followed by 1 4).
+  const std::vector<int32_t> nested = {5, 8, 1, 4, 5, 8, 2, 3, 4, 5, 8};
+  EXPECT_EQ(ngram_lookup(nested, 2, 3, 2), (std::vector<int32_t>{2, 3}));
+  // A loop: the earliest occurrence leaves all k tokens to propose.
+  const std::vector<int32_t> repeated = {9, 9, 9, 9, 9, 9};
+  EXPECT_EQ(ngram_lookup(repeated, 1, 3, 2), (std::vector<int32_t>{9, 9}));
   // Only 3-grams allowed: none matches.
   EXPECT_TRUE(ngram_lookup(tokens, 3, 3, 4).empty());
   // The continuation is cut at the sequence's end (here it runs into the suffix itself).
@@ -276,6 +283,12 @@ TEST(AdaptiveSpeculationTest, TurnsOffOnLowAcceptanceAndProbes) {
   // High acceptance stays on.
   for (int i = 0; i < 10; ++i) policy.record_verify(2, 3);
   for (int step = 0; step < 10; ++step) EXPECT_TRUE(policy.should_propose(2));
+  // After many failed drafts a new sequence starts off (the engine's prior), a fresh one on.
+  for (int i = 0; i < 30; ++i) policy.record_verify(1, 0);
+  EXPECT_FALSE(policy.should_propose(3));
+  EXPECT_LT(policy.mean_accepted(3), 0.1);
+  AdaptiveSpeculation fresh(4);
+  EXPECT_TRUE(fresh.should_propose(3));
 }
 
 SchedulerConfig small_config(int num_blocks) {

@@ -3,7 +3,9 @@
 // accepted. The rule, per sequence:
 //   speculate while 1 + a >= r * (1 + kMargin)
 // where a is the sequence's mean accepted drafts per verify step (an exponential average,
-// weight kAcceptanceWeight, starting at k: a new sequence tries) and r is the measured cost
+// weight kAcceptanceWeight, starting at the engine's prior: the mean over all verify steps,
+// weight kPriorWeight, itself starting at k, so that the first sequences try and a new
+// sequence on an engine whose drafts fail starts off) and r is the measured cost
 // ratio (time per sequence of decode-only steps with verify rows) / (the same without), both
 // exponential averages over this engine's steps; until both have been measured r is 1. A
 // sequence whose rule fails proposes only on every kProbeInterval-th step (a probe that
@@ -23,6 +25,7 @@ class AdaptiveSpeculation {
  public:
   static constexpr double kMargin = 0.02;
   static constexpr double kAcceptanceWeight = 0.5;
+  static constexpr double kPriorWeight = 0.2;
   static constexpr double kCostWeight = 0.1;
   static constexpr int kProbeInterval = 16;
 
@@ -47,7 +50,7 @@ class AdaptiveSpeculation {
     int steps_off = 0;  // steps since the rule last failed, for the probes
   };
 
-  double initial_acceptance_;
+  double initial_acceptance_;  // the prior of a new sequence's mean accepted drafts
   double plain_seconds_per_row_ = 0.0;  // 0: not measured yet
   double verify_seconds_per_row_ = 0.0;
   std::unordered_map<SeqId, SequenceState> sequences_;

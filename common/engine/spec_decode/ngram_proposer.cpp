@@ -10,8 +10,9 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> tokens, int min_n, in
   const int length = static_cast<int>(tokens.size());
   for (int n = std::min(max_n, length - 1); n >= min_n && max_tokens > 0; --n) {
     const std::span<const int32_t> suffix = tokens.subspan(static_cast<size_t>(length - n));
-    // Most recent first; an occurrence must have at least one token after it.
-    for (int start = length - n - 1; start >= 0; --start) {
+    // The earliest occurrence, as vLLM picks it: in a loop the most recent one would leave a
+    // single token to propose. An occurrence must have at least one token after it.
+    for (int start = 0; start + n < length; ++start) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
       const int from = start + n;
       const int count = std::min(max_tokens, length - from);
