@@ -12,6 +12,7 @@
 
 #include "common/chat/chat_template.h"
 #include "common/core/cli.h"
+#include "common/engine/spec_decode/speculative_config.h"
 #include "common/http/http_client.h"
 #include "decode_node/remote_prefill_hook.h"
 #include "serving/openai/openai_server.h"
@@ -26,6 +27,7 @@ struct Options {
   int local_prefill_max_tokens = 0;
   int prefill_timeout_ms = 120'000;
   std::string kv_checksum = "on";
+  std::string speculative_config;  // JSON; parsed into node.engine.speculative
   OpenAiOptions api;
 };
 
@@ -96,6 +98,12 @@ int main(int argc, char** argv) {
                  "(zero-copy) KV path")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--speculative-config", options.speculative_config,
+                 "Speculative decoding, as vLLM's JSON: {\"method\": \"ngram\", "
+                 "\"num_speculative_tokens\": K, \"prompt_lookup_min\": N, "
+                 "\"prompt_lookup_max\": M} or {\"method\": \"draft_model\", \"model\": "
+                 "PATH, \"num_speculative_tokens\": K}. On a disaggregated node only the "
+                 "decode side speculates (docs/SPECULATIVE.md)");
   app.add_option("--api-key", options.api.access.api_keys,
                  "Client API key(s) for the OpenAI API (Authorization: Bearer KEY or x-api-key: "
                  "KEY; repeat for several); also read from $PDSERVE_API_KEY. Default: the API "
@@ -104,6 +112,12 @@ int main(int argc, char** argv) {
   app.add_flag("--strict-request-fields", options.api.strict_request_fields,
                "Refuse requests with unknown fields (400) instead of ignoring them with a log line");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
+  if (!options.speculative_config.empty()) {
+    pdserve::Result<pdserve::SpeculativeConfig> speculative =
+        pdserve::parse_speculative_config(options.speculative_config);
+    if (!speculative.ok()) return pdserve::report_cli_error(speculative.status());
+    options.node.engine.speculative = *speculative;
+  }
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });
   return status.ok() ? 0 : pdserve::report_cli_error(status);
 }

@@ -7,6 +7,7 @@
 
 #include "common/core/log.h"
 #include "kernels/model/model_runner.h"
+#include "kernels/model/proposer_factory.h"
 
 namespace pdserve {
 
@@ -85,8 +86,13 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   if (connector_factory) {
     PDS_ASSIGN_OR_RETURN(connector, connector_factory(runner->kv_cache()));
   }
+  std::unique_ptr<Proposer> proposer;
+  if (config.speculative) {
+    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*config.speculative, model));
+    engine_config.speculative = config.speculative;
+  }
   return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config),
-                           std::move(connector));
+                           std::move(connector), std::move(proposer));
 }
 
 }  // namespace pdserve

@@ -10,6 +10,7 @@
 
 #include "common/engine/kv_connector.h"
 #include "common/engine/llm_engine.h"
+#include "common/engine/spec_decode/speculative_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/kv_cache.h"
@@ -36,6 +37,8 @@ struct EngineConfig {
   // KV pool element type; unset: the backend's activation dtype (float32 on the CPU, exact
   // against the reference). bfloat16 halves the pool's memory and attention traffic.
   std::optional<DType> kv_cache_dtype;
+  // Speculative decoding (--speculative-config on pdserve-decode; never on a prefill node).
+  std::optional<SpeculativeConfig> speculative;
 };
 
 // Builds a disaggregated node's KV connector over the engine's pool (which outlives it).

@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/cluster/cluster_messages.h"
 #include "common/engine/inference_service.h"
@@ -46,6 +47,11 @@ class EngineMetrics {
   metrics::Counter* remote_prefill_fallbacks_ = nullptr;
   metrics::Counter* remote_prefills_served_from_cache_ = nullptr;
   metrics::Counter* kv_import_hold_expired_ = nullptr;
+  // A node that speculates (ServiceStats::spec_decode_method set): vLLM's spec-decode series.
+  metrics::Counter* spec_drafts_ = nullptr;
+  metrics::Counter* spec_draft_tokens_ = nullptr;
+  metrics::Counter* spec_accepted_tokens_ = nullptr;
+  std::vector<metrics::Counter*> spec_accepted_per_position_;
   std::mutex mutex_;
   ServiceStats last_;  // guarded by mutex_
 };

@@ -38,10 +38,35 @@ std::string stats_log_line(const ServiceStats& before, const ServiceStats& now, 
   const std::string hit_rate =
       queried > 0 ? format("%.1f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(queried))
                   : std::string("-");
-  return format("prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s; running "
-                "%d, waiting %d; KV usage %.1f%%; prefix cache hit rate %s",
-                prompt_rate, generation_rate, now.num_running, now.num_waiting, usage,
-                hit_rate.c_str());
+  std::string line =
+      format("prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s; running "
+             "%d, waiting %d; KV usage %.1f%%; prefix cache hit rate %s",
+             prompt_rate, generation_rate, now.num_running, now.num_waiting, usage,
+             hit_rate.c_str());
+  if (!now.spec_decode_method.empty()) line += spec_decode_log(before, now);
+  return line;
+}
+
+std::string spec_decode_log(const ServiceStats& before, const ServiceStats& now) {
+  const SpecDecodeCounts& a = before.spec_decode;
+  const SpecDecodeCounts& b = now.spec_decode;
+  const int64_t drafts = b.num_drafts - a.num_drafts;
+  const int64_t draft_tokens = b.num_draft_tokens - a.num_draft_tokens;
+  const int64_t accepted = b.num_accepted_tokens - a.num_accepted_tokens;
+  std::string part = "; spec decode (" + now.spec_decode_method + "): ";
+  if (drafts <= 0 || draft_tokens <= 0) return part + "no drafts";
+  part += format("acceptance %.1f%% of %lld draft tokens, mean acceptance length %.2f",
+                 100.0 * static_cast<double>(accepted) / static_cast<double>(draft_tokens),
+                 static_cast<long long>(draft_tokens),
+                 1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
+  part += ", per position";
+  for (size_t i = 0; i < b.accepted_per_position.size(); ++i) {
+    const int64_t earlier = i < a.accepted_per_position.size() ? a.accepted_per_position[i] : 0;
+    part += format(i == 0 ? " %.2f" : "/%.2f",
+                   static_cast<double>(b.accepted_per_position[i] - earlier) /
+                       static_cast<double>(drafts));
+  }
+  return part;
 }
 
 StatsLogger::StatsLogger(std::function<ServiceStats()> stats, std::chrono::milliseconds interval)

@@ -22,7 +22,13 @@ std::string capacity_log_line(const ServiceStats& stats, int block_size, int max
 // "prompt throughput 812.3 tokens/s, generation throughput 95.1 tokens/s; running 4, waiting 0;
 // KV usage 12.5%; prefix cache hit rate 40.0%" over the `seconds` between `before` and `now`
 // (the hit rate over that interval too; "-" when nothing was looked up).
+// On a node that speculates it ends with spec_decode_log(before, now).
 std::string stats_log_line(const ServiceStats& before, const ServiceStats& now, double seconds);
+// vLLM's SpecDecoding figures over the interval: "; spec decode (ngram): acceptance 60.0% of
+// 120 draft tokens, mean acceptance length 2.80, per position 0.80/0.60/0.40" (mean acceptance
+// length: tokens per verify row, 1 + accepted / drafts; per position: the share of verify rows
+// that accepted that draft); "; spec decode (ngram): no drafts" when none were verified.
+std::string spec_decode_log(const ServiceStats& before, const ServiceStats& now);
 
 // A thread that logs stats_log_line every `interval` when requests ran, waited or finished in
 // it (an idle node stays quiet). Stops, with a deadline of one interval, when destroyed.

@@ -123,25 +123,41 @@ Status BlockManager::allocate(Sequence& seq) {
   return Status::ok_status();
 }
 
-bool BlockManager::can_append_slot(const Sequence& seq) const {
+bool BlockManager::can_append_slot(const Sequence& seq, int extra_tokens) const {
   auto it = tables_.find(seq.id());
   if (it == tables_.end()) return false;
-  const int needed =
-      blocks_for_tokens(seq.num_tokens()) - static_cast<int>(it->second.blocks.size());
+  const int needed = blocks_for_tokens(seq.num_tokens() + extra_tokens) -
+                     static_cast<int>(it->second.blocks.size());
   return needed <= num_available_blocks();
 }
 
-Status BlockManager::append_slot(const Sequence& seq) {
+Status BlockManager::append_slot(const Sequence& seq, int extra_tokens) {
   auto it = tables_.find(seq.id());
   if (it == tables_.end()) return failed_precondition(seq_name(seq.id()) + " has no blocks");
-  if (!can_append_slot(seq)) {
+  if (!can_append_slot(seq, extra_tokens)) {
     return resource_exhausted(seq_name(seq.id()) + ": no KV block available to grow into");
   }
   std::vector<int32_t>& blocks = it->second.blocks;
-  while (static_cast<int>(blocks.size()) < blocks_for_tokens(seq.num_tokens())) {
+  while (static_cast<int>(blocks.size()) < blocks_for_tokens(seq.num_tokens() + extra_tokens)) {
     blocks.push_back(take_fresh_block());
   }
   return Status::ok_status();
+}
+
+void BlockManager::release_surplus_blocks(const Sequence& seq) {
+  auto it = tables_.find(seq.id());
+  if (it == tables_.end()) return;
+  std::vector<int32_t>& blocks = it->second.blocks;
+  while (static_cast<int>(blocks.size()) > blocks_for_tokens(seq.num_tokens())) {
+    const int32_t id = blocks.back();
+    Block& block = blocks_[static_cast<size_t>(id)];
+    // Beyond the computed tokens, so never registered; taken fresh, so held by this table only.
+    PDS_CHECK(block.ref_count == 1 && !block.registered,
+              "releasing a surplus " + block_name(id) + " that is shared or registered");
+    block.ref_count = 0;
+    free_blocks_.push_back(id);
+    blocks.pop_back();
+  }
 }
 
 int32_t BlockManager::take_fresh_block() {

@@ -69,11 +69,16 @@ class BlockManager {
   // can_allocate(seq) is false.
   Status allocate(Sequence& seq);
 
-  // Whether append_slot(seq) would succeed now.
-  bool can_append_slot(const Sequence& seq) const;
-  // Grows seq's table to cover all its tokens (the decode step's new token).
+  // Whether append_slot(seq, extra) would succeed now.
+  bool can_append_slot(const Sequence& seq, int extra_tokens = 0) const;
+  // Grows seq's table to cover all its tokens (the decode step's new token) and
+  // `extra_tokens` more (the draft tokens a speculative step verifies).
   // FailedPrecondition when seq has no table; ResourceExhausted when no block is available.
-  Status append_slot(const Sequence& seq);
+  Status append_slot(const Sequence& seq, int extra_tokens = 0);
+  // Speculative decoding, after the verify step: frees the blocks of seq's table beyond those
+  // its tokens need (they held only rejected drafts' KV, never registered). No-op without a
+  // table.
+  void release_surplus_blocks(const Sequence& seq);
 
   // Registers in the prefix index every full block of seq whose KV is computed
   // (seq.num_computed_tokens()). A block whose exact content is already registered stays

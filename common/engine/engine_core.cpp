@@ -31,19 +31,20 @@ EngineCore::RequestState::RequestState(DeltaSink delta_sink, SeqId seq, SamplerR
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
                                                        ModelExecutor& executor, Tokenizer tokenizer,
-                                                       KvConnector* connector) {
+                                                       KvConnector* connector,
+                                                       std::unique_ptr<SpecDecoder> spec_decoder) {
   if (executor.vocab_size() != config.vocab_size) {
     return invalid_argument(
         "engine: the model's vocabulary has " + std::to_string(executor.vocab_size()) +
         " tokens but the scheduler config says " + std::to_string(config.vocab_size));
   }
   PDS_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::create(std::move(config)));
-  return std::unique_ptr<EngineCore>(
-      new EngineCore(std::move(scheduler), executor, std::move(tokenizer), connector));
+  return std::unique_ptr<EngineCore>(new EngineCore(
+      std::move(scheduler), executor, std::move(tokenizer), connector, std::move(spec_decoder)));
 }
 
 EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
-                       KvConnector* connector)
+                       KvConnector* connector, std::unique_ptr<SpecDecoder> spec_decoder)
     : scheduler_(std::move(scheduler)),
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
@@ -53,6 +54,7 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
       constraints_(std::make_unique<ConstraintCompiler>(tokenizer_, scheduler_.config().vocab_size,
                                                         scheduler_.config().eos_token_ids)),
       kv_transfers_(connector, scheduler_),
+      spec_(std::move(spec_decoder)),
       seed_source_(std::random_device{}()) {}
 
 Status EngineCore::validate(const InferenceRequest& request) const {
@@ -332,6 +334,9 @@ bool EngineCore::step() {
   if (!scheduler_.has_schedulable()) return false;
   ScheduledBatch batch = scheduler_.schedule();
   preemptions_total_ += static_cast<int64_t>(batch.preempted.size());
+  if (spec_) {
+    for (const SeqId seq_id : batch.preempted) spec_->release(seq_id);
+  }
   if (batch.empty()) {
     const auto updates = scheduler_.postprocess(batch, {});
     PDS_CHECK(updates.ok(), updates.status().to_string());
@@ -367,14 +372,72 @@ bool EngineCore::step() {
 
   if (!on_device) samples = sampler_.sample(slots);
   const std::vector<int32_t> tokens = record_samples(slots, samples, failures);
+  SpecDecoder::Verification verification = verify_drafts(batch, failures);
+  if (spec_) spec_->record_step(batch, now() - forward_start);
   collect_prompt_logprobs(batch, failures);
   kv_transfers_.finish_step_exports();
-  // Sampled tokens lie in the vocabulary and the batch is the pending one.
-  Result<std::vector<SequenceUpdate>> updates = scheduler_.postprocess(batch, tokens);
+  // Sampled and verified tokens lie in the vocabulary and the batch is the pending one.
+  Result<std::vector<SequenceUpdate>> updates =
+      scheduler_.postprocess(batch, tokens, verification.runs);
   PDS_CHECK(updates.ok(), updates.status().to_string());
   for (const auto& [seq_id, status] : failures) end_with_error(seq_id, status);
-  for (const SequenceUpdate& update : *updates) emit(requests_.at(update.seq_id), update);
+  emit_updates(*updates, verification);
+  if (spec_) propose_drafts(*updates);
   return true;
+}
+
+SpecDecoder::Verification EngineCore::verify_drafts(
+    const ScheduledBatch& batch, std::vector<std::pair<SeqId, Status>>& failures) {
+  if (!spec_ || batch.num_verify_rows == 0) return {};
+  SpecDecoder::Verification verification = spec_->verify(
+      batch, [this](SeqId seq_id) -> SamplerRng& { return requests_.at(seq_id).rng; });
+  for (auto& [seq_id, status] : verification.failures) {
+    failures.emplace_back(seq_id, internal_error("request '" +
+                                                 requests_.at(seq_id).output.request_id +
+                                                 "': " + status.message()));
+    const Status aborted = scheduler_.abort(seq_id);
+    PDS_CHECK(aborted.ok(), aborted.to_string());
+  }
+  return verification;
+}
+
+void EngineCore::emit_updates(std::span<const SequenceUpdate> updates,
+                              SpecDecoder::Verification& verification) {
+  std::unordered_map<SeqId, size_t> next_token;  // of each verify row's run
+  for (const SequenceUpdate& update : updates) {
+    auto state = requests_.find(update.seq_id);
+    if (state == requests_.end()) continue;  // a stop string ended it earlier in its run
+    auto verified = verification.sequences.find(update.seq_id);
+    if (verified != verification.sequences.end()) {
+      size_t& index = next_token[update.seq_id];
+      if (index == 0) {
+        SpecDecodeCounts& counts = state->second.output.spec_decode;
+        ++counts.num_drafts;
+        counts.num_draft_tokens += verified->second.num_drafts;
+        counts.num_accepted_tokens += verified->second.num_accepted;
+      }
+      SampleResult& token = verified->second.tokens.at(index++);
+      if (verified->second.want_logprobs) {
+        state->second.output.step_logprobs =
+            SampledTokenLogprobs{token.token, token.logprob, std::move(token.top_logprobs)};
+      }
+    }
+    emit(state->second, update);
+  }
+}
+
+void EngineCore::propose_drafts(std::span<const SequenceUpdate> updates) {
+  std::vector<SpecDecoder::Candidate> candidates;
+  for (const SequenceUpdate& update : updates) {
+    if (update.finish_reason != FinishReason::kNone) continue;
+    auto state = requests_.find(update.seq_id);
+    const Sequence* seq = scheduler_.find(update.seq_id);
+    if (state == requests_.end() || seq == nullptr) continue;
+    // A run's updates come together: one candidate per sequence.
+    if (!candidates.empty() && candidates.back().sequence == seq) continue;
+    candidates.push_back({seq, state->second.grammar.has_value()});
+  }
+  spec_->propose(scheduler_, candidates);
 }
 
 void EngineCore::note_scheduled(const ScheduledBatch& batch) {
@@ -411,6 +474,7 @@ std::vector<SamplingSlot> EngineCore::sampling_slots(const ScheduledBatch& batch
     SamplingSlot& slot = slots.emplace_back();
     const Sequence& seq = *entry.sequence;
     if (seq.status() == SequenceStatus::kAborted) continue;  // its export could not start
+    if (entry.verifies()) continue;  // SpecDecoder::verify draws its tokens
     RequestState& state = requests_.at(seq.id());
     slot.sequence = &seq;
     slot.rng = &state.rng;
@@ -510,6 +574,7 @@ void EngineCore::finish(SeqId seq_id, SequenceDelta delta) {
   PDS_CHECK(it != requests_.end(), "finish() of an unknown sequence");
   delta.timings.finished = now();
   const DeltaSink sink = std::move(it->second.sink);
+  if (spec_) spec_->release(seq_id);
   ids_.erase(it->second.output.request_id);
   requests_.erase(it);
   deliver_delta(sink, std::move(delta));
@@ -547,6 +612,10 @@ ServiceStats EngineCore::stats() const {
   stats.prompt_tokens_total = prompt_tokens_total_;
   stats.generation_tokens_total = generation_tokens_total_;
   stats.preemptions_total = preemptions_total_;
+  if (spec_) {
+    stats.spec_decode_method = std::string(spec_->method());
+    stats.spec_decode = spec_->counts();
+  }
   kv_transfers_.fill_stats(stats);
   return stats;
 }

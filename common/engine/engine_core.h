@@ -8,7 +8,10 @@
 //    strings (a match ends the sequence at once), a resumed stream's catch-up;
 //  * prompt logprobs, for the requests that ask, to a PromptLogprobCollector;
 //  * KV moving between nodes to a KvTransferCoordinator (kv_transfer_coordinator.h): imports
-//    and exports on the connector, their blocks pinned until the connector releases them.
+//    and exports on the connector, their blocks pinned until the connector releases them;
+//  * speculative decoding, when configured, to a SpecDecoder (spec_decode/spec_decoder.h):
+//    drafts proposed after a step, verified after the next forward; a step then emits several
+//    tokens of a sequence, one delta each, in order (a stop ends the run there).
 // A request with a structured output has a ConstraintMatcher that follows its output tokens:
 // the sampled token, the prefill node's first token or a resumed stream's tokens advance it.
 // Preemption keeps the output, so the matcher stays in step with it.
@@ -36,6 +39,7 @@
 #include "common/engine/prefix_cache_journal.h"
 #include "common/engine/prompt_logprob_collector.h"
 #include "common/engine/scheduler.h"
+#include "common/engine/spec_decode/spec_decoder.h"
 #include "common/grammar/constraint.h"
 #include "common/tokenizer/tokenizer.h"
 
@@ -48,10 +52,10 @@ class EngineCore : private ImportListener {
  public:
   // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
   // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node) must
-  // outlive the core.
-  static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
-                                                    Tokenizer tokenizer,
-                                                    KvConnector* connector = nullptr);
+  // outlive the core. `spec_decoder`, when given, makes it speculate.
+  static Result<std::unique_ptr<EngineCore>> create(
+      SchedulerConfig config, ModelExecutor& executor, Tokenizer tokenizer,
+      KvConnector* connector = nullptr, std::unique_ptr<SpecDecoder> spec_decoder = nullptr);
   // Its units keep references into it.
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -99,7 +103,7 @@ class EngineCore : private ImportListener {
     RequestOutput output;                      // its text and what its deltas report
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
-             KvConnector* connector);
+             KvConnector* connector, std::unique_ptr<SpecDecoder> spec_decoder);
 
   // A remote prefill; for a resumed stream, of its prompt and delivered tokens (a prefix
   // cached here in full leaves nothing to import: it is added as add_resumed does).
@@ -143,6 +147,14 @@ class EngineCore : private ImportListener {
   void collect_prompt_logprobs(const ScheduledBatch& batch,
                                std::vector<std::pair<SeqId, Status>>& failures);
   void fail_batch(const ScheduledBatch& batch, const Status& status);
+  // Speculative decoding: the verify rows' runs (a failed row's request is aborted and recorded
+  // in `failures`), and after the step the drafts of the sequences that go on.
+  SpecDecoder::Verification verify_drafts(const ScheduledBatch& batch,
+                                          std::vector<std::pair<SeqId, Status>>& failures);
+  void propose_drafts(std::span<const SequenceUpdate> updates);
+  // Delivers the step's tokens, a verify row's with their own logprobs and counts.
+  void emit_updates(std::span<const SequenceUpdate> updates,
+                    SpecDecoder::Verification& verification);
   void emit(RequestState& state, const SequenceUpdate& update);
   // Delivers the final delta of a request that ends without a normal finish, and forgets it.
   void end_with_error(SeqId seq_id, const Status& status);
@@ -158,7 +170,8 @@ class EngineCore : private ImportListener {
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvTransferCoordinator kv_transfers_;
-  SamplerRng seed_source_;  // seeds the requests that set no seed
+  std::unique_ptr<SpecDecoder> spec_;  // null: no speculative decoding
+  SamplerRng seed_source_;             // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
   int64_t preemptions_total_ = 0;

@@ -64,6 +64,16 @@ struct SampledTokenLogprobs {
   std::vector<TokenLogprob> top;  // best first; empty unless requested
 };
 
+// Speculative decoding's counters (vLLM's vllm:spec_decode_* series): verify rows, the drafts
+// they checked and the drafts accepted, in all and by position (accepted_per_position[i]: how
+// often draft i, 0-based, was accepted). Also one request's figures (its delta's).
+struct SpecDecodeCounts {
+  int64_t num_drafts = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position;
+};
+
 // Per-request timestamps (steady clock) for latency accounting.
 // One forward step that computed some of a request's prompt tokens (chunked prefill).
 struct PrefillChunkTiming {
@@ -110,6 +120,8 @@ struct SequenceDelta {
   // node was cut just before the finish chunk): the client has every token and all the text;
   // only the finish is left to send.
   bool ended_before_resume = false;
+  // Speculative decoding: this request's drafts so far (no accepted_per_position).
+  SpecDecodeCounts spec_decode;
 };
 
 using DeltaSink = std::function<void(SequenceDelta)>;
@@ -138,6 +150,9 @@ struct ServiceStats {
   // Reserved import blocks freed only at their hold deadline: no confirmation came that no put
   // of the prefill node could still land (a lost prefill node, or a bug: issue #34).
   int64_t kv_import_hold_expired_total = 0;
+  // Set on a node that speculates (--speculative-config); "ngram" or "draft_model".
+  std::string spec_decode_method;
+  SpecDecodeCounts spec_decode;
 };
 
 struct ModelInfo {

@@ -28,15 +28,21 @@ Status shutting_down() {
 
 Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
                                                      Tokenizer tokenizer, LlmEngineConfig config,
-                                                     std::unique_ptr<KvConnector> connector) {
+                                                     std::unique_ptr<KvConnector> connector,
+                                                     std::unique_ptr<Proposer> proposer) {
   if (executor == nullptr) return invalid_argument("engine: no model executor");
   if (config.idle_wait.count() <= 0) return invalid_argument("engine: idle_wait must be > 0");
   if (config.grammar_compile_threads < 1) {
     return invalid_argument("engine: grammar_compile_threads must be >= 1");
   }
+  std::unique_ptr<SpecDecoder> spec_decoder;
+  if (config.speculative) {
+    PDS_ASSIGN_OR_RETURN(spec_decoder,
+                         SpecDecoder::create(*config.speculative, std::move(proposer), *executor));
+  }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                        EngineCore::create(config.scheduler, *executor, std::move(tokenizer),
-                                          connector.get()));
+                                          connector.get(), std::move(spec_decoder)));
   std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(connector),
                                                   std::move(core), std::move(config)));
   if (engine->connector_ != nullptr) {

@@ -11,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -34,16 +35,20 @@ struct LlmEngineConfig {
   // Threads that compile structured outputs (the first request with a new JSON schema pays
   // seconds for it, on neither an I/O thread nor the engine thread).
   int grammar_compile_threads = 2;
+  // Speculative decoding (--speculative-config); its proposer comes to create().
+  std::optional<SpeculativeConfig> speculative;
 };
 
 class LlmEngine : public InferenceService {
  public:
   // InvalidArgument for a bad config or an executor that does not match it.
   // `connector` (a disaggregated node's KV transport) is optional; the engine owns it and
-  // drives it from the engine thread.
+  // drives it from the engine thread. `proposer` is required with config.speculative (and
+  // ignored without it).
   static Result<std::unique_ptr<LlmEngine>> create(std::unique_ptr<ModelExecutor> executor,
                                                    Tokenizer tokenizer, LlmEngineConfig config,
-                                                   std::unique_ptr<KvConnector> connector = nullptr);
+                                                   std::unique_ptr<KvConnector> connector = nullptr,
+                                                   std::unique_ptr<Proposer> proposer = nullptr);
   ~LlmEngine() override;  // stop()
 
   LlmEngine(const LlmEngine&) = delete;

@@ -142,6 +142,7 @@ SequenceDelta OutputProcessor::make_delta(const RequestOutput& output) {
   delta.cached_prompt_tokens = output.cached_prompt_tokens;
   delta.timings = output.timings;
   delta.remote_prefill = output.remote_prefill;
+  delta.spec_decode = output.spec_decode;
   return delta;
 }
 

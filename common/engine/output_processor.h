@@ -46,6 +46,7 @@ struct RequestOutput {
   std::optional<RemotePrefillStats> remote_prefill;
   std::optional<std::string> resumed_text;  // until the first delta carries it
   bool resumed = false;                     // a stream resumed from another node
+  SpecDecodeCounts spec_decode;             // its drafts so far (speculative decoding)
 };
 
 class OutputProcessor {

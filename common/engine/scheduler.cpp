@@ -216,9 +216,11 @@ ScheduledBatch Scheduler::schedule() {
 }
 
 void Scheduler::schedule_decodes(ScheduledBatch& batch, int& budget) {
+  std::vector<ScheduledSequence> verify_rows;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence& seq = *running_[i];
     if (seq.is_prefilling()) continue;
+    if (add_verify_row(batch, verify_rows, seq, budget)) continue;
     bool preempted_itself = false;
     while (!block_manager_.can_append_slot(seq)) {
       // Victims come from the back, so they were not scheduled yet (or are `seq` itself).
@@ -232,6 +234,52 @@ void Scheduler::schedule_decodes(ScheduledBatch& batch, int& budget) {
     add_chunk(batch, seq, budget);
     ++batch.num_decodes;
   }
+  // After the one-token decodes, which an executor may run on a decode-only path.
+  batch.num_verify_rows = static_cast<int>(verify_rows.size());
+  for (ScheduledSequence& row : verify_rows) batch.entries.push_back(std::move(row));
+}
+
+bool Scheduler::add_verify_row(ScheduledBatch& batch, std::vector<ScheduledSequence>& rows,
+                               Sequence& seq, int& budget) {
+  const std::span<const int32_t> drafts = seq.draft_tokens();
+  // The budget pays for the last token too; drafts that do not fit are cut, not queued.
+  const int k = std::min(static_cast<int>(drafts.size()), budget - 1);
+  if (k < 1 || !block_manager_.can_append_slot(seq, k)) {
+    // No room to verify: a plain decode (which may preempt to get its one slot).
+    seq.clear_draft_tokens();
+    return false;
+  }
+  const Status status = block_manager_.append_slot(seq, k);
+  PDS_CHECK(status.ok(), status.to_string());
+  ScheduledSequence& row = rows.emplace_back();
+  row.sequence = &seq;
+  row.num_cached_before = seq.num_computed_tokens();
+  row.num_new_tokens = 1 + k;
+  row.samples = true;
+  row.verify_tokens.reserve(static_cast<size_t>(1 + k));
+  row.verify_tokens.push_back(seq.tokens().back());
+  row.verify_tokens.insert(row.verify_tokens.end(), drafts.begin(), drafts.begin() + k);
+  seq.clear_draft_tokens();
+  budget -= row.num_new_tokens;
+  batch.num_batched_tokens += row.num_new_tokens;
+  ++batch.num_samples;
+  return true;
+}
+
+Status Scheduler::set_draft_tokens(SeqId seq_id, std::vector<int32_t> draft_tokens) {
+  auto it = sequences_.find(seq_id);
+  if (step_in_flight_ || it == sequences_.end() ||
+      it->second->status() != SequenceStatus::kRunning || it->second->is_prefilling()) {
+    return failed_precondition(seq_name(seq_id) + " is not decoding between steps");
+  }
+  for (const int32_t token : draft_tokens) {
+    if (token < 0 || token >= config_.vocab_size) {
+      return invalid_argument("draft token " + std::to_string(token) + " is outside [0, " +
+                              std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  it->second->set_draft_tokens(std::move(draft_tokens));
+  return Status::ok_status();
 }
 
 void Scheduler::schedule_prefills(ScheduledBatch& batch, int& budget) {
@@ -276,6 +324,7 @@ void Scheduler::preempt_latest(ScheduledBatch& batch) {
   Sequence& victim = *running_.back();
   running_.pop_back();
   block_manager_.free(victim.id());
+  victim.clear_draft_tokens();
   victim.set_num_computed_tokens(0);
   victim.set_status(SequenceStatus::kPreempted);
   // Victims leave latest first, so the front of the queue stays in arrival order.
@@ -283,24 +332,57 @@ void Scheduler::preempt_latest(ScheduledBatch& batch) {
   batch.preempted.push_back(victim.id());
 }
 
-Result<std::vector<SequenceUpdate>> Scheduler::postprocess(
-    const ScheduledBatch& batch, std::span<const int32_t> sampled_tokens) {
+Status Scheduler::check_results(const ScheduledBatch& batch,
+                                std::span<const int32_t> sampled_tokens,
+                                std::span<const std::vector<int32_t>> verified_tokens) const {
   if (!step_in_flight_ || batch.step + 1 != next_step_) {
     return failed_precondition("postprocess() of step " + std::to_string(batch.step) +
                                ", which is not the pending step");
   }
-  if (sampled_tokens.size() != static_cast<size_t>(batch.num_samples)) {
+  const size_t num_samples = static_cast<size_t>(batch.num_samples);
+  if (sampled_tokens.size() != num_samples) {
     return invalid_argument("step " + std::to_string(batch.step) + " samples " +
                             std::to_string(batch.num_samples) + " tokens, got " +
                             std::to_string(sampled_tokens.size()));
   }
+  if (!verified_tokens.empty() && verified_tokens.size() != num_samples) {
+    return invalid_argument("step " + std::to_string(batch.step) + " has " +
+                            std::to_string(batch.num_samples) + " sampling entries, got " +
+                            std::to_string(verified_tokens.size()) + " verified runs");
+  }
+  const auto check_token = [&](int32_t token, const std::string& what) {
+    if (token >= 0 && token < config_.vocab_size) return Status::ok_status();
+    return invalid_argument(what + " is " + std::to_string(token) + ", outside [0, " +
+                            std::to_string(config_.vocab_size) + ")");
+  };
   for (size_t i = 0; i < sampled_tokens.size(); ++i) {
-    if (sampled_tokens[i] < 0 || sampled_tokens[i] >= config_.vocab_size) {
-      return invalid_argument("sampled token " + std::to_string(i) + " is " +
-                              std::to_string(sampled_tokens[i]) + ", outside [0, " +
-                              std::to_string(config_.vocab_size) + ")");
+    PDS_RETURN_IF_ERROR(check_token(sampled_tokens[i], "sampled token " + std::to_string(i)));
+  }
+  size_t slot = 0;
+  for (const ScheduledSequence& entry : batch.entries) {
+    if (!entry.samples) continue;
+    const size_t i = slot++;
+    const size_t run = verified_tokens.empty() ? 0 : verified_tokens[i].size();
+    const std::string where = "sampling entry " + std::to_string(i);
+    if (!entry.verifies() && run > 0) return invalid_argument(where + " verifies no drafts");
+    if (entry.verifies() && entry.sequence->status() != SequenceStatus::kAborted &&
+        (run < 1 || run > static_cast<size_t>(entry.num_new_tokens))) {
+      return invalid_argument(where + " verified " + std::to_string(entry.num_draft_tokens()) +
+                              " drafts, so emits 1 to " + std::to_string(entry.num_new_tokens) +
+                              " tokens, got " + std::to_string(run));
+    }
+    for (size_t t = 0; t < run; ++t) {
+      PDS_RETURN_IF_ERROR(
+          check_token(verified_tokens[i][t], where + "'s verified token " + std::to_string(t)));
     }
   }
+  return Status::ok_status();
+}
+
+Result<std::vector<SequenceUpdate>> Scheduler::postprocess(
+    const ScheduledBatch& batch, std::span<const int32_t> sampled_tokens,
+    std::span<const std::vector<int32_t>> verified_tokens) {
+  PDS_RETURN_IF_ERROR(check_results(batch, sampled_tokens, verified_tokens));
   step_in_flight_ = false;
 
   std::vector<SequenceUpdate> updates;
@@ -308,13 +390,31 @@ Result<std::vector<SequenceUpdate>> Scheduler::postprocess(
   size_t next_sample = 0;
   for (const ScheduledSequence& entry : batch.entries) {
     Sequence& seq = *entry.sequence;
-    const int32_t token = entry.samples ? sampled_tokens[next_sample++] : 0;
+    const size_t slot = entry.samples ? next_sample++ : 0;
     if (seq.status() == SequenceStatus::kAborted) continue;
-    seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
-    block_manager_.cache_computed_blocks(seq);
-    if (!entry.samples) continue;
-    const FinishReason reason = seq.append_output_token(token);
-    updates.push_back({seq.id(), token, reason});
+    FinishReason reason = FinishReason::kNone;
+    if (entry.verifies()) {
+      // The KV of the last token and of each accepted draft is right; the rest is overwritten
+      // by later steps, so only the tokens appended count as computed (one fewer than appended
+      // plus the last token, whose KV this row wrote).
+      int appended = 0;
+      for (const int32_t token : verified_tokens[slot]) {
+        reason = seq.append_output_token(token);
+        ++appended;
+        updates.push_back({seq.id(), token, reason});
+        if (reason != FinishReason::kNone) break;
+      }
+      seq.set_num_computed_tokens(entry.num_cached_before + appended);
+      block_manager_.cache_computed_blocks(seq);
+      if (reason == FinishReason::kNone) block_manager_.release_surplus_blocks(seq);
+    } else {
+      seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
+      block_manager_.cache_computed_blocks(seq);
+      if (!entry.samples) continue;
+      const int32_t token = sampled_tokens[slot];
+      reason = seq.append_output_token(token);
+      updates.push_back({seq.id(), token, reason});
+    }
     if (reason != FinishReason::kNone) {
       running_.erase(std::ranges::find(running_, &seq));
       retire(seq.id());

@@ -6,6 +6,10 @@
 //     FCFS order (the queue head blocks those behind it) while the token budget, the sequence
 //     cap and the KV pool allow; no admission in a step that preempted.
 // A long prompt is prefilled over several steps; it keeps its blocks in between.
+// Speculative decoding: a decode-phase sequence with draft tokens (Sequence::draft_tokens, set
+// by the engine's SpecDecoder after the previous step) is scheduled as a verify row of 1 + k
+// tokens (its last token, then the drafts; k cut to the token budget and the KV pool), after
+// the one-token decodes; postprocess() then takes the run of tokens the verifier accepted.
 // Pins (BlockManager::pin) are for sequences that will not be preempted (e.g. a finished
 // prefill whose KV is being sent): a preempted sequence cannot be readmitted while its old
 // table is still pinned.
@@ -48,8 +52,18 @@ struct ScheduledSequence {
   int num_cached_before = 0;  // tokens already in the KV cache, before the new ones
   bool samples = false;       // this step completes the sequence's context: sample a token
   std::span<const int32_t> block_table;
+  // A verify row (speculative decoding): the sequence's last token, then the draft tokens;
+  // num_new_tokens is its size. Empty for every other entry.
+  std::vector<int32_t> verify_tokens;
 
+  bool verifies() const { return !verify_tokens.empty(); }
+  int num_draft_tokens() const { return verifies() ? num_new_tokens - 1 : 0; }
+  std::span<const int32_t> draft_tokens() const {
+    return verifies() ? std::span<const int32_t>(verify_tokens).subspan(1)
+                      : std::span<const int32_t>();
+  }
   std::span<const int32_t> new_tokens() const {
+    if (verifies()) return verify_tokens;
     return sequence->tokens().subspan(static_cast<size_t>(num_cached_before),
                                       static_cast<size_t>(num_new_tokens));
   }
@@ -58,8 +72,10 @@ struct ScheduledSequence {
 // Valid until the postprocess() of the same step.
 struct ScheduledBatch {
   uint64_t step = 0;
-  std::vector<ScheduledSequence> entries;  // the num_decodes decodes first, then prefills
+  // The num_decodes one-token decodes first, then the verify rows, then the prefill chunks.
+  std::vector<ScheduledSequence> entries;
   int num_decodes = 0;
+  int num_verify_rows = 0;
   int num_batched_tokens = 0;
   int num_samples = 0;
   std::vector<SeqId> preempted;  // this step, in preemption order
@@ -127,11 +143,22 @@ class Scheduler {
   // Applies a step's results: advances computed tokens, registers newly computed full blocks
   // in the prefix cache, appends the sampled tokens (one per entry with `samples`, in entry
   // order), stops finished sequences and frees their blocks (deferred while pinned).
-  // FailedPrecondition for a batch that is not the pending step; InvalidArgument when the
-  // number of tokens differs from batch.num_samples or a token is outside the vocabulary
+  // `verified_tokens`, empty or one per sampling entry: a verify row's accepted drafts and its
+  // bonus token (1 to 1 + k tokens), which replace its sampled token; empty for the others.
+  // They are appended in order until one finishes the sequence (the rest are dropped); only
+  // the accepted ones count as computed, and the blocks held for rejected drafts are freed.
+  // One update per appended token, in order. FailedPrecondition for a batch that is not the
+  // pending step; InvalidArgument when the number of tokens differs from batch.num_samples, a
+  // run is empty or too long or given to another entry, or a token is outside the vocabulary
   // (nothing is applied then).
-  Result<std::vector<SequenceUpdate>> postprocess(const ScheduledBatch& batch,
-                                                  std::span<const int32_t> sampled_tokens);
+  Result<std::vector<SequenceUpdate>> postprocess(
+      const ScheduledBatch& batch, std::span<const int32_t> sampled_tokens,
+      std::span<const std::vector<int32_t>> verified_tokens = {});
+
+  // Speculative decoding: the drafts the next schedule() verifies for a running sequence in
+  // its decode phase. FailedPrecondition otherwise (or during a step); InvalidArgument for a
+  // token outside the vocabulary.
+  Status set_draft_tokens(SeqId seq_id, std::vector<int32_t> draft_tokens);
 
   // Cancels a request wherever it is and frees its blocks; during a step (between schedule()
   // and postprocess()) the blocks are freed by postprocess(), after the runner is done with
@@ -158,6 +185,11 @@ class Scheduler {
   void schedule_prefills(ScheduledBatch& batch, int& budget);
   void preempt_latest(ScheduledBatch& batch);
   void add_chunk(ScheduledBatch& batch, Sequence& seq, int& budget);
+  // A decode with drafts that fit the budget and the pool: its verify row; false otherwise.
+  bool add_verify_row(ScheduledBatch& batch, std::vector<ScheduledSequence>& rows, Sequence& seq,
+                      int& budget);
+  Status check_results(const ScheduledBatch& batch, std::span<const int32_t> sampled_tokens,
+                       std::span<const std::vector<int32_t>> verified_tokens) const;
   void retire(SeqId seq_id);
   // Puts a new sequence at the back of the waiting queue, unless the queue is full.
   Result<SeqId> enqueue(std::unique_ptr<Sequence> seq);

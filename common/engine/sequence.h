@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/sampling/sampling_params.h"
@@ -70,6 +71,14 @@ class Sequence {
   // (kNone while the sequence continues) and marks the sequence finished when it is not kNone.
   FinishReason append_output_token(int32_t token);
 
+  // Speculative decoding: the tokens a proposer guessed to follow this sequence, verified by
+  // the next step that schedules it (and dropped then, or when it is preempted).
+  std::span<const int32_t> draft_tokens() const { return draft_tokens_; }
+  void set_draft_tokens(std::vector<int32_t> draft_tokens) {
+    draft_tokens_ = std::move(draft_tokens);
+  }
+  void clear_draft_tokens() { draft_tokens_.clear(); }
+
  private:
   SeqId id_;
   std::vector<int32_t> tokens_;
@@ -81,6 +90,7 @@ class Sequence {
   std::chrono::steady_clock::time_point arrival_time_;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;
+  std::vector<int32_t> draft_tokens_;
 };
 
 }  // namespace pdserve

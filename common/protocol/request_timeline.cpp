@@ -122,6 +122,26 @@ KvTransferSummary parse_kv_transfer(const Json& json, const std::string& path) {
   return out;
 }
 
+SpecDecodeSummary parse_spec_decode(const Json& json, const std::string& path) {
+  const PathReader spec(json, path);
+  SpecDecodeSummary out;
+  out.drafts = spec.count<int64_t>("drafts");
+  out.draft_tokens = spec.count<int64_t>("draft_tokens");
+  out.accepted_tokens = spec.count<int64_t>("accepted_tokens");
+  return out;
+}
+
+OrderedJson spec_decode_json(const SpecDecodeSummary& spec) {
+  OrderedJson out;
+  out["drafts"] = spec.drafts;
+  out["draft_tokens"] = spec.draft_tokens;
+  out["accepted_tokens"] = spec.accepted_tokens;
+  out["acceptance_rate"] = spec.draft_tokens > 0 ? static_cast<double>(spec.accepted_tokens) /
+                                                      static_cast<double>(spec.draft_tokens)
+                                                : 0.0;
+  return out;
+}
+
 OrderedJson kv_transfer_json(const KvTransferSummary& kv) {
   OrderedJson out;
   out["bytes"] = kv.bytes;
@@ -188,6 +208,9 @@ RequestTimeline parse_timeline(const Json& json) {
   if (const Json* kv = reader.find("kv_transfer")) {
     out.kv_transfer = parse_kv_transfer(*kv, reader.path("kv_transfer"));
   }
+  if (const Json* spec = reader.find("spec_decode")) {
+    out.spec_decode = parse_spec_decode(*spec, reader.path("spec_decode"));
+  }
   return out;
 }
 
@@ -217,6 +240,7 @@ OrderedJson RequestTimeline::to_json() const {
   out["tpot_ms"] = optional_number_json(tpot_ms);
   out["e2e_ms"] = e2e_ms;
   if (kv_transfer) out["kv_transfer"] = kv_transfer_json(*kv_transfer);
+  if (spec_decode) out["spec_decode"] = spec_decode_json(*spec_decode);
   return out;
 }
 

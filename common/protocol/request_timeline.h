@@ -56,6 +56,16 @@ struct KvTransferSummary {
   bool operator==(const KvTransferSummary&) const = default;
 };
 
+// Speculative decoding on the decode node (choice 0): verify steps, the drafts they checked,
+// the drafts accepted. acceptance_rate is accepted_tokens / draft_tokens (written, not parsed).
+struct SpecDecodeSummary {
+  int64_t drafts = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+
+  bool operator==(const SpecDecodeSummary&) const = default;
+};
+
 enum class TimelineOrigin { kDecode, kProxy };  // whose arrival is t = 0
 
 struct RequestTimeline {
@@ -74,9 +84,10 @@ struct RequestTimeline {
   std::optional<double> tpot_ms;  // null below two tokens
   double e2e_ms = 0;
   std::optional<KvTransferSummary> kv_transfer;  // remotely prefilled requests only
+  std::optional<SpecDecodeSummary> spec_decode;  // requests that verified drafts only
 
   // Times are ms after the origin's arrival; every field is written (ttft_ms and tpot_ms as
-  // null when absent) but `sync` and `kv_transfer`, which are left out when absent.
+  // null when absent) but `sync`, `kv_transfer` and `spec_decode`, left out when absent.
   nlohmann::ordered_json to_json() const;
   // InvalidArgument naming the field ("timeline.spans[2].start_ms ...") for a missing or
   // mistyped field, a version other than 1, an unknown origin, a non-finite time, a negative

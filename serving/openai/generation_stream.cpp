@@ -231,7 +231,7 @@ std::vector<std::string> GenerationStream::on_delta(size_t index, SequenceDelta 
   choice.prompt_tokens = delta.prompt_tokens;
   choice.completion_tokens = delta.completion_tokens;
   finished_choices_.push_back({static_cast<int>(index), delta.timings, delta.remote_prefill,
-                               delta.completion_tokens, handed_over});
+                               delta.completion_tokens, handed_over, delta.spec_decode});
   metrics.record_finished(delta);
   if (--remaining == 0) finish();
   return {};

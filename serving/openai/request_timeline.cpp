@@ -190,6 +190,11 @@ RequestTimeline build_request_timeline(const RequestTimelineInput& input) {
       input.choices.front().timings.kv_ready) {
     timeline.kv_transfer = kv_transfer_summary(*input.choices.front().remote_prefill);
   }
+  if (!input.choices.empty() && input.choices.front().spec_decode.num_drafts > 0) {
+    const SpecDecodeCounts& counts = input.choices.front().spec_decode;
+    timeline.spec_decode =
+        SpecDecodeSummary{counts.num_drafts, counts.num_draft_tokens, counts.num_accepted_tokens};
+  }
   return timeline;
 }
 

@@ -22,6 +22,7 @@ struct ChoiceTimeline {
   std::optional<RemotePrefillStats> remote_prefill;
   int completion_tokens = 0;
   SteadyTime final_delta{};  // the final delta reached the API server
+  SpecDecodeCounts spec_decode;  // its drafts (speculative decoding)
 };
 
 struct RequestTimelineInput {

@@ -19,8 +19,16 @@ QUOTED = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 SPLIT = ("common", "serving", "proxy")
 
 
+# Subfolders of a module that are modules of their own (a room the module delegates to, with
+# its own narrower row).
+NESTED = ("common/engine/spec_decode",)
+
+
 def module_of(path):
     parts = path.replace(os.sep, "/").split("/")
+    for nested in NESTED:
+        if path.replace(os.sep, "/").startswith(nested + "/"):
+            return nested
     if parts[0] == "common":
         return "common/" + parts[1] if len(parts) > 2 else None
     if parts[0] in SPLIT and len(parts) > 2:

@@ -41,6 +41,7 @@ RequestTimeline decode_timeline() {
   timeline.tpot_ms = 25.25;
   timeline.e2e_ms = 90.5;
   timeline.kv_transfer = KvTransferSummary{4096, 2, 15.0, std::nullopt, 7.5, 28, 28};
+  timeline.spec_decode = SpecDecodeSummary{2, 8, 6};
   return timeline;
 }
 
@@ -50,6 +51,7 @@ RequestTimeline proxy_timeline() {
   timeline.origin = TimelineOrigin::kProxy;
   timeline.head_sent_ms.reset();
   timeline.kv_transfer.reset();
+  timeline.spec_decode.reset();
   timeline.tokens_ms = {41.0};
   timeline.output_tokens = 1;
   timeline.tpot_ms.reset();
@@ -79,11 +81,14 @@ TEST(RequestTimelineMessage, WritesTheDocumentedFields) {
   EXPECT_TRUE(args["gb_per_s"].is_number_float());
   EXPECT_TRUE(decode["kv_transfer"]["gb_per_s"].is_null());
   EXPECT_EQ(decode["kv_transfer"]["exposed_ms"], 7.5);
+  EXPECT_EQ(decode["spec_decode"]["accepted_tokens"], 6);
+  EXPECT_EQ(decode["spec_decode"]["acceptance_rate"], 0.75);
 
   const Json proxy = proxy_timeline().to_json();
   EXPECT_EQ(proxy["origin"], "proxy");
   EXPECT_FALSE(proxy.contains("sync"));
   EXPECT_FALSE(proxy.contains("kv_transfer"));
+  EXPECT_FALSE(proxy.contains("spec_decode"));
   EXPECT_TRUE(proxy["tpot_ms"].is_null()) << "written as null, not left out";
 }
 

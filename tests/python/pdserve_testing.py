@@ -196,8 +196,9 @@ def start_colocated(model, extra=(), name="decode"):
     return Target("colocated", node.match.group(2), node.match.group(1), [node], node)
 
 
-def start_1p1d(model, node_extra=(), proxy_extra=(), ucx_tls="tcp"):
-    """pdserve-proxy + one prefill + one decode node registered with it, all on port 0."""
+def start_1p1d(model, node_extra=(), proxy_extra=(), ucx_tls="tcp", decode_extra=()):
+    """pdserve-proxy + one prefill + one decode node registered with it, all on port 0;
+    `decode_extra`: flags of the decode node only."""
     token = {"PDSERVE_CLUSTER_TOKEN": CLUSTER_TOKEN}
     proxy = Process("proxy", [BINARIES["proxy"], "--port", "0", *proxy_extra],
                     r"pdserve-proxy: listening on (http://\S+)", env=token)
@@ -206,7 +207,7 @@ def start_1p1d(model, node_extra=(), proxy_extra=(), ucx_tls="tcp"):
               *node_extra]
     prefill = Process("prefill", [BINARIES["prefill"], *common], r"pdserve-prefill: prefilling (\S+) on (http://\S+)",
                       env=token)
-    decode = Process("decode", [BINARIES["decode"], *common], SERVING_LINE, env=token)
+    decode = Process("decode", [BINARIES["decode"], *common, *decode_extra], SERVING_LINE, env=token)
     wait_until(lambda: sum(n["state"] == "up" for n in get_json(proxy_url + "/cluster",
                                                                headers=cluster_headers())["nodes"]) == 2,
                60, "both nodes registered with the proxy")

@@ -73,5 +73,47 @@ TEST(EngineMetricsTest, APrefillNodeExportsNoTokenCounters) {
   EXPECT_TRUE(has_line(text, "pdserve:node_info{role=\"prefill\",model_name=\"m\"} 1")) << text;
 }
 
+// Issue #30: vLLM's spec-decode series on a node that speculates, none on one that does not.
+TEST(EngineMetricsTest, SpecDecodeCountersFollowTheEngine) {
+  metrics::Registry plain_registry;
+  EngineMetrics plain(plain_registry, "m", NodeRole::kDecode, ServiceStats{});
+  EXPECT_EQ(plain_registry.render().find("spec_decode"), std::string::npos);
+
+  metrics::Registry registry;
+  ServiceStats baseline;
+  baseline.spec_decode_method = "ngram";
+  baseline.spec_decode.accepted_per_position = {1, 0, 0};  // warm-up: excluded
+  baseline.spec_decode.num_drafts = 1;
+  baseline.spec_decode.num_draft_tokens = 3;
+  baseline.spec_decode.num_accepted_tokens = 1;
+  EngineMetrics engine(registry, "m", NodeRole::kDecode, baseline);
+  const std::string text = registry.render();
+  for (const char* name :
+       {"vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total"}) {
+    EXPECT_TRUE(has_line(text, name + kLabels + " 0")) << name << "\n" << text;
+  }
+  ServiceStats later = baseline;
+  later.spec_decode.num_drafts = 5;
+  later.spec_decode.num_draft_tokens = 15;
+  later.spec_decode.num_accepted_tokens = 8;
+  later.spec_decode.accepted_per_position = {5, 3, 1};
+  engine.publish(later, false);
+  const std::string after = registry.render();
+  EXPECT_TRUE(has_line(after, "vllm:spec_decode_num_drafts_total" + kLabels + " 4")) << after;
+  EXPECT_TRUE(has_line(after, "vllm:spec_decode_num_draft_tokens_total" + kLabels + " 12"))
+      << after;
+  EXPECT_TRUE(has_line(after, "vllm:spec_decode_num_accepted_tokens_total" + kLabels + " 7"))
+      << after;
+  EXPECT_TRUE(has_line(after,
+                       "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\","
+                       "engine=\"0\",position=\"0\"} 4"))
+      << after;
+  EXPECT_TRUE(has_line(after,
+                       "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\","
+                       "engine=\"0\",position=\"2\"} 1"))
+      << after;
+}
+
 }  // namespace
 }  // namespace pdserve

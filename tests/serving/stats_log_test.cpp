@@ -67,6 +67,24 @@ class StatsCalls {
   int64_t count_ = 0;
 };
 
+TEST(StatsLogTest, SpecDecodeFiguresAreTheIntervals) {
+  ServiceStats before;
+  before.spec_decode_method = "ngram";
+  before.spec_decode = {2, 6, 3, {2, 1, 0}};
+  ServiceStats now = before;
+  now.spec_decode = {12, 36, 21, {10, 7, 4}};  // 10 rows, 30 drafts, 18 accepted
+  EXPECT_EQ(spec_decode_log(before, now),
+            "; spec decode (ngram): acceptance 60.0% of 30 draft tokens, mean acceptance length "
+            "2.80, per position 0.80/0.60/0.40");
+  EXPECT_EQ(spec_decode_log(now, now), "; spec decode (ngram): no drafts");
+  const std::string line = stats_log_line(before, now, 1.0);
+  EXPECT_NE(line.find("prefix cache hit rate -; spec decode (ngram): acceptance 60.0%"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(stats_log_line(ServiceStats{}, ServiceStats{}, 1.0).find("spec decode"),
+            std::string::npos);
+}
+
 TEST(StatsLogTest, TheLoggerLogsWhileThereIsWorkAndNotWhenIdle) {
   StatsCalls busy_calls;
   testing::internal::CaptureStderr();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -20,12 +21,16 @@
 #include "common/core/log.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
+#include "common/engine/spec_decode/adaptive_speculation.h"
+#include "common/engine/spec_decode/rejection_sampler.h"
+#include "common/engine/spec_decode/speculative_config.h"
 #include "common/sampling/sampler.h"
 #include "common/sampling/stop_checker.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/model_loader.h"
 #include "kernels/model/model_runner.h"
+#include "kernels/model/proposer_factory.h"
 
 namespace pdserve {
 namespace {
@@ -62,6 +67,7 @@ struct Options {
   bool show_stats = false;
   bool print_ids = false;
   std::string logits_out;
+  std::string speculative_config;  // vLLM's JSON; empty: no speculation
 };
 
 double elapsed_ms(Clock::time_point from, Clock::time_point to) {
@@ -195,6 +201,80 @@ Result<std::optional<int32_t>> run_step(Qwen3ModelRunner& runner, const Schedule
   return internal_error("unknown sampling outcome");
 }
 
+// Speculative decoding's figures for the stats line.
+struct SpecDecodeTotals {
+  int64_t drafts = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
+  void add(int num_drafts, int num_accepted) {
+    ++drafts;
+    draft_tokens += num_drafts;
+    accepted_tokens += num_accepted;
+  }
+  double acceptance() const {
+    return draft_tokens == 0 ? 0.0
+                             : static_cast<double>(accepted_tokens) /
+                                   static_cast<double>(draft_tokens);
+  }
+};
+
+// The drafts of the next step, as the engine's SpecDecoder asks for them: only in the decode
+// phase, when the policy lets the sequence speculate, at most k and leaving room for the
+// bonus token within max_tokens. A proposer error means no drafts this step.
+std::vector<int32_t> propose_drafts(Proposer& proposer, AdaptiveSpeculation& policy,
+                                    const Sequence& seq, int k) {
+  if (seq.is_prefilling() || seq.num_output_tokens() == 0) return {};
+  const int room = seq.sampling_params().max_tokens - seq.num_output_tokens() - 1;
+  const int max_proposals = std::min(k, room);
+  if (max_proposals < 1 || !policy.should_propose(seq.id())) return {};
+  const ProposalRequest request{seq.id(), seq.tokens(), max_proposals};
+  std::vector<int32_t> drafts;
+  const Status proposed =
+      proposer.propose(std::span<const ProposalRequest>(&request, 1), std::span(&drafts, 1));
+  if (!proposed.ok()) {
+    PDS_LOG_WARN("speculative decoding: no drafts this step: " + proposed.to_string());
+    return {};
+  }
+  if (drafts.size() > static_cast<size_t>(max_proposals)) {
+    drafts.resize(static_cast<size_t>(max_proposals));
+  }
+  return drafts;
+}
+
+// One verify step (the sequence's last token and its drafts through the model), then the
+// rejection sampler over the 1 + k logits rows it leaves in `logits`.
+Result<VerifiedRun> verify_step(Qwen3ModelRunner& runner, ScheduledSequence entry,
+                                const std::vector<int32_t>& drafts, uint64_t step,
+                                RejectionSampler& verifier, SamplerRng& rng,
+                                std::vector<float>& logits) {
+  const Sequence& seq = *entry.sequence;
+  entry.verify_tokens.push_back(seq.tokens().back());
+  entry.verify_tokens.insert(entry.verify_tokens.end(), drafts.begin(), drafts.end());
+  entry.num_new_tokens = static_cast<int>(entry.verify_tokens.size());
+  entry.samples = true;
+  ScheduledBatch batch;
+  batch.step = step;
+  batch.entries = {entry};
+  batch.num_verify_rows = 1;
+  batch.num_batched_tokens = entry.num_new_tokens;
+  batch.num_samples = 1;
+  const size_t vocab = static_cast<size_t>(runner.vocab_size());
+  logits.resize(static_cast<size_t>(entry.num_new_tokens) * vocab);
+  if (runner.samples_on_device()) {
+    // Nothing is drawn on the device for a verify row (params null): it is verified here.
+    const SamplingRow row{};
+    PDS_RETURN_IF_ERROR(runner.launch_step(batch, std::span<const SamplingRow>(&row, 1), {}));
+    const std::span<const int32_t> no_mask;
+    SampledRow ignored;
+    PDS_RETURN_IF_ERROR(runner.sample_step(std::span<const std::span<const int32_t>>(&no_mask, 1),
+                                           std::span<SampledRow>(&ignored, 1), logits));
+  } else {
+    PDS_RETURN_IF_ERROR(runner.execute(batch, logits, {}));
+  }
+  PDS_RETURN_IF_ERROR(runner.token_logits(0, 0, entry.num_new_tokens, logits));
+  return verifier.verify(seq, drafts, logits, runner.vocab_size(), rng);
+}
+
 Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
@@ -211,6 +291,10 @@ Status run(const Options& options) {
     return invalid_argument("give exactly one of --prompt and --prompt-ids (a non-empty prompt)");
   }
   if (options.chat && !options.prompt_ids.empty()) return invalid_argument("--chat needs --prompt");
+  std::optional<SpeculativeConfig> speculative;
+  if (!options.speculative_config.empty()) {
+    PDS_ASSIGN_OR_RETURN(speculative, parse_speculative_config(options.speculative_config));
+  }
 
   const auto load_start = Clock::now();
   PDS_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(options.model, load_options));
@@ -263,9 +347,11 @@ Status run(const Options& options) {
   ModelRunnerConfig runner_config;
   runner_config.block_size = options.block_size;
   runner_config.kv_dtype = kv_dtype;
-  runner_config.limits.max_num_tokens =
-      std::max(1, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
-  runner_config.limits.max_num_seqs = 1;
+  // A verify step computes 1 + k tokens and reads their k + 1 logits rows.
+  const int verify_tokens = speculative ? speculative->num_speculative_tokens + 1 : 1;
+  runner_config.limits.max_num_tokens = std::max(
+      verify_tokens, std::min<int>(options.max_prefill_tokens, static_cast<int>(prompt.size())));
+  runner_config.limits.max_num_seqs = verify_tokens;
   runner_config.limits.max_model_len = static_cast<int>(context_len);
   if (on_device && !options.kv_cache_memory_gib) {
     runner_config.gpu_memory_utilization = options.gpu_memory_utilization;
@@ -300,9 +386,30 @@ Status run(const Options& options) {
   SamplerRng rng = SamplerRng::for_request(params, std::random_device{}());
   IncrementalDetokenizer detokenizer(tokenizer);
   std::vector<float> sampled_logits;  // --logits-out: the row each output token came from
+  std::unique_ptr<Proposer> proposer;
+  if (speculative) {
+    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*speculative, loaded));
+  }
+  std::optional<AdaptiveSpeculation> policy;
+  if (speculative) policy.emplace(speculative->num_speculative_tokens);
+  RejectionSampler verifier;
+  std::vector<float> verify_logits;
+  SpecDecodeTotals spec_totals;
 
   const auto start = Clock::now();
   Clock::time_point first_token_time;
+  // Appends a token and streams its text; true when it ends the sequence.
+  const auto append = [&](int32_t token, std::span<const float> row) -> Result<bool> {
+    if (!options.logits_out.empty()) sampled_logits.insert(sampled_logits.end(), row.begin(), row.end());
+    const FinishReason finish = seq.append_output_token(token);
+    if (seq.num_output_tokens() == 1) first_token_time = Clock::now();
+    if (!options.print_ids) {
+      PDS_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(token));
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return finish != FinishReason::kNone;
+  };
   for (uint64_t step = 1;; ++step) {
     // One entry: the next prompt chunk (at most max_num_tokens), or the last sampled token.
     ScheduledSequence entry;
@@ -312,27 +419,45 @@ Status run(const Options& options) {
         std::min(seq.num_uncomputed_tokens(), runner_config.limits.max_num_tokens);
     entry.samples = entry.num_cached_before + entry.num_new_tokens == seq.num_tokens();
     entry.block_table = block_table;
+    const std::vector<int32_t> drafts =
+        proposer ? propose_drafts(*proposer, *policy, seq, speculative->num_speculative_tokens)
+                 : std::vector<int32_t>();
+    if (!drafts.empty()) {
+      const auto verify_start = Clock::now();
+      PDS_ASSIGN_OR_RETURN(const VerifiedRun run,
+                           verify_step(*runner, entry, drafts, step, verifier, rng,
+                                       verify_logits));
+      policy->record_verify(seq.id(), run.num_accepted);
+      spec_totals.add(static_cast<int>(drafts.size()), run.num_accepted);
+      bool finished = false;
+      int appended = 0;
+      const size_t vocab = static_cast<size_t>(config.vocab_size);
+      for (const SampleResult& token : run.tokens) {
+        const std::span<const float> row(verify_logits.data() + static_cast<size_t>(appended) * vocab,
+                                         vocab);
+        ++appended;
+        PDS_ASSIGN_OR_RETURN(finished, append(token.token, row));
+        if (finished) break;
+      }
+      seq.set_num_computed_tokens(entry.num_cached_before + appended);
+      policy->record_step(1, 1, Clock::now() - verify_start);
+      if (finished) break;
+      continue;
+    }
     ScheduledBatch batch;
     batch.step = step;
     batch.entries = {entry};
     batch.num_decodes = seq.is_prefilling() ? 0 : 1;
     batch.num_batched_tokens = entry.num_new_tokens;
     batch.num_samples = entry.samples ? 1 : 0;
+    const auto step_start = Clock::now();
     PDS_ASSIGN_OR_RETURN(const std::optional<int32_t> token,
                          run_step(*runner, batch, sampler, rng, logits));
     seq.set_num_computed_tokens(entry.num_cached_before + entry.num_new_tokens);
     if (!token) continue;
-    if (!options.logits_out.empty()) {
-      sampled_logits.insert(sampled_logits.end(), logits.begin(), logits.end());
-    }
-    const FinishReason finish = seq.append_output_token(*token);
-    if (seq.num_output_tokens() == 1) first_token_time = Clock::now();
-    if (!options.print_ids) {
-      PDS_ASSIGN_OR_RETURN(std::string piece, detokenizer.push(*token));
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (finish != FinishReason::kNone) break;
+    if (policy && batch.num_decodes == 1) policy->record_step(1, 0, Clock::now() - step_start);
+    PDS_ASSIGN_OR_RETURN(const bool finished, append(*token, logits));
+    if (finished) break;
   }
   const std::vector<int32_t> output(seq.output_tokens().begin(), seq.output_tokens().end());
   const auto end = Clock::now();
@@ -360,6 +485,15 @@ Status run(const Options& options) {
                  prompt.size(), output.size(), ttft_ms, tpot_ms, tokens_per_second,
                  std::string(device_kind_name(loaded.backend->kind())).c_str(),
                  std::string(dtype_name(model.weight_dtype())).c_str(), load_ms, peak_rss_mib());
+    if (speculative) {
+      std::fprintf(stderr,
+                   "spec_decode_method=%s num_drafts=%lld num_draft_tokens=%lld "
+                   "num_accepted_tokens=%lld acceptance_rate=%.3f\n",
+                   std::string(speculative_method_name(speculative->method)).c_str(),
+                   static_cast<long long>(spec_totals.drafts),
+                   static_cast<long long>(spec_totals.draft_tokens),
+                   static_cast<long long>(spec_totals.accepted_tokens), spec_totals.acceptance());
+    }
   }
   return {};
 }
@@ -429,6 +563,10 @@ int main(int argc, char** argv) {
                "(decode), device, dtype, load_ms and peak_rss_mib to stderr");
   app.add_flag("--print-ids", options.print_ids,
                "Print the generated token ids as one JSON array instead of the text");
+  app.add_option("--speculative-config", options.speculative_config,
+                 "Speculative decoding, as vLLM's JSON, e.g. {\"method\": \"ngram\", "
+                 "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 3} "
+                 "(docs/SPECULATIVE.md); greedy output is unchanged");
   app.add_option("--logits-out", options.logits_out,
                  "Write the float32 logits each generated token was sampled from to this "
                  ".npy file (one row per token)");

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""End to end, issue #30: speculative decoding with prompt lookup (--speculative-config
+'{"method": "ngram", ...}') on real processes. Greedy outputs of concurrent requests whose
+prompts repeat text (so that drafts are proposed, accepted and rejected) must be identical
+(text, finish reason, usage) to a colocated node without speculation:
+1. a colocated node that speculates;
+2. a 1P1D cluster (proxy, prefill node, decode node over UCX tcp) whose decode node speculates
+   (the prefill node never does): the decode side proposes from the prompt it imported;
+3. pdserve-generate with and without the flag.
+The nodes that speculate export vLLM's spec-decode counters with drafts in them, and each
+request's timeline reports its drafts; a bad config or method exits 2 with its name.
+
+Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR (set by CTest).
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.environ.get("PDSERVE_SOURCE_DIR", "."), "tests/python"))
+import pdserve_testing as t  # noqa: E402
+
+MAX_TOKENS = 24
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+                   "prompt_lookup_max": 3})
+PHRASES = ["the cat sat on the mat", "def add(a, b): return a + b", "KV blocks travel over UCX",
+           "one two three four five", "speculative decoding checks drafts", "a b c d e f g",
+           "print('hello world')", "red green blue red green blue"]
+PROMPTS = [" ".join([phrase] * (3 + i % 3)) for i, phrase in enumerate(PHRASES)]
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+
+
+def complete_all(target):
+    def one(prompt):
+        status, body = t.http("POST", target.url + "/v1/completions",
+                              {"model": target.name, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                               "temperature": 0, "ignore_eos": True}, timeout=120)
+        t.expect_equal(status, 200, f"HTTP status ({body[:300]})")
+        answer = json.loads(body)
+        choice = answer["choices"][0]
+        usage = answer["usage"]
+        return choice["text"], choice["finish_reason"], usage["prompt_tokens"], usage["completion_tokens"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(PROMPTS)) as pool:
+        return list(pool.map(one, PROMPTS))
+
+
+def expect_drafts(url, what):
+    drafts = t.metric(url, DRAFT_TOKENS)
+    accepted = t.metric(url, ACCEPTED_TOKENS)
+    t.expect(drafts > 0, f"{what}: no draft tokens verified")
+    t.expect(0 < accepted <= drafts, f"{what}: {accepted} accepted of {drafts} drafts")
+    print(f"{what}: {accepted:.0f} of {drafts:.0f} draft tokens accepted", flush=True)
+
+
+def check_timeline(target):
+    status, body = t.http("POST", target.url + "/v1/completions",
+                          {"model": target.name, "prompt": PROMPTS[0], "max_tokens": MAX_TOKENS,
+                           "temperature": 0, "ignore_eos": True},
+                          headers={"X-Pdserve-Timeline": "1"}, timeout=120)
+    t.expect_equal(status, 200, f"HTTP status ({body[:300]})")
+    spec = json.loads(body)["usage"]["pdserve_timeline"].get("spec_decode")
+    t.expect(spec is not None and spec["draft_tokens"] > 0, f"timeline's spec_decode: {spec}")
+    t.expect(0 <= spec["accepted_tokens"] <= spec["draft_tokens"], f"timeline's spec_decode: {spec}")
+
+
+def main():
+    t.set_deadline(540)
+    # Tied embeddings: a random model's greedy output repeats the prompt's last token, so
+    # prompt lookup's drafts are accepted (the engine tests cover rejections in depth).
+    model = t.make_model("tiny-tied", untie=False)
+    reference_target = t.start_colocated(model, name="reference")
+    reference = complete_all(reference_target)
+    reference_target.stop()
+    state = {}
+
+    def colocated():
+        target = t.start_colocated(model, extra=("--speculative-config", SPEC), name="colocated-spec")
+        state["colocated"] = target
+        t.expect_equal(complete_all(target), reference, "colocated outputs with speculation")
+        expect_drafts(target.url, "colocated")
+        check_timeline(target)
+        target.stop()
+
+    def disaggregated():
+        target = t.start_1p1d(model, decode_extra=("--speculative-config", SPEC))
+        state["1p1d"] = target
+        t.expect_equal(complete_all(target), reference, "1P1D outputs with a speculating decode node")
+        decode_url = target.decode.match.group(2)
+        expect_drafts(decode_url, "1P1D decode node")
+        t.expect_equal(t.metric(decode_url, "pdserve:remote_prefill_fallbacks_total"), 0.0,
+                       "remote prefill fallbacks (the prompts were prefilled remotely)")
+        target.stop()
+
+    def generate():
+        for prompt in PROMPTS[:3]:
+            plain = t.generate_greedy(model, prompt, MAX_TOKENS)
+            speculative = t.generate_greedy(model, prompt, MAX_TOKENS, extra=("--speculative-config", SPEC))
+            t.expect_equal(speculative, plain, f"pdserve-generate with speculation on {prompt!r}")
+
+    def bad_configs():
+        for config, expected in [('{"method": "ngram"}', "num_speculative_tokens"),
+                                 ('{"method": "ngram", "num_speculative_tokens": 2, "typo": 1}', "typo"),
+                                 ('{"method": "draft_model", "model": "x", "num_speculative_tokens": 2}',
+                                  "draft_model")]:
+            for binary, args in [("decode", ["--port", "0", *t.DEFAULT_NODE_ARGS]),
+                                 ("generate", ["--prompt", "hi", "--max-new-tokens", "2", "--threads", "1"])]:
+                result = subprocess.run([t.BINARIES[binary], "--model", model, *args,
+                                         "--speculative-config", config], capture_output=True, timeout=120)
+                t.expect_equal(result.returncode, 2, f"{binary} exit code for {config}")
+                t.expect(expected in result.stderr.decode(), f"{binary}: {result.stderr.decode()[:300]}")
+
+    failed = t.run_checks([("colocated node speculates, same outputs", colocated),
+                           ("1P1D decode node speculates, same outputs", disaggregated),
+                           ("pdserve-generate speculates, same outputs", generate),
+                           ("bad --speculative-config exits 2", bad_configs)])
+    targets = [target for target in state.values()]
+    t.finish(failed, targets[-1] if targets else None)
+
+
+if __name__ == "__main__":
+    main()
