@@ -50,6 +50,7 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
       .gauge("pdserve:node_info", "The node's role and served model (always 1).",
              {{"role", std::string(node_role_name(role))}, {"model_name", model_name}})
       .set(1.0);
+  if (baseline.kv_tiers.enabled) kv_tiers_ = std::make_unique<KvTierMetrics>(registry, model_name);
   if (role != NodeRole::kDecode) return;
   prompt_tokens_ =
       &registry.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
@@ -102,6 +103,7 @@ void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
           last_.remote_prefills_served_from_cache_total);
   advance(kv_import_hold_expired_, stats.kv_import_hold_expired_total,
           last_.kv_import_hold_expired_total);
+  if (kv_tiers_) kv_tiers_->publish(stats.kv_tiers, last_.kv_tiers);
   last_ = stats;
 }
 

@@ -3,12 +3,14 @@
 // for the rest. Every series exists from construction, at zero.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "common/cluster/cluster_messages.h"
 #include "common/engine/inference_service.h"
 #include "common/metrics/metrics.h"
+#include "serving/kv_tier_metrics.h"
 
 namespace pdserve {
 
@@ -46,6 +48,7 @@ class EngineMetrics {
   metrics::Counter* remote_prefill_fallbacks_ = nullptr;
   metrics::Counter* remote_prefills_served_from_cache_ = nullptr;
   metrics::Counter* kv_import_hold_expired_ = nullptr;
+  std::unique_ptr<KvTierMetrics> kv_tiers_;  // a node with lower KV tiers only
   std::mutex mutex_;
   ServiceStats last_;  // guarded by mutex_
 };

@@ -8,7 +8,9 @@
 //    strings (a match ends the sequence at once), a resumed stream's catch-up;
 //  * prompt logprobs, for the requests that ask, to a PromptLogprobCollector;
 //  * KV moving between nodes to a KvTransferCoordinator (kv_transfer_coordinator.h): imports
-//    and exports on the connector, their blocks pinned until the connector releases them.
+//    and exports on the connector, their blocks pinned until the connector releases them;
+//  * the lower KV tiers, when the node has them, to a KvTierCoordinator
+//    (kv_tier_coordinator.h): offloads of cached blocks, reloads of prefix hits.
 // A request with a structured output has a ConstraintMatcher that follows its output tokens:
 // the sampled token, the prefill node's first token or a resumed stream's tokens advance it.
 // Preemption keeps the output, so the matcher stays in step with it.
@@ -30,6 +32,7 @@
 #include "common/engine/batch_sampler.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
+#include "common/engine/kv_tier_coordinator.h"
 #include "common/engine/kv_transfer_coordinator.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/output_processor.h"
@@ -47,11 +50,13 @@ void deliver_delta(const DeltaSink& sink, SequenceDelta delta);
 class EngineCore : private ImportListener {
  public:
   // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
-  // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node) must
-  // outlive the core.
+  // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node, and
+  // `tiers`, when given: the node's lower KV tiers) must outlive the core.
   static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
                                                     Tokenizer tokenizer,
-                                                    KvConnector* connector = nullptr);
+                                                    KvConnector* connector = nullptr,
+                                                    KvTierStore* tiers = nullptr,
+                                                    KvTierPolicy tier_policy = {});
   // Its units keep references into it.
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -73,8 +78,10 @@ class EngineCore : private ImportListener {
   bool step();
 
   bool has_unfinished() const { return !requests_.empty(); }
-  // Requests or KV transfers (pinned blocks) still in flight.
-  bool has_pending_work() const { return !requests_.empty() || kv_transfers_.has_pinned(); }
+  // Requests, KV transfers or tier copies (pinned or held blocks) still in flight.
+  bool has_pending_work() const {
+    return !requests_.empty() || kv_transfers_.has_pinned() || kv_tiers_.busy();
+  }
   ServiceStats stats() const;
   // The block manager's prefix-cache journal and keys (BlockManager::take_prefix_cache_changes,
   // registered_keys).
@@ -97,9 +104,11 @@ class EngineCore : private ImportListener {
     bool report_sampler_state = false;
     std::optional<ConstraintMatcher> grammar;  // a structured output's state
     RequestOutput output;                      // its text and what its deltas report
+    // An import waiting for a tier reload of its prefix (KvTierCoordinator::start_import_load).
+    std::optional<InferenceRequest> pending_import;
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
-             KvConnector* connector);
+             KvConnector* connector, KvTierStore* tiers, KvTierPolicy tier_policy);
 
   // A remote prefill; for a resumed stream, of its prompt and delivered tokens (a prefix
   // cached here in full leaves nothing to import: it is added as add_resumed does).
@@ -121,6 +130,9 @@ class EngineCore : private ImportListener {
                           RemotePrefillResult result) override;
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, SeqId seq_id, RemotePrefillStats stats) override;
+  // A tier reload before an import ended: the import starts for the tokens still missing (or,
+  // when the reload was given up or the import cannot start, the request is prefilled here).
+  void start_pending_import(RequestState& state, bool given_up);
   // Before the forward: starts the exports of the batch's requests whose prompt this step
   // completes and that export their KV; a request whose export cannot start is aborted and
   // recorded in `failures`.
@@ -158,6 +170,7 @@ class EngineCore : private ImportListener {
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvTransferCoordinator kv_transfers_;
+  KvTierCoordinator kv_tiers_;
   SamplerRng seed_source_;  // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;

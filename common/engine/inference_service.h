@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/core/status.h"
+#include "common/engine/kv_tier.h"
 #include "common/engine/remote_kv.h"
 #include "common/grammar/constraint.h"
 #include "common/sampling/prompt_logprobs.h"
@@ -73,6 +74,16 @@ struct PrefillChunkTiming {
   int batch_tokens = 0;   // all tokens of the step (other requests' too)
 };
 
+// A prefix reloaded from the lower KV tiers before the rest of the prompt was computed.
+struct KvReloadTiming {
+  SteadyTime start{};
+  SteadyTime end{};
+  int host_blocks = 0;
+  int disk_blocks = 0;
+  int tokens = 0;  // tokens whose KV landed (0: the reload failed; they were computed)
+  bool ok = false;
+};
+
 struct RequestTimings {
   SteadyTime arrival{};
   std::optional<SteadyTime> first_scheduled;  // left the waiting queue
@@ -80,6 +91,7 @@ struct RequestTimings {
   std::optional<SteadyTime> kv_ready;  // imported requests: the remote KV has landed
   std::optional<SteadyTime> finished;
   std::vector<PrefillChunkTiming> prefill_chunks;  // prompt computed here (not the cached part)
+  std::optional<KvReloadTiming> kv_reload;
 };
 
 struct SequenceDelta {
@@ -138,6 +150,8 @@ struct ServiceStats {
   // Reserved import blocks freed only at their hold deadline: no confirmation came that no put
   // of the prefill node could still land (a lost prefill node, or a bug: issue #34).
   int64_t kv_import_hold_expired_total = 0;
+  // The lower KV tiers (host memory, disk), when the node has them (kv_tier.h).
+  KvTierStats kv_tiers;
 };
 
 struct ModelInfo {
