@@ -35,6 +35,7 @@ class HostTier {
   int num_free() const { return static_cast<int>(free_.size()); }
   int num_held() const { return num_slots() - num_free(); }
   int num_spilling() const { return num_spilling_; }
+  int num_ready() const { return static_cast<int>(lru_.size()); }
   uint64_t block_bytes() const { return block_bytes_; }
   std::byte* data(int slot) { return memory_.get() + static_cast<uint64_t>(slot) * block_bytes_; }
   Slot& slot(int index) { return slots_.at(static_cast<size_t>(index)); }

@@ -612,8 +612,7 @@ void TierStore::verify(TierJobId id) {
 KvTierStats TierStore::stats() const {
   std::lock_guard lock(mutex_);
   KvTierStats stats = stats_;
-  const int ready = static_cast<int>(host_->keys().size());
-  stats.host.blocks = ready;
+  stats.host.blocks = host_->num_ready();
   stats.host.bytes = static_cast<int64_t>(host_->num_held()) * static_cast<int64_t>(block_bytes());
   if (disk_) {
     stats.disk.blocks = disk_->num_blocks();
