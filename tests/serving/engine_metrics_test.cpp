@@ -93,7 +93,7 @@ TEST(EngineMetricsTest, KvTierSeriesExistOnlyWithTiersAndFollowTheirFigures) {
   later.kv_tiers.queried_tokens_total = 96;
   later.kv_tiers.reloaded_tokens_total = 64;
   later.kv_tiers.host = {3, 3000, 8000, 2};
-  later.kv_tiers.disk = {5, 5500, 100000, 1};
+  later.kv_tiers.disk = {5, 5500, 90000, 1};
   later.kv_tiers.reloads_total = 3;
   later.kv_tiers.reloads_failed_total = 1;
   later.kv_tiers.reloads_declined_total = 4;
@@ -107,7 +107,7 @@ TEST(EngineMetricsTest, KvTierSeriesExistOnlyWithTiersAndFollowTheirFigures) {
   EXPECT_TRUE(has_line(text, "vllm:external_prefix_cache_hits_total" + kLabels + " 64"));
   EXPECT_TRUE(has_line(text, "pdserve:kv_tier_blocks{tier=\"host\"} 3")) << text;
   EXPECT_TRUE(has_line(text, "pdserve:kv_tier_bytes{tier=\"disk\"} 5500")) << text;
-  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_capacity_bytes{tier=\"disk\"} 100000")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_capacity_bytes{tier=\"disk\"} 90000")) << text;
   EXPECT_TRUE(has_line(text, "pdserve:kv_tier_hit_blocks_total{tier=\"host\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "pdserve:kv_tier_reloads_total{outcome=\"landed\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "pdserve:kv_tier_reloads_total{outcome=\"failed\"} 1")) << text;
