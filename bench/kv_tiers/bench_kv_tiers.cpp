@@ -181,10 +181,10 @@ int run(const Options& options) {
       spill_best = std::max(spill_best, gbps(bytes, seconds_since(spill_start)));
       const KvTierStats stats = store->stats();
       std::vector<TierReload> on_disk;
-      for (const TierReload& reload : reloads) {
-        if (store->match({&ids[static_cast<size_t>(&reload - reloads.data())], 1}) ==
-            std::vector<KvTier>{KvTier::kDisk}) {
-          on_disk.push_back(reload);
+      for (int i = 0; i < options.blocks; ++i) {
+        const TieredBlockId& id = ids[static_cast<size_t>(i)];
+        if (store->match({&id, 1}) == std::vector<KvTier>{KvTier::kDisk}) {
+          on_disk.push_back({id.key, options.blocks + i});
         }
       }
       evict_page_cache(options.dir);

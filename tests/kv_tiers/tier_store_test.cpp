@@ -223,6 +223,27 @@ TEST_F(TierStoreTest, TheHostTierEvictsItsLeastRecentlyUsedBlockForGoodWithoutAD
   EXPECT_EQ(store->tiered_keys(), (std::vector<uint64_t>{c.key, a.key}));
 }
 
+TEST_F(TierStoreTest, AFullHostTierTakesAWholeNewBatchByEvictingTheOldOne) {
+  auto store = make_store(4, 0);
+  std::vector<TierOffload> first;
+  std::vector<TierOffload> second;
+  for (int i = 0; i < 4; ++i) {
+    first.push_back({block_id(kRootBlockHash, 10 * (i + 1)), i});
+    second.push_back({block_id(kRootBlockHash, 100 * (i + 1)), i});
+  }
+  for (const auto* batch : {&first, &second}) {
+    Result<TierJobId> job = store->start_offload(*batch);
+    ASSERT_TRUE(job.ok()) << job.status().to_string();
+    ASSERT_EQ(wait(*store, *job).blocks, 4);
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(store->holds(first[static_cast<size_t>(i)].id.key)) << i;
+    EXPECT_EQ(store->match({&second[static_cast<size_t>(i)].id, 1}),
+              std::vector<KvTier>{KvTier::kHost})
+        << i;
+  }
+}
+
 TEST_F(TierStoreTest, TheHostTierSpillsToDiskAndADiskHitReloadsTheSameBytes) {
   auto store = make_store(2, 8);
   const TieredBlockId a = block_id(kRootBlockHash, 10);
