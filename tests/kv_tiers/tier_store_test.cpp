@@ -67,9 +67,10 @@ class TierStoreTest : public ::testing::Test {
     pool_.resize(layout_.total_bytes());
     for (size_t i = 0; i < pool_.size(); ++i) pool_[i] = static_cast<std::byte>(i * 7 + 3);
     copier_ = std::make_shared<kv_transfer::HostPoolCopier>(pool_.data(), pool_.size());
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::ranges::replace(name, '/', '_');  // a parameterized test's name has one
     dir_ = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-kv-tiers" /
-           (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
-            std::to_string(::getpid()));
+           (name + "-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     files_ = std::make_shared<FaultyFiles>();
