@@ -33,6 +33,10 @@ std::uint64_t block_checksum(const std::byte* pool, const KvLayout& layout, int3
   return XXH3_64bits_digest(state.get());
 }
 
+std::uint64_t bytes_checksum(std::span<const std::byte> bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
+
 std::vector<std::uint64_t> prompt_block_checksums(const std::byte* pool, const KvLayout& layout,
                                                   std::span<const int32_t> blocks, int first_block,
                                                   int num_prompt_tokens) {

@@ -30,6 +30,10 @@ namespace pdserve::kv_transfer {
 std::uint64_t block_checksum(const std::byte* pool, const KvLayout& layout, int32_t block,
                              int tokens);
 
+// XXH3-64 of contiguous bytes: a block's copy in a lower KV tier (kv_tiers/), whose layout is
+// the tier's own.
+std::uint64_t bytes_checksum(std::span<const std::byte> bytes);
+
 // One checksum per prompt block first_block.. of a prompt of `num_prompt_tokens` tokens, whose
 // blocks here are `blocks` (blocks[i] holds prompt block first_block + i; the last one may be
 // partial).

@@ -8,8 +8,69 @@
 #include "common/core/log.h"
 #include "kernels/model/model_runner.h"
 #include "kernels/model/proposer_factory.h"
+#include "kv_tiers/tier_store.h"
+#include "kv_transfer/cuda_pool_copier.h"
+#include "kv_transfer/host_pool_copier.h"
 
 namespace pdserve {
+namespace {
+
+constexpr double kBytesPerGib = static_cast<double>(1ull << 30);
+
+bool positive_finite(double value) {
+  return value > 0 && std::isfinite(value);
+}
+
+Status check_kv_tier_settings(const EngineConfig& config) {
+  if (!(config.kv_offload_host_gib >= 0) || !std::isfinite(config.kv_offload_host_gib)) {
+    return invalid_argument("--kv-offload-host-gib must be a number >= 0");
+  }
+  const bool disk_dir = !config.kv_offload_disk_dir.empty();
+  if (disk_dir && config.kv_offload_host_gib == 0) {
+    return invalid_argument(
+        "--kv-offload-disk-dir needs --kv-offload-host-gib: the disk tier is below the host tier");
+  }
+  if (disk_dir != (config.kv_offload_disk_gib != 0)) {
+    return invalid_argument("--kv-offload-disk-dir and --kv-offload-disk-gib go together");
+  }
+  if (disk_dir && !positive_finite(config.kv_offload_disk_gib)) {
+    return invalid_argument("--kv-offload-disk-gib must be a positive number");
+  }
+  return Status::ok_status();
+}
+
+// The node's tier store over its pool, with a copier of its own (pinned host memory and a copy
+// stream on CUDA, a worker thread on the CPU).
+Result<std::unique_ptr<KvTierStore>> make_kv_tier_store(const KvCache& pool,
+                                                        const std::filesystem::path& model_dir,
+                                                        const EngineConfig& config) {
+  kv_tiers::TierStoreOptions options;
+  options.layout = pool.layout();
+  options.host_capacity_bytes = static_cast<uint64_t>(config.kv_offload_host_gib * kBytesPerGib);
+  options.disk_dir = config.kv_offload_disk_dir;
+  options.disk_capacity_bytes = static_cast<uint64_t>(config.kv_offload_disk_gib * kBytesPerGib);
+  options.fingerprint = kv_tiers::kv_tier_fingerprint(model_dir, pool.layout());
+  if (pool.device() == DeviceKind::kCuda) {
+    PDS_ASSIGN_OR_RETURN(std::unique_ptr<kv_transfer::PoolCopier> copier,
+                         kv_transfer::make_cuda_pool_copier(pool.data(), pool.size_bytes()));
+    options.copier = std::move(copier);
+  } else {
+    options.copier = std::make_shared<kv_transfer::HostPoolCopier>(
+        static_cast<std::byte*>(pool.data()), pool.size_bytes());
+  }
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<kv_tiers::TierStore> store,
+                       kv_tiers::TierStore::create(std::move(options)));
+  const KvTierStats stats = store->stats();
+  PDS_LOG_INFO("KV tiers: host " + std::to_string(stats.host.capacity_bytes >> 20) + " MiB" +
+               (config.kv_offload_disk_dir.empty()
+                    ? std::string()
+                    : ", disk " + std::to_string(stats.disk.capacity_bytes >> 20) + " MiB in " +
+                          config.kv_offload_disk_dir + " (" + std::to_string(stats.disk.blocks) +
+                          " blocks kept)"));
+  return std::unique_ptr<KvTierStore>(std::move(store));
+}
+
+}  // namespace
 
 Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer tokenizer,
                                                    const EngineConfig& config,
@@ -24,6 +85,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
     return invalid_argument("--kv-cache-memory-gib must be a positive number");
   }
   PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(config.gpu_memory_utilization));
+  PDS_RETURN_IF_ERROR(check_kv_tier_settings(config));
   if (config.block_size < 1 || config.block_size > 256) {
     return invalid_argument("--block-size must be in [1, 256], got " +
                             std::to_string(config.block_size));
@@ -82,6 +144,7 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   engine_config.model_name =
       config.served_model_name.empty() ? model.default_name : config.served_model_name;
   engine_config.generation_defaults = model.sampling_defaults();
+  engine_config.kv_tier_policy = config.kv_tier_policy;
   std::unique_ptr<KvConnector> connector;
   if (connector_factory) {
     PDS_ASSIGN_OR_RETURN(connector, connector_factory(runner->kv_cache()));
@@ -91,8 +154,14 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
     PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*config.speculative, model));
     engine_config.speculative = config.speculative;
   }
+  std::unique_ptr<KvTierStore> tiers;
+  if (config.kv_offload_host_gib > 0) {
+    PDS_ASSIGN_OR_RETURN(tiers, make_kv_tier_store(runner->kv_cache(), model.model_dir, config));
+  }
   return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config),
-                           std::move(connector), std::move(proposer));
+                           {.connector = std::move(connector),
+                            .tiers = std::move(tiers),
+                            .proposer = std::move(proposer)});
 }
 
 }  // namespace pdserve

@@ -1,6 +1,7 @@
 // Assembles a serving engine for a loaded model from a node's settings (the serving binaries'
-// flags): the KV pool sized by its memory budget, the scheduler, the model runner and, on a
-// disaggregated node, the KV connector over the pool.
+// flags): the KV pool sized by its memory budget, the scheduler, the model runner, on a
+// disaggregated node the KV connector over the pool, and the lower KV tiers when asked for
+// (their keys reach the heartbeats through LlmEngine::tiered_key_source()).
 #pragma once
 
 #include <functional>
@@ -39,6 +40,12 @@ struct EngineConfig {
   std::optional<DType> kv_cache_dtype;
   // Speculative decoding (--speculative-config on pdserve-decode; never on a prefill node).
   std::optional<SpeculativeConfig> speculative;
+  // Lower KV tiers (issue #32, kv_tiers/): host memory for prefix-cache blocks evicted from the
+  // pool (0: no tiers), and below it a disk folder with its byte budget (empty: none).
+  double kv_offload_host_gib = 0;
+  std::string kv_offload_disk_dir;
+  double kv_offload_disk_gib = 0;
+  KvTierPolicy kv_tier_policy;
 };
 
 // Builds a disaggregated node's KV connector over the engine's pool (which outlives it).
@@ -48,8 +55,9 @@ using KvConnectorFactory = std::function<Result<std::unique_ptr<KvConnector>>(co
 // gpu_memory_utilization leaves after a profiling step (Qwen3ModelRunner; the figures are
 // logged). On CUDA one block is held back from the scheduler for the decode graphs.
 // InvalidArgument for settings out of range, ResourceExhausted when the budget holds no
-// block, the model does not fit or the backend cannot allocate the pool. `model` must outlive
-// the engine, which is returned not yet started.
+// block, the model does not fit or the backend cannot allocate the pool; InvalidArgument for a
+// KV tier setting out of range or a disk tier folder that is missing or not writable. `model` must
+// outlive the engine, which is returned not yet started.
 Result<std::unique_ptr<LlmEngine>> make_llm_engine(
     LoadedModel& model, Tokenizer tokenizer, const EngineConfig& config,
     const KvConnectorFactory& connector_factory = {});

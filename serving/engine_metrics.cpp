@@ -52,6 +52,7 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
       .gauge("pdserve:node_info", "The node's role and served model (always 1).",
              {{"role", std::string(node_role_name(role))}, {"model_name", model_name}})
       .set(1.0);
+  if (baseline.kv_tiers.enabled) kv_tiers_ = std::make_unique<KvTierMetrics>(registry, model_name);
   if (role != NodeRole::kDecode) return;
   if (!baseline.spec_decode_method.empty()) {
     spec_drafts_ = &registry.counter("vllm:spec_decode_num_drafts_total",
@@ -138,6 +139,7 @@ void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
     advance(spec_accepted_per_position_[position], now_per_position[position],
             before_per_position[position]);
   }
+  if (kv_tiers_) kv_tiers_->publish(stats.kv_tiers, last_.kv_tiers);
   last_ = stats;
 }
 

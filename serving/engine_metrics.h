@@ -3,6 +3,7 @@
 // for the rest. Every series exists from construction, at zero.
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "common/cluster/cluster_messages.h"
 #include "common/engine/inference_service.h"
 #include "common/metrics/metrics.h"
+#include "serving/kv_tier_metrics.h"
 
 namespace pdserve {
 
@@ -52,6 +54,7 @@ class EngineMetrics {
   metrics::Counter* spec_draft_tokens_ = nullptr;
   metrics::Counter* spec_accepted_tokens_ = nullptr;
   std::vector<metrics::Counter*> spec_accepted_per_position_;
+  std::unique_ptr<KvTierMetrics> kv_tiers_;  // a node with lower KV tiers only
   std::mutex mutex_;
   ServiceStats last_;  // guarded by mutex_
 };

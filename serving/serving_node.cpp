@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -68,6 +69,17 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
          "--kv-cache-dtype", options.kv_cache_dtype,
          "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
          "avx512_bf16 level and on CUDA, else float32), bfloat16 or float32")
+      ->capture_default_str();
+  app.add_option("--kv-offload-host-gib", options.engine.kv_offload_host_gib,
+                 "Host memory (page-locked on cuda) for prefix-cache KV blocks evicted from the "
+                 "pool, reloaded when a later prompt shares the prefix (0: no KV tiers)")
+      ->capture_default_str();
+  app.add_option("--kv-offload-disk-dir", options.engine.kv_offload_disk_dir,
+                 "An existing, writable folder for a disk tier below the host tier: blocks "
+                 "evicted from host memory go there and survive a restart with the same model "
+                 "and KV layout (needs --kv-offload-host-gib and --kv-offload-disk-gib)");
+  app.add_option("--kv-offload-disk-gib", options.engine.kv_offload_disk_gib,
+                 "Disk space of the disk tier")
       ->capture_default_str();
   app.add_option("--block-size", options.engine.block_size, "Tokens per KV block")
       ->capture_default_str();
@@ -136,6 +148,20 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
 
 namespace {
 
+// A missing or read-only disk tier folder is a bad flag (exit 2), told before the model load.
+Status check_kv_offload_disk_dir(const std::string& dir) {
+  if (dir.empty()) return Status::ok_status();
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) {
+    return invalid_argument("--kv-offload-disk-dir " + dir + " is not an existing folder");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return invalid_argument("--kv-offload-disk-dir " + dir +
+                            " is not writable: " + std::strerror(errno));
+  }
+  return Status::ok_status();
+}
+
 // The address a node registers must reach it from other machines: a wildcard listen address
 // (every interface) names none, so it needs --advertise-host.
 Status check_advertised_host(const ServingNodeOptions& options) {
@@ -182,6 +208,7 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   if (!options.proxy_urls.empty()) PDS_RETURN_IF_ERROR(check_advertised_host(options));
   // Checked before the (slow) model load.
   PDS_RETURN_IF_ERROR(check_gpu_memory_utilization(options.engine.gpu_memory_utilization));
+  PDS_RETURN_IF_ERROR(check_kv_offload_disk_dir(options.engine.kv_offload_disk_dir));
   PDS_ASSIGN_OR_RETURN(ModelLoadOptions load_options,
                        model_load_options(options.device, options.threads, options.dtype));
   load_options.weights_mmap = options.weights_mmap;

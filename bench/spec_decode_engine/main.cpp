@@ -125,8 +125,8 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
   }
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(model.model_dir));
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                       EngineCore::create(config, *runner, std::move(tokenizer), nullptr,
-                                          std::move(spec)));
+                       EngineCore::create(config, *runner, std::move(tokenizer),
+                                          {.spec_decoder = std::move(spec)}));
   std::vector<std::vector<Clock::time_point>> times(prompts.size());
   RunFigures figures;
   figures.outputs.resize(prompts.size());

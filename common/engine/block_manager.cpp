@@ -253,6 +253,10 @@ void BlockManager::release(Table& table) {
     if (--block.ref_count > 0) continue;
     if (block.registered) {
       block.lru_position = cached_lru_.insert(cached_lru_.end(), *it);
+      if (track_newly_cached_) {
+        if (newly_cached_.size() >= blocks_.size()) newly_cached_.pop_front();
+        newly_cached_.emplace_back(*it, block.generation);
+      }
     } else {
       free_blocks_.push_back(*it);
     }
@@ -269,6 +273,34 @@ void BlockManager::free(SeqId seq_id) {
   }
   release(it->second);
   tables_.erase(it);
+}
+
+void BlockManager::track_newly_cached(bool on) {
+  track_newly_cached_ = on;
+  if (!on) newly_cached_.clear();
+}
+
+Result<std::vector<CachedBlock>> BlockManager::hold_newly_cached(
+    SeqId holder, int max_blocks, const std::function<bool(uint64_t)>& wanted) {
+  if (tables_.contains(holder)) {
+    return failed_precondition(seq_name(holder) + " already holds blocks");
+  }
+  std::vector<CachedBlock> held;
+  Table table;
+  while (!newly_cached_.empty() && static_cast<int>(held.size()) < max_blocks) {
+    const auto [id, generation] = newly_cached_.front();
+    newly_cached_.pop_front();
+    Block& block = blocks_[static_cast<size_t>(id)];
+    // Reused, evicted or already held since it entered the cached state: skip it.
+    if (block.ref_count != 0 || !block.registered || block.generation != generation) continue;
+    if (!wanted(block.hash)) continue;
+    cached_lru_.erase(block.lru_position);
+    block.ref_count = 1;
+    table.blocks.push_back(id);
+    held.push_back({id, block.hash, block.parent_hash, block.tokens});
+  }
+  if (!held.empty()) tables_.emplace(holder, std::move(table));
+  return held;
 }
 
 Status BlockManager::hand_over(SeqId from, SeqId to) {

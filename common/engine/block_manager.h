@@ -20,12 +20,19 @@
 //
 // Pins hold a sequence's blocks beyond free() until unpin(), e.g. while KV is being sent or
 // received: a pinned block is never reused.
+//
+// Lower KV tiers (kv_tier_coordinator.h): with track_newly_cached on, the blocks entering the
+// cached state are remembered so that hold_newly_cached can reference them under a holder table
+// while their offload copy reads them: a held block is never reused until free(holder).
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/core/status.h"
@@ -43,6 +50,14 @@ struct PrefixCacheStats {
                ? 0.0
                : static_cast<double>(hit_tokens) / static_cast<double>(queried_tokens);
   }
+};
+
+// A registered block as the lower KV tiers store it.
+struct CachedBlock {
+  int32_t block = 0;
+  uint64_t key = 0;
+  uint64_t parent_key = 0;
+  std::vector<int32_t> tokens;
 };
 
 class BlockManager {
@@ -95,6 +110,15 @@ class BlockManager {
   Status pin(SeqId seq_id);
   // NotFound when seq has no table; FailedPrecondition when it is not pinned.
   Status unpin(SeqId seq_id);
+
+  // Remember the blocks that enter the cached state (for hold_newly_cached); off by default.
+  void track_newly_cached(bool on);
+  // Of the blocks that entered the cached state since the last call and still hold the same
+  // content there, up to `max_blocks` for which `wanted(key)` holds (oldest first, those
+  // evicted first): referenced by a new table `holder` (none when nothing is returned), so
+  // that none is reused until free(holder). FailedPrecondition when `holder` has a table.
+  Result<std::vector<CachedBlock>> hold_newly_cached(SeqId holder, int max_blocks,
+                                                     const std::function<bool(uint64_t)>& wanted);
 
   bool has_table(SeqId seq_id) const { return tables_.contains(seq_id); }
   // Empty when seq has no table. Valid until the next call that changes this manager.
@@ -168,6 +192,8 @@ class BlockManager {
   std::unordered_map<SeqId, Table> tables_;
   PrefixCacheStats stats_;
   PrefixCacheJournal journal_{kPrefixJournalCapacity};
+  bool track_newly_cached_ = false;
+  std::deque<std::pair<int32_t, uint64_t>> newly_cached_;  // block, generation
 };
 
 }  // namespace pdserve

@@ -31,8 +31,7 @@ EngineCore::RequestState::RequestState(DeltaSink delta_sink, SeqId seq, SamplerR
 
 Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
                                                        ModelExecutor& executor, Tokenizer tokenizer,
-                                                       KvConnector* connector,
-                                                       std::unique_ptr<SpecDecoder> spec_decoder) {
+                                                       EngineCoreParts parts) {
   if (executor.vocab_size() != config.vocab_size) {
     return invalid_argument(
         "engine: the model's vocabulary has " + std::to_string(executor.vocab_size()) +
@@ -40,11 +39,11 @@ Result<std::unique_ptr<EngineCore>> EngineCore::create(SchedulerConfig config,
   }
   PDS_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::create(std::move(config)));
   return std::unique_ptr<EngineCore>(new EngineCore(
-      std::move(scheduler), executor, std::move(tokenizer), connector, std::move(spec_decoder)));
+      std::move(scheduler), executor, std::move(tokenizer), std::move(parts)));
 }
 
 EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
-                       KvConnector* connector, std::unique_ptr<SpecDecoder> spec_decoder)
+                       EngineCoreParts parts)
     : scheduler_(std::move(scheduler)),
       executor_(executor),
       tokenizer_(std::move(tokenizer)),
@@ -53,8 +52,9 @@ EngineCore::EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer t
       outputs_(tokenizer_, scheduler_.config().eos_token_ids, scheduler_.config().vocab_size),
       constraints_(std::make_unique<ConstraintCompiler>(tokenizer_, scheduler_.config().vocab_size,
                                                         scheduler_.config().eos_token_ids)),
-      kv_transfers_(connector, scheduler_),
-      spec_(std::move(spec_decoder)),
+      kv_transfers_(parts.connector, scheduler_),
+      kv_tiers_(parts.tiers, scheduler_, parts.tier_policy),
+      spec_(std::move(parts.spec_decoder)),
       seed_source_(std::random_device{}()) {}
 
 Status EngineCore::validate(const InferenceRequest& request) const {
@@ -209,7 +209,10 @@ Status EngineCore::add_imported(InferenceRequest& request, const SamplerRng& rng
       return caught;
     }
   }
-  if (const Status started = kv_transfers_.start_import(request, seq_id); !started.ok()) {
+  if (!request.resume &&
+      kv_tiers_.start_import_load(seq, scheduler_.block_manager().block_table(seq_id))) {
+    state.pending_import = request;  // started once the tiers' part of the prefix landed
+  } else if (const Status started = kv_transfers_.start_import(request, seq_id); !started.ok()) {
     abort_sequence();
     return started;
   }
@@ -294,6 +297,19 @@ void EngineCore::import_ready(const std::string& request_id, const SeqId seq_id,
   state.output.remote_prefill = std::move(stats);
 }
 
+void EngineCore::start_pending_import(RequestState& state, bool given_up) {
+  std::optional<InferenceRequest> request = std::exchange(state.pending_import, std::nullopt);
+  if (!request || given_up) return;  // given up: requeued for a local prefill
+  const Sequence& seq = *scheduler_.find(state.seq_id);
+  state.output.cached_prompt_tokens =
+      std::min(seq.num_computed_tokens(), static_cast<int>(request->prompt_tokens.size()));
+  const Status started = kv_transfers_.start_import(*request, state.seq_id);
+  if (started.ok()) return;
+  PDS_LOG_WARN("request '" + request->id + "': " + started.message() + "; prefilling it here");
+  Result<SeqId> holder = scheduler_.requeue_failed_import(state.seq_id);
+  PDS_CHECK(holder.ok(), holder.status().to_string());
+}
+
 void EngineCore::start_exports(const ScheduledBatch& batch,
                                std::vector<std::pair<SeqId, Status>>& failures) {
   for (const ScheduledSequence& entry : batch.entries) {
@@ -331,6 +347,12 @@ void EngineCore::abort_all(const Status& reason) {
 
 bool EngineCore::step() {
   kv_transfers_.apply_events(*this);
+  for (const FinishedReload& reload : kv_tiers_.step_begin()) {
+    auto it = requests_.find(reload.seq_id);
+    if (it == requests_.end()) continue;
+    it->second.output.timings.kv_reload = reload.timing;
+    if (reload.for_import) start_pending_import(it->second, reload.given_up);
+  }
   if (!scheduler_.has_schedulable()) return false;
   ScheduledBatch batch = scheduler_.schedule();
   preemptions_total_ += static_cast<int64_t>(batch.preempted.size());
@@ -457,6 +479,9 @@ void EngineCore::note_prefill_chunks(const ScheduledBatch& batch, SteadyTime sta
                                      SteadyTime end) {
   int batch_tokens = 0;
   for (const ScheduledSequence& entry : batch.entries) batch_tokens += entry.num_new_tokens;
+  if (batch.num_decodes < static_cast<int>(batch.entries.size())) {
+    kv_tiers_.note_prefill(batch_tokens, std::chrono::duration<double>(end - start).count());
+  }
   for (const ScheduledSequence& entry : batch.entries) {
     const int prompt_left = entry.sequence->num_prompt_tokens() - entry.num_cached_before;
     if (prompt_left <= 0) continue;
@@ -617,6 +642,7 @@ ServiceStats EngineCore::stats() const {
     stats.spec_decode = spec_->counts();
   }
   kv_transfers_.fill_stats(stats);
+  kv_tiers_.fill_stats(stats);
   return stats;
 }
 

@@ -11,7 +11,9 @@
 //    and exports on the connector, their blocks pinned until the connector releases them;
 //  * speculative decoding, when configured, to a SpecDecoder (spec_decode/spec_decoder.h):
 //    drafts proposed after a step, verified after the next forward; a step then emits several
-//    tokens of a sequence, one delta each, in order (a stop ends the run there).
+//    tokens of a sequence, one delta each, in order (a stop ends the run there);
+//  * the lower KV tiers, when the node has them, to a KvTierCoordinator
+//    (kv_tier_coordinator.h): offloads of cached blocks, reloads of prefix hits.
 // A request with a structured output has a ConstraintMatcher that follows its output tokens:
 // the sampled token, the prefill node's first token or a resumed stream's tokens advance it.
 // Preemption keeps the output, so the matcher stays in step with it.
@@ -33,6 +35,7 @@
 #include "common/engine/batch_sampler.h"
 #include "common/engine/inference_service.h"
 #include "common/engine/kv_connector.h"
+#include "common/engine/kv_tier_coordinator.h"
 #include "common/engine/kv_transfer_coordinator.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/output_processor.h"
@@ -48,14 +51,20 @@ namespace pdserve {
 // Calls `sink`; an exception from it (a front-end bug) is logged, never propagated.
 void deliver_delta(const DeltaSink& sink, SequenceDelta delta);
 
+// The optional units of a core, each absent by default.
+struct EngineCoreParts {
+  KvConnector* connector = nullptr;  // a disaggregated node's KV transport
+  KvTierStore* tiers = nullptr;      // the node's lower KV tiers
+  KvTierPolicy tier_policy;
+  std::unique_ptr<SpecDecoder> spec_decoder;  // speculative decoding
+};
+
 class EngineCore : private ImportListener {
  public:
   // InvalidArgument for a bad scheduler config or an executor whose vocabulary differs from
-  // config.vocab_size. `executor` (and `connector`, when given: a disaggregated node) must
-  // outlive the core. `spec_decoder`, when given, makes it speculate.
-  static Result<std::unique_ptr<EngineCore>> create(
-      SchedulerConfig config, ModelExecutor& executor, Tokenizer tokenizer,
-      KvConnector* connector = nullptr, std::unique_ptr<SpecDecoder> spec_decoder = nullptr);
+  // config.vocab_size. `executor` and the parts' pointers must outlive the core.
+  static Result<std::unique_ptr<EngineCore>> create(SchedulerConfig config, ModelExecutor& executor,
+                                                    Tokenizer tokenizer, EngineCoreParts parts = {});
   // Its units keep references into it.
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -77,8 +86,10 @@ class EngineCore : private ImportListener {
   bool step();
 
   bool has_unfinished() const { return !requests_.empty(); }
-  // Requests or KV transfers (pinned blocks) still in flight.
-  bool has_pending_work() const { return !requests_.empty() || kv_transfers_.has_pinned(); }
+  // Requests, KV transfers or tier copies (pinned or held blocks) still in flight.
+  bool has_pending_work() const {
+    return !requests_.empty() || kv_transfers_.has_pinned() || kv_tiers_.busy();
+  }
   ServiceStats stats() const;
   // The block manager's prefix-cache journal and keys (BlockManager::take_prefix_cache_changes,
   // registered_keys).
@@ -101,9 +112,11 @@ class EngineCore : private ImportListener {
     bool report_sampler_state = false;
     std::optional<ConstraintMatcher> grammar;  // a structured output's state
     RequestOutput output;                      // its text and what its deltas report
+    // An import waiting for a tier reload of its prefix (KvTierCoordinator::start_import_load).
+    std::optional<InferenceRequest> pending_import;
   };
   EngineCore(Scheduler scheduler, ModelExecutor& executor, Tokenizer tokenizer,
-             KvConnector* connector, std::unique_ptr<SpecDecoder> spec_decoder);
+             EngineCoreParts parts);
 
   // A remote prefill; for a resumed stream, of its prompt and delivered tokens (a prefix
   // cached here in full leaves nothing to import: it is added as add_resumed does).
@@ -125,6 +138,9 @@ class EngineCore : private ImportListener {
                           RemotePrefillResult result) override;
   // The KV has landed: the sequence joins the decode batch.
   void import_ready(const std::string& request_id, SeqId seq_id, RemotePrefillStats stats) override;
+  // A tier reload before an import ended: the import starts for the tokens still missing (or,
+  // when the reload was given up or the import cannot start, the request is prefilled here).
+  void start_pending_import(RequestState& state, bool given_up);
   // Before the forward: starts the exports of the batch's requests whose prompt this step
   // completes and that export their KV; a request whose export cannot start is aborted and
   // recorded in `failures`.
@@ -170,6 +186,7 @@ class EngineCore : private ImportListener {
   std::unordered_map<SeqId, RequestState> requests_;
   std::unordered_map<std::string, SeqId> ids_;
   KvTransferCoordinator kv_transfers_;
+  KvTierCoordinator kv_tiers_;
   std::unique_ptr<SpecDecoder> spec_;  // null: no speculative decoding
   SamplerRng seed_source_;             // seeds the requests that set no seed
   int64_t prompt_tokens_total_ = 0;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/core/status.h"
+#include "common/engine/kv_tier.h"
 #include "common/engine/remote_kv.h"
 #include "common/grammar/constraint.h"
 #include "common/sampling/prompt_logprobs.h"
@@ -83,6 +84,16 @@ struct PrefillChunkTiming {
   int batch_tokens = 0;   // all tokens of the step (other requests' too)
 };
 
+// A prefix reloaded from the lower KV tiers before the rest of the prompt was computed.
+struct KvReloadTiming {
+  SteadyTime start{};
+  SteadyTime end{};
+  int host_blocks = 0;
+  int disk_blocks = 0;
+  int tokens = 0;  // tokens whose KV landed (0: the reload failed; they were computed)
+  bool ok = false;
+};
+
 struct RequestTimings {
   SteadyTime arrival{};
   std::optional<SteadyTime> first_scheduled;  // left the waiting queue
@@ -90,6 +101,7 @@ struct RequestTimings {
   std::optional<SteadyTime> kv_ready;  // imported requests: the remote KV has landed
   std::optional<SteadyTime> finished;
   std::vector<PrefillChunkTiming> prefill_chunks;  // prompt computed here (not the cached part)
+  std::optional<KvReloadTiming> kv_reload;
 };
 
 struct SequenceDelta {
@@ -153,6 +165,8 @@ struct ServiceStats {
   // Set on a node that speculates (--speculative-config); "ngram" or "draft_model".
   std::string spec_decode_method;
   SpecDecodeCounts spec_decode;
+  // The lower KV tiers (host memory, disk), when the node has them (kv_tier.h).
+  KvTierStats kv_tiers;
 };
 
 struct ModelInfo {

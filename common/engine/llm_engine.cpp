@@ -28,8 +28,7 @@ Status shutting_down() {
 
 Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecutor> executor,
                                                      Tokenizer tokenizer, LlmEngineConfig config,
-                                                     std::unique_ptr<KvConnector> connector,
-                                                     std::unique_ptr<Proposer> proposer) {
+                                                     LlmEngineParts parts) {
   if (executor == nullptr) return invalid_argument("engine: no model executor");
   if (config.idle_wait.count() <= 0) return invalid_argument("engine: idle_wait must be > 0");
   if (config.grammar_compile_threads < 1) {
@@ -38,32 +37,37 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
   std::unique_ptr<SpecDecoder> spec_decoder;
   if (config.speculative) {
     PDS_ASSIGN_OR_RETURN(spec_decoder,
-                         SpecDecoder::create(*config.speculative, std::move(proposer), *executor));
+                         SpecDecoder::create(*config.speculative, std::move(parts.proposer), *executor));
   }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                        EngineCore::create(config.scheduler, *executor, std::move(tokenizer),
-                                          connector.get(), std::move(spec_decoder)));
-  std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(connector),
-                                                  std::move(core), std::move(config)));
-  if (engine->connector_ != nullptr) {
-    LlmEngine* self = engine.get();
-    engine->connector_->set_wakeup([self] {
-      {
-        std::lock_guard lock(self->mutex_);
-        self->connector_signalled_ = true;
-      }
-      self->wake_.notify_one();
-    });
-  }
+                                          {.connector = parts.connector.get(),
+                                           .tiers = parts.tiers.get(),
+                                           .tier_policy = config.kv_tier_policy,
+                                           .spec_decoder = std::move(spec_decoder)}));
+  std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(parts.connector),
+                                                  std::move(parts.tiers), std::move(core),
+                                                  std::move(config)));
+  LlmEngine* self = engine.get();
+  auto wakeup = [self] {
+    {
+      std::lock_guard lock(self->mutex_);
+      self->connector_signalled_ = true;
+    }
+    self->wake_.notify_one();
+  };
+  if (engine->connector_ != nullptr) engine->connector_->set_wakeup(wakeup);
+  if (engine->tiers_ != nullptr) engine->tiers_->set_wakeup(wakeup);
   return engine;
 }
 
 LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor,
-                     std::unique_ptr<KvConnector> connector, std::unique_ptr<EngineCore> core,
-                     LlmEngineConfig config)
+                     std::unique_ptr<KvConnector> connector, std::unique_ptr<KvTierStore> tiers,
+                     std::unique_ptr<EngineCore> core, LlmEngineConfig config)
     : config_(std::move(config)),
       executor_(std::move(executor)),
       connector_(std::move(connector)),
+      tiers_(std::move(tiers)),
       core_(std::move(core)) {
   model_info_.name = config_.model_name;
   model_info_.max_model_len = config_.scheduler.max_model_len;
@@ -75,7 +79,9 @@ LlmEngine::LlmEngine(std::unique_ptr<ModelExecutor> executor,
 
 LlmEngine::~LlmEngine() {
   stop();
-  // Its threads call the wakeup, which uses members destroyed before it.
+  // Their threads call the wakeup, which uses members destroyed before them.
+  core_.reset();
+  tiers_.reset();
   connector_.reset();
 }
 

@@ -19,10 +19,12 @@
 #include <vector>
 
 #include "common/engine/engine_core.h"
-#include "common/engine/kv_connector.h"
 #include "common/engine/inference_service.h"
+#include "common/engine/kv_connector.h"
+#include "common/engine/kv_tier.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/prefix_cache_journal.h"
+#include "common/engine/tiered_key_source.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace pdserve {
@@ -35,20 +37,27 @@ struct LlmEngineConfig {
   // Threads that compile structured outputs (the first request with a new JSON schema pays
   // seconds for it, on neither an I/O thread nor the engine thread).
   int grammar_compile_threads = 2;
-  // Speculative decoding (--speculative-config); its proposer comes to create().
+  // Speculative decoding (--speculative-config); its proposer comes in LlmEngineParts.
   std::optional<SpeculativeConfig> speculative;
+  KvTierPolicy kv_tier_policy;  // with lower KV tiers (LlmEngineParts::tiers)
+};
+
+// The optional units an engine drives besides its model.
+struct LlmEngineParts {
+  std::unique_ptr<KvConnector> connector;  // a disaggregated node's KV transport
+  std::unique_ptr<KvTierStore> tiers;      // the node's lower KV tiers (kv_tiers/)
+  // Required with LlmEngineConfig::speculative, ignored without it.
+  std::unique_ptr<Proposer> proposer;
 };
 
 class LlmEngine : public InferenceService {
  public:
   // InvalidArgument for a bad config or an executor that does not match it.
-  // `connector` (a disaggregated node's KV transport) is optional; the engine owns it and
-  // drives it from the engine thread. `proposer` is required with config.speculative (and
-  // ignored without it).
+  // InvalidArgument for a bad config or an executor that does not match it. Every part is
+  // optional; the engine owns them and drives them from the engine thread.
   static Result<std::unique_ptr<LlmEngine>> create(std::unique_ptr<ModelExecutor> executor,
                                                    Tokenizer tokenizer, LlmEngineConfig config,
-                                                   std::unique_ptr<KvConnector> connector = nullptr,
-                                                   std::unique_ptr<Proposer> proposer = nullptr);
+                                                   LlmEngineParts parts = {});
   ~LlmEngine() override;  // stop()
 
   LlmEngine(const LlmEngine&) = delete;
@@ -79,6 +88,9 @@ class LlmEngine : public InferenceService {
   PrefixCacheChanges take_prefix_cache_changes();
   void restore_prefix_cache_changes(const PrefixCacheChanges& older);
   void resync_prefix_cache();
+  // The keys held in the node's lower KV tiers, for its heartbeats (thread-safe); null when the
+  // node has no tiers. Valid as long as the engine.
+  TieredKeySource* tiered_key_source() const { return tiers_.get(); }
 
  private:
   struct Submission {
@@ -87,7 +99,8 @@ class LlmEngine : public InferenceService {
   };
 
   LlmEngine(std::unique_ptr<ModelExecutor> executor, std::unique_ptr<KvConnector> connector,
-            std::unique_ptr<EngineCore> core, LlmEngineConfig config);
+            std::unique_ptr<KvTierStore> tiers, std::unique_ptr<EngineCore> core,
+            LlmEngineConfig config);
 
   // The engine thread: binds to the executor's device (the result goes to start()), then
   // steps until stopped.
@@ -107,6 +120,7 @@ class LlmEngine : public InferenceService {
   ModelInfo model_info_;
   std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<KvConnector> connector_;
+  std::unique_ptr<KvTierStore> tiers_;  // reads and writes the executor's pool
   std::unique_ptr<EngineCore> core_;  // used by the engine thread only (or by stop())
 
   mutable std::mutex mutex_;
@@ -122,7 +136,7 @@ class LlmEngine : public InferenceService {
   PrefixCacheJournal prefix_changes_{kPrefixJournalCapacity};  // published with the stats
   bool prefix_feed_started_ = false;    // a node agent reads the journal
   bool prefix_snapshot_wanted_ = false;  // a take found the journal waiting for a snapshot
-  bool connector_signalled_ = false;  // the connector has events for the engine thread
+  bool connector_signalled_ = false;     // the connector or the tier store has news for it
   bool started_ = false;
   bool stopping_ = false;
   std::mutex stop_mutex_;  // serializes stop() callers

@@ -200,6 +200,61 @@ Result<SeqId> Scheduler::requeue_failed_import(SeqId seq_id) {
   return holder;
 }
 
+Status Scheduler::complete_load(SeqId seq_id, int loaded_tokens) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kLoadingKv) {
+    return failed_precondition(seq_name(seq_id) + " is not loading KV");
+  }
+  Sequence& seq = *it->second;
+  const int computed = seq.num_computed_tokens() + loaded_tokens;
+  if (loaded_tokens < 0 || loaded_tokens % config_.block_size != 0 ||
+      computed >= seq.num_tokens()) {
+    return invalid_argument(seq_name(seq_id) + ": " + std::to_string(loaded_tokens) +
+                            " loaded tokens are not whole blocks before its last token");
+  }
+  --num_loading_;
+  seq.set_num_computed_tokens(computed);
+  block_manager_.cache_computed_blocks(seq);
+  seq.set_status(SequenceStatus::kRunning);
+  insert_running(seq);
+  return Status::ok_status();
+}
+
+Status Scheduler::add_loaded_tokens(SeqId seq_id, int loaded_tokens) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv ||
+      it->second->num_output_tokens() != 0) {
+    return failed_precondition(seq_name(seq_id) + " is not awaiting its import");
+  }
+  Sequence& seq = *it->second;
+  const int computed = seq.num_computed_tokens() + loaded_tokens;
+  if (loaded_tokens < 0 || loaded_tokens % config_.block_size != 0 ||
+      computed >= seq.num_tokens()) {
+    return invalid_argument(seq_name(seq_id) + ": " + std::to_string(loaded_tokens) +
+                            " loaded tokens are not whole blocks before its last token");
+  }
+  seq.set_num_computed_tokens(computed);
+  block_manager_.cache_computed_blocks(seq);
+  return Status::ok_status();
+}
+
+Result<SeqId> Scheduler::abandon_load(SeqId seq_id) {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end() || it->second->status() != SequenceStatus::kLoadingKv) {
+    return failed_precondition(seq_name(seq_id) + " is not loading KV");
+  }
+  Sequence& seq = *it->second;
+  const SeqId holder = next_seq_id_++;
+  const Status handed = block_manager_.hand_over(seq_id, holder);
+  PDS_CHECK(handed.ok(), handed.to_string());
+  block_manager_.free(holder);
+  --num_loading_;
+  seq.set_num_computed_tokens(0);
+  seq.set_status(SequenceStatus::kWaiting);
+  waiting_.push_front(&seq);
+  return holder;
+}
+
 ScheduledBatch Scheduler::schedule() {
   PDS_CHECK(!step_in_flight_, "schedule() called before postprocess() of the previous step");
   ScheduledBatch batch;
@@ -290,12 +345,17 @@ void Scheduler::schedule_prefills(ScheduledBatch& batch, int& budget) {
   // Admitting now could hand the blocks just taken back to the sequences that lost them.
   if (!batch.preempted.empty()) return;
   while (budget > 0 && !waiting_.empty() &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int>(running_.size()) + num_loading_ < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
     if (!block_manager_.can_allocate(seq)) return;
     const Status status = block_manager_.allocate(seq);
     PDS_CHECK(status.ok(), status.to_string());
     waiting_.pop_front();
+    if (loader_ != nullptr && loader_->start_load(seq, block_manager_.block_table(seq.id()))) {
+      seq.set_status(SequenceStatus::kLoadingKv);
+      ++num_loading_;
+      continue;
+    }
     seq.set_status(SequenceStatus::kRunning);
     insert_running(seq);
     add_chunk(batch, seq, budget);
@@ -431,9 +491,9 @@ Status Scheduler::abort(SeqId seq_id) {
     return not_found(seq_name(seq_id) + " is not queued or running");
   }
   Sequence* seq = it->second.get();
-  if (seq->status() == SequenceStatus::kAwaitingKv) {
-    // Not part of any step: its blocks go now (deferred while the transfer holds a pin).
-    --num_awaiting_kv_;
+  if (seq->status() == SequenceStatus::kAwaitingKv || seq->status() == SequenceStatus::kLoadingKv) {
+    // Not part of any step: its blocks go now (deferred while a transfer holds a pin).
+    --(seq->status() == SequenceStatus::kAwaitingKv ? num_awaiting_kv_ : num_loading_);
     seq->set_status(SequenceStatus::kAborted);
     retire(seq_id);
     return Status::ok_status();

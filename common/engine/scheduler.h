@@ -14,6 +14,12 @@
 // prefill whose KV is being sent): a preempted sequence cannot be readmitted while its old
 // table is still pinned.
 //
+// Lower KV tiers: a PrefixLoader, when set, sees each sequence admitted from the waiting queue
+// (its pool prefix hit already counted as computed) and may start reloading more of its prefix
+// into the blocks after that hit; the sequence then waits outside the queues, status
+// kLoadingKv, until complete_load() (landed or failed: it prefills the rest) or abandon_load()
+// (overdue: it starts again with fresh blocks).
+//
 // The runner turns each ScheduledSequence into a SequenceSlice {new_tokens(),
 // num_cached_before, block_table}, runs the model, samples one token for each entry with
 // `samples` set (in entry order) and hands them to postprocess().
@@ -90,6 +96,14 @@ struct SequenceUpdate {
   FinishReason finish_reason = FinishReason::kNone;
 };
 
+class PrefixLoader {
+ public:
+  virtual ~PrefixLoader() = default;
+  // `seq` was just given `block_table`. True when a reload into its blocks after
+  // seq.num_computed_tokens() started (the sequence then loads); false to compute them.
+  virtual bool start_load(const Sequence& seq, std::span<const int32_t> block_table) = 0;
+};
+
 class Scheduler {
  public:
   // InvalidArgument for a bad config; `hash` is passed to the BlockManager.
@@ -137,6 +151,24 @@ class Scheduler {
   // sequence. FailedPrecondition unless it awaits KV.
   Result<SeqId> requeue_failed_import(SeqId seq_id);
 
+  // Lower KV tiers (null: none). The loader must outlive the scheduler's use of it.
+  void set_prefix_loader(PrefixLoader* loader) { loader_ = loader; }
+  // The reload of `seq_id` ended: `loaded_tokens` more of its tokens have their KV (0 when it
+  // failed); their full blocks enter the prefix cache and the sequence joins the running batch
+  // to compute the rest. FailedPrecondition unless it is loading, InvalidArgument when the
+  // tokens are not whole blocks before its last token.
+  Status complete_load(SeqId seq_id, int loaded_tokens);
+  // Decode side: a tier reload into an imported sequence's blocks landed before its import
+  // starts: `loaded_tokens` more tokens count as computed (and enter the prefix cache), so
+  // only the rest is imported. FailedPrecondition unless it awaits KV without output tokens;
+  // InvalidArgument as complete_load.
+  Status add_loaded_tokens(SeqId seq_id, int loaded_tokens);
+  // The reload of `seq_id` is given up while its copy may still write its blocks: its table
+  // moves to the returned holder id with its free already requested (the blocks go back at the
+  // caller's last unpin of that id) and the sequence goes to the front of the waiting queue.
+  // FailedPrecondition unless it is loading.
+  Result<SeqId> abandon_load(SeqId seq_id);
+
   // Plans the next step. Must be followed by postprocess() before the next schedule().
   ScheduledBatch schedule();
 
@@ -167,11 +199,12 @@ class Scheduler {
 
   const Sequence* find(SeqId seq_id) const;
   bool has_unfinished() const {
-    return !waiting_.empty() || !running_.empty() || num_awaiting_kv_ > 0;
+    return !waiting_.empty() || !running_.empty() || num_awaiting_kv_ > 0 || num_loading_ > 0;
   }
-  // Whether schedule() has anything to run (sequences awaiting KV do not count).
+  // Whether schedule() has anything to run (sequences awaiting or loading KV do not count).
   bool has_schedulable() const { return !waiting_.empty() || !running_.empty(); }
   int num_awaiting_kv() const { return num_awaiting_kv_; }
+  int num_loading() const { return num_loading_; }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   const SchedulerConfig& config() const { return config_; }
@@ -206,6 +239,8 @@ class Scheduler {
   std::vector<Sequence*> running_;  // by arrival order; preemption victims from the back
   std::vector<SeqId> aborted_in_flight_;
   int num_awaiting_kv_ = 0;
+  int num_loading_ = 0;
+  PrefixLoader* loader_ = nullptr;
   SeqId next_seq_id_ = 0;
   uint64_t next_step_ = 1;
   bool step_in_flight_ = false;

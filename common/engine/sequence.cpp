@@ -17,6 +17,8 @@ std::string_view sequence_status_name(SequenceStatus status) {
       return "finished";
     case SequenceStatus::kAwaitingKv:
       return "awaiting_kv";
+    case SequenceStatus::kLoadingKv:
+      return "loading_kv";
     case SequenceStatus::kAborted:
       return "aborted";
   }

@@ -23,6 +23,7 @@ enum class SequenceStatus {
   kRunning,     // holds blocks; prefilling or decoding
   kPreempted,   // lost its blocks to a decode that needed them; queued for recomputation
   kAwaitingKv,  // holds blocks; its prompt's KV is being computed elsewhere and sent here
+  kLoadingKv,   // holds blocks; a prefix hit in a lower KV tier is being reloaded into them
   kFinished,    // stopped by its StopChecker; see finish_reason()
   kAborted,     // cancelled by the client or the server
 };

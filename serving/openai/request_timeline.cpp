@@ -46,6 +46,15 @@ TimelineArgValue count_or_measurement(double value) {
 }
 
 void add_prefill_chunks(SpanList& spans, const ChoiceTimeline& choice) {
+  // A prefix hit in the lower KV tiers, reloaded before the rest of the prompt was computed.
+  if (const std::optional<KvReloadTiming>& reload = choice.timings.kv_reload) {
+    TimelineArgs& args =
+        spans.add_here("prefill.kv_reload", reload->start, reload->end, choice.index);
+    args["host_blocks"] = int64_t{reload->host_blocks};
+    args["disk_blocks"] = int64_t{reload->disk_blocks};
+    args["tokens"] = int64_t{reload->tokens};
+    args["ok"] = int64_t{reload->ok ? 1 : 0};
+  }
   for (const PrefillChunkTiming& chunk : choice.timings.prefill_chunks) {
     TimelineArgs& args = spans.add_here("prefill.chunk", chunk.start, chunk.end, choice.index);
     args["prompt_tokens"] = int64_t{chunk.prompt_tokens};

@@ -133,6 +133,29 @@ TEST(RequestTimelineTest, ColocatedRequestWithTwoChoices) {
   EXPECT_EQ(chunk_tokens, 80);
 }
 
+// A prefix reloaded from the lower KV tiers (issue #32) before the last chunk.
+TEST(RequestTimelineTest, AKvTierReloadIsASpanWithItsTiersBlocks) {
+  RequestTimelineInput input;
+  input.request_id = "cmpl-reload";
+  input.node = "decode http://127.0.0.1:8200";
+  input.arrival = kArrival;
+  ChoiceTimeline choice = colocated_choice(0, 0, 2);
+  choice.timings.prefill_chunks = {{at_ms(6), at_ms(8), 16, 16}};
+  choice.timings.kv_reload = KvReloadTiming{at_ms(3), at_ms(6), 3, 1, 64, true};
+  input.choices = {choice};
+  const Json timeline = build_request_timeline(input).to_json();
+  const Json reload = spans_named(timeline, "prefill.kv_reload").at(0);
+  EXPECT_EQ(reload["node"], input.node);
+  EXPECT_NEAR(reload["start_ms"].get<double>(), 3.0, 1e-3);
+  EXPECT_NEAR(reload["end_ms"].get<double>(), 6.0, 1e-3);
+  EXPECT_EQ(reload["args"]["host_blocks"], 3);
+  EXPECT_EQ(reload["args"]["disk_blocks"], 1);
+  EXPECT_EQ(reload["args"]["tokens"], 64);
+  EXPECT_EQ(reload["args"]["ok"], 1);
+  input.choices = {colocated_choice(0, 0, 2)};  // no reload: no span
+  EXPECT_EQ(count_named(build_request_timeline(input).to_json(), "prefill.kv_reload"), 0);
+}
+
 // Prefilled on a prefill node whose answer's head came back 6 ms after the work was posted.
 ChoiceTimeline remotely_prefilled_choice() {
   ChoiceTimeline choice;

@@ -9,7 +9,7 @@ import re
 import sys
 
 SOURCE = os.environ.get("PDSERVE_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
-TOP_LEVEL = ("common", "kernels", "kv_transfer", "serving", "decode_node", "prefill_node", "proxy", "tools", "bench")
+TOP_LEVEL = ("common", "kernels", "kv_transfer", "kv_tiers", "serving", "decode_node", "prefill_node", "proxy", "tools", "bench")
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".in")
 CUDA_HEADER = re.compile(r"#\s*include\s*<(cuda|cublas|cudnn|nccl|cub/|thrust/|curand|cusparse|nvtx)")
 QUOTED = re.compile(r'\s*#\s*include\s+"([^"]+)"')

@@ -137,6 +137,22 @@ grep -q -- '--insecure-unregistered-kv-peers' "$work/err" || fail "prefill witho
 expect_exit "no staging memory" 2 "$decode" --model "$model" --kv-staging-mib 0
 expect_exit "a decode node on an absent GPU" 2 "$decode" --model "$model" --device cuda:3 --port 0
 expect_exit "decode gpu memory utilization" 2 "$decode" --model "$model" --port 0 --gpu-memory-utilization 1.01
+# KV cache tiers (issue #32): a disk tier folder that is missing or read-only, or flags that do
+# not go together, are refused before the model loads.
+expect_exit "kv tier disk folder missing" 2 "$decode" --model "$model" --port 0 \
+  --kv-offload-host-gib 0.01 --kv-offload-disk-dir "$work/no-such-folder" --kv-offload-disk-gib 1
+expect_exit "kv tier disk folder missing (prefill)" 2 "$prefill" --model "$model" --port 0 \
+  --insecure-no-cluster-token --proxy http://127.0.0.1:9 --kv-offload-host-gib 0.01 \
+  --kv-offload-disk-dir "$work/no-such-folder" --kv-offload-disk-gib 1
+mkdir -p "$work/read-only" && chmod 0555 "$work/read-only"
+if [[ $(id -u) -ne 0 ]]; then  # root may write anywhere
+  expect_exit "kv tier disk folder read-only" 2 "$decode" --model "$model" --port 0 \
+    --kv-offload-host-gib 0.01 --kv-offload-disk-dir "$work/read-only" --kv-offload-disk-gib 1
+fi
+expect_exit "kv tier disk without host tier" 2 "$decode" --model "$model" --port 0 \
+  --kv-offload-disk-dir "$work" --kv-offload-disk-gib 1
+expect_exit "kv tier disk without its budget" 2 "$decode" --model "$model" --port 0 \
+  --kv-offload-host-gib 0.01 --kv-offload-disk-dir "$work"
 # A cluster token no request could present is refused at start (the timeout stops a process
 # that took it and went on to serve).
 expect_token_refused() {  # name command...

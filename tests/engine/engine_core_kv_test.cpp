@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "common/engine/block_hash.h"
 #include "common/engine/engine_core.h"
 #include "engine_test_util.h"
 #include "scripted_executor.h"
+#include "scripted_tier_store.h"
 
 namespace pdserve {
 namespace {
@@ -126,7 +128,7 @@ class EngineCoreKvTest : public ::testing::Test {
     executor_.set_script(kPromptStart, script_);
   }
 
-  void make_core(int max_num_batched_tokens) {
+  void make_core(int max_num_batched_tokens, KvTierStore* tiers = nullptr) {
     SchedulerConfig config;
     config.num_blocks = 32;
     config.block_size = kBlockSize;
@@ -135,7 +137,11 @@ class EngineCoreKvTest : public ::testing::Test {
     config.max_num_waiting = 16;
     config.vocab_size = kVocab;
     config.eos_token_ids = {kImEnd};
-    core_ = EngineCore::create(config, executor_, tokenizer(), &connector_).value();
+    KvTierPolicy policy;
+    policy.reload = KvTierPolicy::Reload::kAlways;
+    core_ = EngineCore::create(config, executor_, tokenizer(),
+                               {.connector = &connector_, .tiers = tiers, .tier_policy = policy})
+                .value();
   }
 
   // A prefill node's request: max_tokens 1, its KV sent to a decode node.
@@ -586,6 +592,49 @@ TEST_F(EngineCoreKvTest, AnExportThatCannotStartFailsOnlyItsRequest) {
             std::string::npos);
   EXPECT_EQ(streams_["local"].tokens(), (std::vector<int32_t>{script_[0], script_[1], script_[2]}));
   expect_all_released();
+}
+
+// Issue #32: a decode node's lower KV tiers serve the prefix they hold before the remote
+// prefill is asked for the rest.
+TEST_F(EngineCoreKvTest, ADecodeNodesTierHitIsReloadedAndOnlyTheRestIsImported) {
+  testing::ScriptedTierStore tiers;
+  make_core(64, &tiers);
+  uint64_t parent = kRootBlockHash;
+  for (int block = 0; block < 2; ++block) {  // the prompt's first two blocks
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < kBlockSize; ++i) tokens.push_back(kPromptStart + block * kBlockSize + i);
+    parent = hash_block_tokens(parent, tokens);
+    tiers.keys.insert(parent);
+  }
+  add_imported("a", 3);
+  EXPECT_TRUE(connector_.started.empty()) << "the import waits for the reload";
+  ASSERT_EQ(tiers.reloads.size(), 1u);
+  EXPECT_EQ(tiers.reloads.begin()->second.size(), 2u);
+  tiers.finish(tiers.reloads.begin()->first);
+  drain();
+  EXPECT_FALSE(core_->step());
+  ASSERT_EQ(connector_.started.size(), 1u);
+  EXPECT_EQ(connector_.started[0].num_cached_tokens, 2 * kBlockSize);
+
+  connector_.first_token("a", script_[0]);
+  connector_.ready("a");
+  drain();
+  const Stream& stream = streams_["a"];
+  ASSERT_EQ(stream.finals, 1);
+  EXPECT_EQ(stream.tokens(), std::vector<int32_t>(script_.begin(), script_.begin() + 3));
+  const SequenceDelta& last = stream.deltas.back();
+  EXPECT_TRUE(last.error.ok()) << last.error.to_string();
+  EXPECT_EQ(last.cached_prompt_tokens, 2 * kBlockSize);
+  ASSERT_TRUE(last.timings.kv_reload.has_value());
+  EXPECT_EQ(last.timings.kv_reload->tokens, 2 * kBlockSize);
+  connector_.released("a");
+  drain();
+  while (!tiers.offloads.empty()) {  // the finished request's blocks went to the tiers
+    tiers.finish(tiers.offloads.begin()->first);
+    core_->step();
+  }
+  expect_all_released();
+  core_.reset();  // before the store it points to
 }
 
 }  // namespace

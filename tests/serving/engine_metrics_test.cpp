@@ -115,5 +115,47 @@ TEST(EngineMetricsTest, SpecDecodeCountersFollowTheEngine) {
       << after;
 }
 
+// Issue #32: the KV tier series, on a node with tiers only, following the store's figures.
+TEST(EngineMetricsTest, KvTierSeriesExistOnlyWithTiersAndFollowTheirFigures) {
+  metrics::Registry without;
+  EngineMetrics plain(without, "m", NodeRole::kDecode, ServiceStats{});
+  EXPECT_EQ(without.render().find("kv_tier"), std::string::npos);
+  EXPECT_EQ(without.render().find("kv_offload"), std::string::npos);
+
+  metrics::Registry registry;
+  ServiceStats baseline;
+  baseline.kv_tiers.enabled = true;
+  baseline.kv_tiers.offloaded_bytes_total = 100;  // the warm-up's
+  EngineMetrics engine(registry, "m", NodeRole::kPrefill, baseline);
+  EXPECT_TRUE(has_line(registry.render(), "vllm:kv_offload_store_bytes_total" + kLabels + " 0"))
+      << registry.render();
+  ServiceStats later = baseline;
+  later.kv_tiers.offloaded_bytes_total = 1100;
+  later.kv_tiers.reloaded_bytes_total = 300;
+  later.kv_tiers.queried_tokens_total = 96;
+  later.kv_tiers.reloaded_tokens_total = 64;
+  later.kv_tiers.host = {3, 3000, 8000, 2};
+  later.kv_tiers.disk = {5, 5500, 90000, 1};
+  later.kv_tiers.reloads_total = 3;
+  later.kv_tiers.reloads_failed_total = 1;
+  later.kv_tiers.reloads_declined_total = 4;
+  later.kv_tiers.disk_write_errors_total = 2;
+  engine.publish(later, false);
+  engine.publish(later, false);
+  const std::string text = registry.render();
+  EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_bytes_total" + kLabels + " 1000")) << text;
+  EXPECT_TRUE(has_line(text, "vllm:kv_offload_load_bytes_total" + kLabels + " 300")) << text;
+  EXPECT_TRUE(has_line(text, "vllm:external_prefix_cache_queries_total" + kLabels + " 96"));
+  EXPECT_TRUE(has_line(text, "vllm:external_prefix_cache_hits_total" + kLabels + " 64"));
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_blocks{tier=\"host\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_bytes{tier=\"disk\"} 5500")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_capacity_bytes{tier=\"disk\"} 90000")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_hit_blocks_total{tier=\"host\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_reloads_total{outcome=\"landed\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_reloads_total{outcome=\"failed\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_reloads_total{outcome=\"declined\"} 4")) << text;
+  EXPECT_TRUE(has_line(text, "pdserve:kv_tier_disk_errors_total{op=\"write\"} 2")) << text;
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -125,7 +125,8 @@ RunResult run(const std::vector<InferenceRequest>& requests, std::unique_ptr<Pro
     spec = SpecDecoder::create(spec_config, std::move(proposer), *runner).value();
   }
   std::unique_ptr<EngineCore> core =
-      EngineCore::create(config, *runner, *model.tokenizer, nullptr, std::move(spec)).value();
+      EngineCore::create(config, *runner, *model.tokenizer, {.spec_decoder = std::move(spec)})
+          .value();
 
   RunResult result;
   result.outputs.resize(requests.size());
