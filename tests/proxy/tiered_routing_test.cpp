@@ -171,8 +171,9 @@ TEST(TieredRouting, TierKeysAreBoundedPerNodeAndLeaveWithTheNode) {
   ASSERT_TRUE(registry.heartbeat(b, heartbeat({}, {21, 22, 23}), now).ok());
   EXPECT_EQ(registry.tiered_keys(), 8u);  // a's 7 cut to the bound, the least recent dropped
   EXPECT_EQ(registry.prefix_keys(), 2u);  // the pool's index is apart
+  const Json cluster = registry.to_json(now);
   const Json cluster_a = [&] {
-    for (const Json& node : registry.to_json(now)["nodes"]) {
+    for (const Json& node : cluster["nodes"]) {
       if (node["id"] == a) return node;
     }
     return Json();
