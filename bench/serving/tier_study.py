@@ -5,15 +5,18 @@ host memory only, and host memory + disk.
 
 Usage: .venv/bin/python bench/serving/tier_study.py MODEL OUT_DIR [--configs off,host,host+disk]
        [--topologies colocated,1p1d] [--repeats N] [--conversations 20] [--turns 8]
-       [--system-words 384] [--input-words 48] [--output-len 16] [--pool-ratio 4]
-       [--block-size 16] [--host-gib G] [--disk-gib G] [--node-arg=FLAG ...]
+       [--system-words 256] [--input-words 32] [--output-len 16] [--pool-ratio 4]
+       [--block-size 16] [--host-gib G] [--disk-gib G] [--max-concurrency C] [--node-arg=FLAG ...]
 
 Workload: pdserve-bench-serving's `multiturn` dataset (bench/serving/README.md): CONVERSATIONS
 chat conversations of TURNS turns, every one starting with the same system message of
 SYSTEM_WORDS words, each turn re-sending the whole history (earlier user messages and the
 answers streamed to them) plus INPUT_WORDS new words, all conversations in flight at once (one
-request each), so their turns interleave and each conversation's prefix must survive the
-others' between two of its turns. The KV pool of every node is sized (--kv-cache-memory-gib,
+request each; --max-concurrency C: C of them), so their turns interleave and each
+conversation's prefix must survive the others' between two of its turns. A request a node
+refuses (HTTP 429: a disaggregated decode node takes a prompt's KV only when its pool has room
+for it now) fails, and pdserve-bench-serving sends no later turn of that conversation: the
+failures are in each record. The KV pool of every node is sized (--kv-cache-memory-gib,
 with --block-size and --kv-cache-dtype float32) to 1/POOL_RATIO of the workload's working set
 (the shared system prompt once plus every conversation's own tokens), counted with the model's
 real Qwen3 tokenizer and chat template (Hugging Face `transformers`, from MODEL's
@@ -156,7 +159,7 @@ def bench_command(proxy, args, result):
             "--num-prompts", str(args.conversations), "--num-turns", str(args.turns),
             "--shared-prefix-len", str(args.system_words), "--input-len", str(args.input_words),
             "--output-len", str(args.output_len), "--request-rate", str(args.request_rate),
-            "--max-concurrency", str(args.conversations), "--seed", str(args.seed),
+            "--max-concurrency", str(args.max_concurrency or args.conversations), "--seed", str(args.seed),
             "--slo-ttft-ms", str(SLO_TTFT_MS), "--slo-tpot-ms", str(SLO_TPOT_MS),
             "--request-timeout", "900", "--result-json", result]
 
@@ -228,7 +231,9 @@ def table(records):
         tiers = ", ".join(f"{tier} {rate * 100:.0f} %" for tier, rate in sorted(record["tier_hit_rates"].items())
                           if rate is not None) or "-"
         pool = record["pool_hit_rate"]
-        print(f"| {record['topology']} | {record['config']} | {pool * 100 if pool is not None else 0:.0f} % | {tiers} "
+        in_flight = record.get("conversations_in_flight")
+        where = record["topology"] + (f", {in_flight} in flight" if in_flight else "")
+        print(f"| {where} | {record['config']} | {pool * 100 if pool is not None else 0:.0f} % | {tiers} "
               f"| {record['prefill_tokens_computed']} | {record['ttft_ms']['p50']:.0f} / {record['ttft_ms']['p90']:.0f} "
               f"| {record['goodput']:.2f} | {record['good_requests']} / {record['completed']} / {record['failed']} "
               f"| {record['working_set_blocks']} / {record['pool_blocks']:.0f} |")
@@ -243,10 +248,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--system-words", type=int, default=384)
-    parser.add_argument("--input-words", type=int, default=48)
+    parser.add_argument("--system-words", type=int, default=256)
+    parser.add_argument("--input-words", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=16)
     parser.add_argument("--request-rate", type=float, default=2.0)
+    parser.add_argument("--max-concurrency", type=int, default=0,
+                        help="conversations in flight (default: all of them)")
     parser.add_argument("--pool-ratio", type=float, default=4.0, help="working set / KV pool")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--host-gib", type=float, default=0.0, help="host tier (default: 2x the pool)")
@@ -262,9 +269,10 @@ def main():
     for name in topologies:
         if name not in TOPOLOGIES:
             fail_input(f"--topologies: '{name}' is not one of {', '.join(TOPOLOGIES)}")
-    if min(args.conversations, args.turns, args.repeats, args.output_len, args.block_size) < 1 or args.pool_ratio <= 0:
+    if min(args.conversations, args.turns, args.repeats, args.output_len, args.block_size) < 1 or \
+            args.pool_ratio <= 0 or args.max_concurrency < 0:
         fail_input("--conversations, --turns, --repeats, --output-len and --block-size must be >= 1, "
-                   "--pool-ratio > 0")
+                   "--pool-ratio > 0, --max-concurrency >= 0")
     if not os.path.exists(os.path.join(args.model, "tokenizer_config.json")):
         fail_input(f"{args.model} has no tokenizer_config.json (a model folder, e.g. from pdserve-make-model)")
     for name in configs:
@@ -293,6 +301,7 @@ def main():
                     os.makedirs(run_dir, exist_ok=True)
                     node_flags = ["--kv-cache-memory-gib", f"{pool_gib:.6f}", *tier_args(config, run_dir, args, pool_gib)]
                     run = {"topology": topology_name, "config": config, "repeat": repeat, "name": name,
+                           "conversations_in_flight": args.max_concurrency or args.conversations,
                            "node_flags": node_flags, "load_average_before": load_average()}
                     try:
                         cluster = Cluster(topology(topology_name, node_flags, args), args.model, run_dir, name)
