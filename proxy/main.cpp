@@ -310,6 +310,11 @@ int main(int argc, char** argv) {
                  "pools; 0: cache-unaware), see proxy/README.md")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--route-tier-hit-weight", options.registry.weights.tier_hit,
+                 "Routing cost: worth of a prompt block a node holds only in its KV tiers (host "
+                 "memory, disk) against one in its pool (1) and a miss (0), see proxy/README.md")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--route-kv-weight", options.registry.weights.kv,
                  "Routing cost of a decode node: weight of its KV usage (0..1)")
       ->capture_default_str()
@@ -337,8 +342,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_option("--prefix-keys-per-node", options.registry.prefix_keys_per_node,
-                 "Most prefix-cache block keys the proxy keeps per node (least recent dropped "
-                 "first)")
+                 "Most prefix-cache block keys the proxy keeps per node, for its pool and again "
+                 "for its KV tiers (least recent dropped first)")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{1} << 24));
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;

@@ -171,6 +171,10 @@ void ProxyServer::register_routes(http::RouteTable& router) {
                    .gauge("pdserve:proxy_prefix_index_keys",
                           "Prefix-cache block keys the proxy holds for all nodes.")
                    .set(static_cast<double>(registry_.prefix_keys()));
+               metrics_
+                   .gauge("pdserve:proxy_tiered_index_keys",
+                          "KV-tier block keys (host memory, disk) the proxy holds for all nodes.")
+                   .set(static_cast<double>(registry_.tiered_keys()));
                // The advice gauges are computed when scraped, like /cluster/advice.
                const auto now = Clock::now();
                const ClusterLoad load{registry_.pool_load(NodeRole::kPrefill, now),

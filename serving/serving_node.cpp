@@ -20,6 +20,7 @@
 #include "kv_transfer/pool_connector.h"
 #include "serving/prefix_cache_fanout.h"
 #include "serving/stats_log.h"
+#include "serving/tiered_key_feed.h"
 
 namespace pdserve {
 
@@ -244,6 +245,9 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   PDS_ASSIGN_OR_RETURN(node->engine,
                        make_llm_engine(node->model, node->tokenizer, engine_config, factory));
   PDS_RETURN_IF_ERROR(node->engine->start());
+  // HAND-OVER (issue #32): the node's KV tier store (kv_tiers/, branch tiers-core) connects
+  // here: node->tiered_keys = <the store, as a TieredKeySource>, owned beside the engine so it
+  // outlives serve_until_shutdown. Left null, the node's heartbeats carry no tiered report.
   PDS_ASSIGN_OR_RETURN(const WarmUpReport warmed,
                        warm_up(*node->engine, std::chrono::milliseconds(options.warm_up_timeout_ms)));
   PDS_LOG_INFO("warm-up: " + std::to_string(warmed.generated_tokens) + " tokens in " +
@@ -303,9 +307,11 @@ PrefixCacheFeed prefix_cache_feed(LlmEngine* engine, int block_size) {
   return feed;
 }
 
-// The node's registrations with its proxies; the fan-out outlives the agents reading it.
+// The node's registrations with its proxies; the fan-outs outlive the agents reading them.
 struct ClusterJoin {
   std::unique_ptr<PrefixCacheFanout> prefix_cache;
+  std::unique_ptr<TieredKeyFeed> tiered_keys;  // null without KV tiers
+  std::unique_ptr<PrefixCacheFanout> tiered_cache;
   std::unique_ptr<ClusterMembership> membership;  // null: not in a cluster
 };
 
@@ -334,6 +340,15 @@ Result<ClusterJoin> join_cluster(const ServingNodeOptions& options, NodeRole rol
   membership.prefix_cache = [fanout = join.prefix_cache.get()](size_t index) {
     return fanout->feed(index);
   };
+  if (node.tiered_keys != nullptr) {
+    join.tiered_keys =
+        std::make_unique<TieredKeyFeed>(*node.tiered_keys, options.engine.block_size);
+    join.tiered_cache = std::make_unique<PrefixCacheFanout>(
+        join.tiered_keys->feed(), options.engine.block_size, options.proxy_urls.size());
+    membership.tiered_cache = [fanout = join.tiered_cache.get()](size_t index) {
+      return fanout->feed(index);
+    };
+  }
   if (options.exit_when_drained) {
     // Runs on an agent's thread; SIGTERM wakes serve_until_shutdown's wait like Ctrl-C does.
     membership.on_retired = [engine] {

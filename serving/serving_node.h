@@ -14,6 +14,7 @@
 
 #include "common/cluster/cluster_membership.h"
 #include "common/core/shutdown_signals.h"
+#include "common/engine/tiered_key_source.h"
 #include "common/http/http_server.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/tokenizer_files.h"
@@ -82,6 +83,10 @@ struct ServingNode {
   std::string tokenizer_sha256;
   std::unique_ptr<LlmEngine> engine;                 // started
   kv_transfer::UcxKvConnector* connector = nullptr;  // owned by the engine; null when colocated
+  // The keys in the node's lower KV tiers (host memory, disk), reported to its proxies beside the
+  // pool's (Heartbeat::tiered_cache); null: the node has no tiers and reports none. Must outlive
+  // serve_until_shutdown.
+  TieredKeySource* tiered_keys = nullptr;
   NodeMembership membership;
 };
 

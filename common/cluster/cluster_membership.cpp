@@ -29,6 +29,7 @@ Result<std::unique_ptr<ClusterMembership>> ClusterMembership::start(
     agent.heartbeat_interval = options.heartbeat_interval;
     agent.on_retired = [raw] { raw->agent_stopped(); };
     if (options.prefix_cache) agent.prefix_cache = options.prefix_cache(index);
+    if (options.tiered_cache) agent.tiered_cache = options.tiered_cache(index);
     agent.node_draining = membership->draining_;
     // On failure the agents already started leave with `membership`.
     PDS_ASSIGN_OR_RETURN(std::unique_ptr<NodeAgent> started, NodeAgent::start(agent, load));

@@ -32,6 +32,8 @@ struct MembershipOptions {
   // The prefix-cache feed of the agent of proxy_urls[i] (each proxy needs its own stream of
   // changes); empty: heartbeats carry no report.
   std::function<PrefixCacheFeed(size_t proxy_index)> prefix_cache;
+  // The same for the keys in the node's lower KV tiers; empty: the node has none.
+  std::function<PrefixCacheFeed(size_t proxy_index)> tiered_cache;
 };
 
 class ClusterMembership {

@@ -32,12 +32,12 @@ std::string hash_to_hex(uint64_t hash) {
 }
 
 // The keys of `name`: an array of 16-hex-digit strings, each new to `seen`.
-Result<std::vector<uint64_t>> read_hashes(const Json& report, const char* name,
-                                          std::unordered_set<uint64_t>& seen) {
+Result<std::vector<uint64_t>> read_hashes(const Json& report, std::string_view report_name,
+                                          const char* name, std::unordered_set<uint64_t>& seen) {
   std::vector<uint64_t> hashes;
   const auto field = report.find(name);
   if (field == report.end()) return hashes;
-  const std::string where = std::string("prefix_cache: '") + name + "'";
+  const std::string where = std::string(report_name) + ": '" + name + "'";
   if (!field->is_array()) {
     return invalid_argument(where + " must be an array of 16-hex-digit strings");
   }
@@ -165,26 +165,27 @@ Json PrefixCacheReport::to_json() const {
           {"removed", std::move(removed_hex)}};
 }
 
-Result<PrefixCacheReport> PrefixCacheReport::parse(const Json& json) {
-  if (!json.is_object()) return invalid_argument("heartbeat: 'prefix_cache' must be an object");
-  FieldReader reader(json, "prefix_cache");
+Result<PrefixCacheReport> PrefixCacheReport::parse(const Json& json, std::string_view field) {
+  const std::string name(field);
+  if (!json.is_object()) return invalid_argument("heartbeat: '" + name + "' must be an object");
+  FieldReader reader(json, name);
   PrefixCacheReport report;
   report.block_size = reader.get<int>("block_size", 0);
   report.reset = reader.get<bool>("reset", false, /*required=*/false);
   PDS_RETURN_IF_ERROR(reader.status());
   if (report.block_size < 1 || report.block_size > 4096) {
-    return invalid_argument("prefix_cache: 'block_size' must be in 1..4096, not " +
+    return invalid_argument(name + ": 'block_size' must be in 1..4096, not " +
                             std::to_string(report.block_size));
   }
   std::unordered_set<uint64_t> seen;  // a key in both lists has no meaning
-  PDS_ASSIGN_OR_RETURN(report.stored, read_hashes(json, "stored", seen));
-  PDS_ASSIGN_OR_RETURN(report.removed, read_hashes(json, "removed", seen));
+  PDS_ASSIGN_OR_RETURN(report.stored, read_hashes(json, name, "stored", seen));
+  PDS_ASSIGN_OR_RETURN(report.removed, read_hashes(json, name, "removed", seen));
   if (report.stored.size() + report.removed.size() > kMaxPrefixReportHashes) {
-    return invalid_argument("prefix_cache: more than " + std::to_string(kMaxPrefixReportHashes) +
+    return invalid_argument(name + ": more than " + std::to_string(kMaxPrefixReportHashes) +
                             " keys in all");
   }
   if (report.reset && !report.removed.empty()) {
-    return invalid_argument("prefix_cache: a 'reset' report lists no 'removed' keys");
+    return invalid_argument(name + ": a 'reset' report lists no 'removed' keys");
   }
   return report;
 }
@@ -192,6 +193,7 @@ Result<PrefixCacheReport> PrefixCacheReport::parse(const Json& json) {
 Json Heartbeat::to_json() const {
   Json json = {{"load", load.to_json()}};
   if (prefix_cache) json["prefix_cache"] = prefix_cache->to_json();
+  if (tiered_cache) json["tiered_cache"] = tiered_cache->to_json();
   if (draining) json["draining"] = true;
   return json;
 }
@@ -204,6 +206,9 @@ Result<Heartbeat> Heartbeat::parse(const Json& json) {
   }
   if (const auto report = json.find("prefix_cache"); report != json.end()) {
     PDS_ASSIGN_OR_RETURN(heartbeat.prefix_cache, PrefixCacheReport::parse(*report));
+  }
+  if (const auto report = json.find("tiered_cache"); report != json.end()) {
+    PDS_ASSIGN_OR_RETURN(heartbeat.tiered_cache, PrefixCacheReport::parse(*report, "tiered_cache"));
   }
   FieldReader reader(json, "heartbeat");
   heartbeat.draining = reader.get<bool>("draining", false, /*required=*/false);

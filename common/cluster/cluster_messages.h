@@ -88,15 +88,22 @@ struct PrefixCacheReport {
   std::vector<uint64_t> removed;
 
   nlohmann::json to_json() const;
-  // InvalidArgument naming the field: a bad block size, a key that is not 16 hex digits, more
-  // than kMaxPrefixReportHashes keys, a key in both lists, removals with `reset`.
-  static Result<PrefixCacheReport> parse(const nlohmann::json& json);
+  // InvalidArgument naming the field (prefixed with `field`, the heartbeat's field it came in):
+  // a bad block size, a key that is not 16 hex digits, more than kMaxPrefixReportHashes keys, a
+  // key in both lists, removals with `reset`.
+  static Result<PrefixCacheReport> parse(const nlohmann::json& json,
+                                         std::string_view field = "prefix_cache");
   bool operator==(const PrefixCacheReport&) const = default;
 };
 
 struct Heartbeat {
   NodeLoad load;
   std::optional<PrefixCacheReport> prefix_cache;  // absent: the prefix cache did not change
+  // The same report for the blocks the node holds in its lower KV tiers (host memory, disk;
+  // common/engine/tiered_key_source.h), a stream of its own with the same bound and snapshot
+  // rules: absent when nothing changed there or the node has no tiers. The proxy keeps it in a
+  // second index per node and scores its hits below pool hits (proxy/routing/prefix_routing.h).
+  std::optional<PrefixCacheReport> tiered_cache = std::nullopt;
   // The node is draining: another proxy of its cluster drained it, and this one must stop
   // sending it work too (a node registered with several proxies is drained at each).
   bool draining = false;

@@ -139,7 +139,7 @@ void NodeAgent::register_node() {
     return;
   }
   warned_unreachable_ = false;
-  if (options_.prefix_cache) options_.prefix_cache->resync();
+  resync_feeds();
   std::lock_guard lock(mutex_);
   node_id_ = reply->id;
   state_ = AgentState::kRegistered;
@@ -155,19 +155,28 @@ void NodeAgent::send_heartbeat() {
   Heartbeat heartbeat;
   if (load_) heartbeat.load = load_();
   if (options_.prefix_cache) heartbeat.prefix_cache = options_.prefix_cache->take();
+  if (options_.tiered_cache) heartbeat.tiered_cache = options_.tiered_cache->take();
   heartbeat.draining = draining();
   request.body = heartbeat.to_json().dump();
   Result<http::ClientResponse> response = client_->fetch_and_wait(proxy_, std::move(request));
-  if (heartbeat.prefix_cache && (!response.ok() || response->status != 200)) {
-    if (response.ok() && response->status == 400) {
-      // The proxy refused the report itself: sending it again would not help, a snapshot may.
-      PDS_LOG_WARN("the proxy refused a heartbeat: " + response->body.substr(0, 300));
-      options_.prefix_cache->resync();
-    } else if (!response.ok() || (response->status != 404 && response->status != 410)) {
-      options_.prefix_cache->restore(std::move(*heartbeat.prefix_cache));
-    }
+  const bool reported = heartbeat.prefix_cache || heartbeat.tiered_cache;
+  if (reported && response.ok() && response->status == 400) {
+    // The proxy refused a report itself: sending it again would not help, a snapshot may.
+    PDS_LOG_WARN("the proxy refused a heartbeat: " + response->body.substr(0, 300));
+    resync_feeds();
+  } else if (!response.ok() ||
+             (response->status != 200 && response->status != 404 && response->status != 410)) {
+    // Lost or unanswered: the changes go back to be sent again (a 404 or 410 needs none: a new
+    // registration asks for snapshots, a retired node reports nothing).
+    if (heartbeat.prefix_cache) options_.prefix_cache->restore(std::move(*heartbeat.prefix_cache));
+    if (heartbeat.tiered_cache) options_.tiered_cache->restore(std::move(*heartbeat.tiered_cache));
   }
   on_heartbeat_answer(response);
+}
+
+void NodeAgent::resync_feeds() {
+  if (options_.prefix_cache) options_.prefix_cache->resync();
+  if (options_.tiered_cache) options_.tiered_cache->resync();
 }
 
 void NodeAgent::on_heartbeat_answer(const Result<http::ClientResponse>& response) {

@@ -11,6 +11,8 @@
 // heartbeat carries what changed in the node's prefix cache (cache-aware routing); changes
 // whose heartbeat got no 200 are given back to be sent again, and after each registration the
 // feed is asked for a snapshot, since the proxy knows nothing of a node it has just registered.
+// A node with KV tiers has a second feed of the same kind for the keys in its lower tiers
+// (Heartbeat::tiered_cache), handled by the same rules.
 //
 // A node registered with several proxies runs one agent per proxy (cluster_membership.h), all
 // sharing one drain flag: a drain at any proxy sets it, and from then on every agent's
@@ -52,6 +54,7 @@ struct NodeAgentOptions {
   // Called once on the agent's thread when it stopped for good (kRetired or kLeft).
   std::function<void()> on_retired;
   std::optional<PrefixCacheFeed> prefix_cache;  // none: heartbeats carry no report
+  std::optional<PrefixCacheFeed> tiered_cache;  // none (no KV tiers): no tiered report
   // Set when any proxy drains the node; shared by the node's agents (null: the agent's own).
   std::shared_ptr<std::atomic<bool>> node_draining;
 };
@@ -86,6 +89,8 @@ class NodeAgent {
   void run();
   void register_node();
   void send_heartbeat();
+  // Every feed's next take is a snapshot (the proxy knows nothing of the node, or refused a report).
+  void resync_feeds();
   // The heartbeat answer's consequences: a new state, the drain flag.
   void on_heartbeat_answer(const Result<http::ClientResponse>& response);
 

@@ -31,6 +31,7 @@ Status check_model_name(std::string_view model) {
 NodeRegistry::Node NodeRegistry::make_node() const {
   Node node;
   node.prefix_keys = PrefixKeySet(options_.prefix_keys_per_node);
+  node.tiered_keys = PrefixKeySet(options_.prefix_keys_per_node);
   return node;
 }
 
@@ -111,6 +112,7 @@ Result<NodeState> NodeRegistry::heartbeat(const std::string& id, const Json& bod
   PDS_ASSIGN_OR_RETURN(const Heartbeat heartbeat, Heartbeat::parse(body));
   node->load = heartbeat.load;
   if (heartbeat.prefix_cache) node->prefix_keys.apply(*heartbeat.prefix_cache);
+  if (heartbeat.tiered_cache) node->tiered_keys.apply(*heartbeat.tiered_cache);
   node->last_heartbeat = now;
   if (heartbeat.draining) {
     node->state = NodeState::kDraining;  // another proxy drained it (Heartbeat::draining)
@@ -175,31 +177,35 @@ std::optional<NodeRef> NodeRegistry::pick_decode(const std::vector<std::string>&
   Chains chains(query);
   Node* best = nullptr;
   std::tuple<double, double, int, std::string> best_key;
-  size_t best_hit = 0;
+  PrefixMatch best_match;
   for (auto& [id, node] : nodes_) {
     if (node.role != NodeRole::kDecode || !routable(node, now)) continue;
     if (std::ranges::find(excluded, id) != excluded.end()) continue;
-    const std::span<const uint64_t> chain = chains.get(node.prefix_keys.block_size());
-    const size_t hit = node.prefix_keys.matched_prefix(chain);
+    const std::span<const uint64_t> chain = chains.get(node.block_size());
+    const PrefixMatch match = match_prefix(chain, node.prefix_keys, node.tiered_keys);
     DecodeCandidate candidate;
     candidate.kv_usage = node.load.kv_usage();
     candidate.sequences = node.load.num_running + node.load.num_waiting + node.in_flight;
-    candidate.hit = chain.empty() ? 0.0 : static_cast<double>(hit) / static_cast<double>(chain.size());
+    candidate.hit = prefix_hit(match, chain.size(), options_.weights);
     // Ties go to the load order used before cache-aware routing, then to the id.
     auto key = std::make_tuple(decode_cost(candidate, options_.weights), candidate.kv_usage,
                                candidate.sequences, id);
     if (best == nullptr || key < best_key) {
       best = &node;
       best_key = std::move(key);
-      best_hit = hit;
+      best_match = match;
     }
   }
   if (best == nullptr) return std::nullopt;
-  const std::span<const uint64_t> chain = chains.get(best->prefix_keys.block_size());
-  best->prefix_keys.touch(chain, best_hit);
-  return NodeRef{best->id,        best->url,
-                 best->base,      chain.size(),
-                 best_hit,        best->prefix_keys.block_size(),
+  const std::span<const uint64_t> chain = chains.get(best->block_size());
+  touch(*best, chain, best_match);
+  return NodeRef{best->id,
+                 best->url,
+                 best->base,
+                 chain.size(),
+                 best_match.pool_blocks,
+                 best_match.tier_blocks,
+                 best->block_size(),
                  best->in_flight_prompt_tokens};
 }
 
@@ -209,20 +215,20 @@ std::vector<NodeRef> NodeRegistry::rank_prefill(Clock::time_point now, const Rou
   struct Ranked {
     Node* node;
     size_t prompt_blocks;
-    size_t hit;
+    PrefixMatch match;
     std::tuple<double, int64_t, int, int> key;
   };
   std::vector<Ranked> candidates;
   for (auto& [id, node] : nodes_) {
     if (node.role != NodeRole::kPrefill || !routable(node, now)) continue;
-    const std::span<const uint64_t> chain = chains.get(node.prefix_keys.block_size());
-    const size_t hit = node.prefix_keys.matched_prefix(chain);
+    const std::span<const uint64_t> chain = chains.get(node.block_size());
+    const PrefixMatch match = match_prefix(chain, node.prefix_keys, node.tiered_keys);
     PrefillCandidate candidate;
     candidate.outstanding_tokens = node.in_flight_prompt_tokens;
-    candidate.hit = chain.empty() ? 0.0 : static_cast<double>(hit) / static_cast<double>(chain.size());
+    candidate.hit = prefix_hit(match, chain.size(), options_.weights);
     // Ties go to the load order used before cache-aware routing.
     candidates.push_back(
-        {&node, chain.size(), hit,
+        {&node, chain.size(), match,
          {prefill_cost(candidate, query.prompt_tokens, options_.weights),
           node.in_flight_prompt_tokens, node.load.num_waiting, node.in_flight}});
   }
@@ -230,14 +236,19 @@ std::vector<NodeRef> NodeRegistry::rank_prefill(Clock::time_point now, const Rou
   std::vector<NodeRef> ranked;
   for (const Ranked& entry : candidates) {
     ranked.push_back({entry.node->id, entry.node->url, entry.node->base, entry.prompt_blocks,
-                      entry.hit, entry.node->prefix_keys.block_size(),
+                      entry.match.pool_blocks, entry.match.tier_blocks, entry.node->block_size(),
                       entry.node->in_flight_prompt_tokens});
   }
   if (!candidates.empty()) {
     Node& first = *candidates.front().node;
-    first.prefix_keys.touch(chains.get(first.prefix_keys.block_size()), candidates.front().hit);
+    touch(first, chains.get(first.block_size()), candidates.front().match);
   }
   return ranked;
+}
+
+void NodeRegistry::touch(Node& node, std::span<const uint64_t> chain, const PrefixMatch& match) {
+  node.prefix_keys.touch(chain, match.blocks());
+  node.tiered_keys.touch(chain, match.blocks());
 }
 
 void NodeRegistry::begin_request(const std::string& decode_id, const std::string& prefill_id,
@@ -290,6 +301,13 @@ size_t NodeRegistry::prefix_keys() {
   return keys;
 }
 
+size_t NodeRegistry::tiered_keys() {
+  std::lock_guard lock(mutex_);
+  size_t keys = 0;
+  for (const auto& [id, node] : nodes_) keys += node.tiered_keys.size();
+  return keys;
+}
+
 bool NodeRegistry::has_node(NodeRole role, Clock::time_point now) {
   std::lock_guard lock(mutex_);
   return std::ranges::any_of(nodes_, [&](const auto& entry) {
@@ -339,7 +357,10 @@ Json NodeRegistry::to_json(Clock::time_point now) {
            {"proxy_in_flight_prompt_tokens", node.in_flight_prompt_tokens}}},
          {"prefix_cache",
           {{"block_size", node.prefix_keys.block_size()},
-           {"keys", node.prefix_keys.size()}}}});
+           {"keys", node.prefix_keys.size()}}},
+         {"tiered_cache",
+          {{"block_size", node.tiered_keys.block_size()},
+           {"keys", node.tiered_keys.size()}}}});
   }
   return Json{{"nodes", std::move(nodes)}};
 }

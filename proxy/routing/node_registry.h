@@ -1,7 +1,8 @@
 // The proxy's view of its cluster: prefill and decode nodes, registered at start (POST
 // /cluster/nodes) or listed on the command line (static), their heartbeats and load, and the
 // routing choices made from them, by the costs of prefix_routing.h (the prompt's blocks each
-// node holds, from the prefix-cache reports in its heartbeats, against its load):
+// node holds in its pool or its KV tiers, from the prefix-cache and tiered reports in its
+// heartbeats, against its load):
 //  * decode: the up node of lowest cost; without prefix information, low KV usage and few
 //    sequences (its reported running + waiting plus the requests this proxy has in flight
 //    there) win;
@@ -43,7 +44,8 @@ struct NodeRef {
   std::string url;
   http::BaseUrl base;
   size_t prompt_blocks = 0;  // the prompt's reusable blocks, by this node's block size
-  size_t hit_blocks = 0;     // of which the node holds the leading ones (as last reported)
+  size_t hit_blocks = 0;     // of which the node holds the leading ones in its pool (as last reported)
+  size_t tier_hit_blocks = 0;  // and, after or among those, the ones only in its KV tiers
   int block_size = 0;        // as the node last reported it (0: no report yet)
   int64_t queued_prompt_tokens = 0;  // prompt tokens this proxy has in flight there
 };
@@ -58,7 +60,7 @@ struct RegistryOptions {
   std::chrono::milliseconds heartbeat_timeout{3'000};
   std::chrono::milliseconds static_down_cooldown{2'000};
   RoutingWeights weights;
-  size_t prefix_keys_per_node = 65'536;  // bound of each node's PrefixKeySet
+  size_t prefix_keys_per_node = 65'536;  // bound of each node's PrefixKeySets (pool, tiers)
 };
 
 class NodeRegistry {
@@ -85,7 +87,8 @@ class NodeRegistry {
   Result<std::string> register_node(const nlohmann::json& body, Clock::time_point now);
   // Body: {"load": {"num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used"}, each
   // an integer >= 0 (absent: 0) and kv_blocks_used <= kv_blocks_total; "prefix_cache": a
-  // PrefixCacheReport (absent: no change), "draining": true when another proxy drained the
+  // PrefixCacheReport (absent: no change), "tiered_cache": the same for the node's KV
+  // tiers, "draining": true when another proxy drained the
   // node (it drains here too)}. The node's state after the heartbeat (kUp or kDraining). NotFound for an unknown id (the node must register again), FailedPrecondition
   // for a retired one (it must not), InvalidArgument for a malformed or impossible load or
   // report, which leaves the node as it was (load, prefix keys and liveness).
@@ -116,6 +119,8 @@ class NodeRegistry {
   bool has_node(NodeRole role, Clock::time_point now);
   // Prefix keys held for all nodes (each node's at most prefix_keys_per_node).
   size_t prefix_keys();
+  // The same for the nodes' KV tiers.
+  size_t tiered_keys();
   // The KV descriptors of the registered decode nodes, whatever their state (a draining or
   // briefly down node still has work in flight): GET /cluster/kv-peers.
   KvPeerList decode_kv_peers();
@@ -142,6 +147,11 @@ class NodeRegistry {
     int in_flight = 0;  // requests this proxy has there
     int64_t in_flight_prompt_tokens = 0;
     PrefixKeySet prefix_keys{0};
+    PrefixKeySet tiered_keys{0};  // the keys in its lower KV tiers (Heartbeat::tiered_cache)
+    // The block size its prompts are chained by: its reports' (0 before the first one).
+    int block_size() const {
+      return prefix_keys.block_size() > 0 ? prefix_keys.block_size() : tiered_keys.block_size();
+    }
   };
 
   // The query's chain by block size, computed once per size in one routing decision.
@@ -156,6 +166,8 @@ class NodeRegistry {
   };
 
   bool routable(const Node& node, Clock::time_point now) const;
+  // The matched keys of the chosen node become its most recent, in both of its key sets.
+  static void touch(Node& node, std::span<const uint64_t> chain, const PrefixMatch& match);
   Node make_node() const;
   Node* find(const std::string& id);
 

@@ -28,6 +28,13 @@ metrics::Counter& prefix_hit_counter(metrics::Registry& metrics, NodeRole pool) 
                          {{"pool", std::string(node_role_name(pool))}});
 }
 
+metrics::Counter& prefix_tier_hit_counter(metrics::Registry& metrics, NodeRole pool) {
+  return metrics.counter("pdserve:proxy_prefix_tier_hit_blocks_total",
+                         "Of those, the blocks the chosen node held only in its KV tiers (host "
+                         "memory, disk), by pool.",
+                         {{"pool", std::string(node_role_name(pool))}});
+}
+
 }  // namespace
 
 RequestPlacer::RequestPlacer(NodeRegistry& registry, ClusterTokenizerOptions tokenizer,
@@ -47,6 +54,7 @@ RequestPlacer::RequestPlacer(NodeRegistry& registry, ClusterTokenizerOptions tok
   for (const NodeRole pool : {NodeRole::kDecode, NodeRole::kPrefill}) {
     prefix_query_counter(metrics_, pool);
     prefix_hit_counter(metrics_, pool);
+    prefix_tier_hit_counter(metrics_, pool);
   }
   registry_.set_admission(
       [this](const NodeRegistration& registration) { return tokenizer_.admit(registration); });
@@ -98,6 +106,7 @@ std::optional<RequestPlacement> RequestPlacer::place(const RoutingQuery& query,
 void RequestPlacer::count_prefix_hits(NodeRole pool, const NodeRef& node) {
   prefix_query_counter(metrics_, pool).inc(static_cast<double>(node.prompt_blocks));
   prefix_hit_counter(metrics_, pool).inc(static_cast<double>(node.hit_blocks));
+  prefix_tier_hit_counter(metrics_, pool).inc(static_cast<double>(node.tier_hit_blocks));
 }
 
 }  // namespace pdserve::proxy

@@ -61,6 +61,28 @@ std::vector<uint64_t> reusable_block_chain(std::span<const int32_t> tokens, int 
   return chain;
 }
 
+PrefixMatch match_prefix(std::span<const uint64_t> chain, const PrefixKeySet& pool,
+                         const PrefixKeySet& tiers) {
+  PrefixMatch match;
+  for (const uint64_t key : chain) {
+    if (pool.contains(key)) {
+      ++match.pool_blocks;
+    } else if (tiers.contains(key)) {
+      ++match.tier_blocks;
+    } else {
+      break;
+    }
+  }
+  return match;
+}
+
+double prefix_hit(const PrefixMatch& match, size_t chain_blocks, const RoutingWeights& weights) {
+  if (chain_blocks == 0) return 0.0;
+  return (static_cast<double>(match.pool_blocks) +
+          weights.tier_hit * static_cast<double>(match.tier_blocks)) /
+         static_cast<double>(chain_blocks);
+}
+
 void PrefixKeySet::store(uint64_t key) {
   if (auto it = keys_.find(key); it != keys_.end()) {
     recency_.splice(recency_.begin(), recency_, it->second);

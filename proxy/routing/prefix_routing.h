@@ -8,6 +8,13 @@
 // the node checks its own cache, so a stale or missing key costs a cache miss, never a wrong
 // answer.
 //
+// A node with KV tiers (issue #32) also reports the keys it holds in host memory or on disk
+// (Heartbeat::tiered_cache), kept in a second key set per node. The prompt's leading blocks the
+// node holds in either are its matched prefix (match_prefix); a block in its pool counts in
+// full, a block only in a tier counts w_tier (the reload is cheaper than recomputing, not free),
+// so hit = (pool blocks + w_tier * tier blocks) / the prompt's reusable blocks, 0..1: a tier hit
+// ranks between a pool hit of the same length and a miss.
+//
 // Cost of a candidate, the lowest wins (ties: the load order used before, then the node id):
 //   decode:  w_kv * kv_usage + w_seq * (running + waiting + proxy in-flight) - w_prefix * hit
 //   prefill: w_queue * outstanding prompt tokens / prompt tokens - w_prefix * hit
@@ -34,6 +41,10 @@ struct RoutingWeights {
   double kv = 1.0;             // decode: KV usage, 0..1
   double sequence = 0.1;       // decode: per sequence running, waiting or in flight there
   double prefill_queue = 1.0;  // prefill: per prompt-length of outstanding prompt tokens
+  // Both pools: a block held only in a node's lower KV tiers, against one in its pool (1). 1 -
+  // reload time / recompute time of a block; 0.5 is the midpoint for a report that mixes host
+  // reloads (near 1 on a GPU node) and disk reloads (near 0.5 against a GPU's prefill).
+  double tier_hit = 0.5;
 };
 
 struct DecodeCandidate {
@@ -83,6 +94,21 @@ PrefillPlacement choose_prefill_placement(const PlacementInput& input, const Pla
 // Empty for block_size < 1.
 std::vector<uint64_t> reusable_block_chain(std::span<const int32_t> tokens, int block_size);
 
+class PrefixKeySet;
+
+// The prompt's leading blocks a node holds: in its pool, or only in its lower tiers.
+struct PrefixMatch {
+  size_t pool_blocks = 0;
+  size_t tier_blocks = 0;
+  size_t blocks() const { return pool_blocks + tier_blocks; }
+};
+// The leading keys of `chain` held in `pool` or `tiers` (stopping at the first held in neither),
+// each counted where it is cheapest to reuse: the pool.
+PrefixMatch match_prefix(std::span<const uint64_t> chain, const PrefixKeySet& pool,
+                         const PrefixKeySet& tiers);
+// (pool blocks + weights.tier_hit * tier blocks) / chain blocks; 0 for an empty chain.
+double prefix_hit(const PrefixMatch& match, size_t chain_blocks, const RoutingWeights& weights);
+
 // One node's prefix-cache keys as its reports left them, in least-recently-used order and at
 // most `capacity` of them: a full set drops its least recent key, so a node's share of the
 // proxy's memory stays bounded whatever it reports.
@@ -96,6 +122,7 @@ class PrefixKeySet {
   // How many leading keys of `chain` the set holds (the node's own match also stops at its
   // first missing block).
   size_t matched_prefix(std::span<const uint64_t> chain) const;
+  bool contains(uint64_t key) const { return keys_.contains(key); }
   // Makes the first `count` keys of `chain` the most recent: a prefix that keeps being routed
   // here outlives ones that are not.
   void touch(std::span<const uint64_t> chain, size_t count);

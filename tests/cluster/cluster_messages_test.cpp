@@ -143,12 +143,42 @@ TEST(ClusterMessages, PrefixCacheReportRoundTripsWithHexKeys) {
   EXPECT_FALSE(Heartbeat::parse(Heartbeat{}.to_json()).value().prefix_cache.has_value());
 }
 
-TEST(ClusterMessages, BadPrefixCacheReportsAreRefusedNamingTheProblem) {
-  const auto refused = [](const Json& report, const std::string& part) {
-    const Result<Heartbeat> parsed = Heartbeat::parse(Json{{"prefix_cache", report}});
+TEST(ClusterMessages, TieredCacheReportTravelsBesideThePoolsAndEachMayBeAbsent) {
+  const PrefixCacheReport pool{16, false, {1, 2}, {3}};
+  const PrefixCacheReport tiers{16, true, {3, 0xfedcba9876543210ULL}, {}};
+  Heartbeat heartbeat;
+  heartbeat.prefix_cache = pool;
+  heartbeat.tiered_cache = tiers;
+  const Json json = heartbeat.to_json();
+  EXPECT_EQ(json["tiered_cache"]["stored"][1], "fedcba9876543210");
+  const Heartbeat parsed = Heartbeat::parse(json).value();
+  EXPECT_EQ(parsed.prefix_cache, pool);
+  EXPECT_EQ(parsed.tiered_cache, tiers);
+
+  heartbeat.prefix_cache.reset();
+  const Heartbeat tiers_only = Heartbeat::parse(heartbeat.to_json()).value();
+  EXPECT_FALSE(tiers_only.prefix_cache.has_value());
+  EXPECT_EQ(tiers_only.tiered_cache, tiers);
+  // A node without tiers sends no field: what older proxies read.
+  EXPECT_FALSE(Heartbeat{}.to_json().contains("tiered_cache"));
+  EXPECT_FALSE(Heartbeat::parse(Heartbeat{}.to_json()).value().tiered_cache.has_value());
+}
+
+// Both reports have the same rules and bounds; the error names the field that broke them.
+class BadCacheReports : public ::testing::TestWithParam<const char*> {};
+
+INSTANTIATE_TEST_SUITE_P(ClusterMessages, BadCacheReports,
+                         ::testing::Values("prefix_cache", "tiered_cache"));
+
+TEST_P(BadCacheReports, AreRefusedNamingTheFieldAndTheProblem) {
+  const std::string field = GetParam();
+  const auto refused = [&](const Json& report, const std::string& part) {
+    const Result<Heartbeat> parsed = Heartbeat::parse(Json{{field, report}});
     ASSERT_FALSE(parsed.ok()) << report.dump();
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(parsed.status().message().find(part), std::string::npos)
+        << parsed.status().message();
+    EXPECT_NE(parsed.status().message().find(field), std::string::npos)
         << parsed.status().message();
   };
   const std::string key = "00000000000000ab";

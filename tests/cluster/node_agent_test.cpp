@@ -137,5 +137,56 @@ TEST(NodeAgent, PrefixChangesOfAnUnansweredHeartbeatAreGivenBackAndRegistrationA
   EXPECT_EQ(restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
 }
 
+TEST(NodeAgent, TieredChangesTravelBesideThePoolsByTheSameRules) {
+  FakeProxy proxy;
+  std::mutex mutex;
+  int pool_resyncs = 0;
+  int tier_resyncs = 0;
+  uint64_t next_key = 1;
+  std::vector<uint64_t> restored;
+  NodeAgentOptions options;
+  options.proxy_url = proxy.url();
+  options.registration.role = NodeRole::kDecode;
+  options.registration.url = "http://127.0.0.1:1";
+  options.heartbeat_interval = 200ms;
+  PrefixCacheFeed pool;
+  pool.take = []() -> std::optional<PrefixCacheReport> { return std::nullopt; };
+  pool.restore = [](PrefixCacheReport) { ADD_FAILURE() << "no pool report was sent"; };
+  pool.resync = [&] {
+    std::lock_guard lock(mutex);
+    ++pool_resyncs;
+  };
+  PrefixCacheFeed tiers;
+  tiers.take = [&]() -> std::optional<PrefixCacheReport> {
+    std::lock_guard lock(mutex);
+    return PrefixCacheReport{16, false, {next_key++}, {}};
+  };
+  tiers.restore = [&](PrefixCacheReport report) {
+    std::lock_guard lock(mutex);
+    restored.insert(restored.end(), report.stored.begin(), report.stored.end());
+  };
+  tiers.resync = [&] {
+    std::lock_guard lock(mutex);
+    ++tier_resyncs;
+  };
+  options.prefix_cache = pool;
+  options.tiered_cache = tiers;
+  std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
+  proxy.wait_for_heartbeats(3);
+  agent.reset();
+  const std::vector<std::string> bodies = proxy.bodies();
+  ASSERT_GE(bodies.size(), 3u);
+  for (size_t index = 0; index < bodies.size(); ++index) {
+    const Heartbeat heartbeat = Heartbeat::parse(nlohmann::json::parse(bodies[index])).value();
+    EXPECT_FALSE(heartbeat.prefix_cache.has_value()) << bodies[index];
+    ASSERT_TRUE(heartbeat.tiered_cache.has_value()) << bodies[index];
+    EXPECT_EQ(heartbeat.tiered_cache->stored, std::vector<uint64_t>{index + 1});
+  }
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(pool_resyncs, 1);  // both after the one registration
+  EXPECT_EQ(tier_resyncs, 1);
+  EXPECT_EQ(restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -103,6 +103,7 @@ PROXY_PDSERVE = {
     "pdserve:proxy_retries": "counter", "pdserve:proxy_upstream_failures": "counter",
     "pdserve:proxy_stream_resumes": "counter", "pdserve:proxy_prefill_placements": "counter",
     "pdserve:proxy_prefix_query_blocks": "counter", "pdserve:proxy_prefix_hit_blocks": "counter",
+    "pdserve:proxy_prefix_tier_hit_blocks": "counter", "pdserve:proxy_tiered_index_keys": "gauge",
     "pdserve:proxy_routing_seconds": "histogram", "pdserve:proxy_time_to_first_byte_seconds": "histogram",
     "pdserve:proxy_e2e_request_latency_seconds": "histogram",
     "pdserve:proxy_prompt_tokenize_seconds": "histogram",
