@@ -5,10 +5,12 @@ tensor from its name, so the cut models share those layers), plus the FP8 model'
 agreement with its bf16 source, measured and printed (not asserted: quantization may flip a
 near tie).
 
-Stated bounds (pdserve-generate's logits rows, teacher-forced on pdserve's own greedy ids):
-max |logit - reference| <= 2e-3 * max |reference logit| at every depth. The CPU level's float32
-(avx2) or bf16-rounded activations (avx512_bf16, 2^-9 relative) are the error; the FP8
-quantization itself is in both sides.
+Stated bounds (pdserve-generate's logits rows, teacher-forced on pdserve's own greedy ids),
+max |logit - reference| / max |reference logit| at every depth: 1e-5 at a float32 level (avx2,
+or portable on a CPU without AVX2; measured 1.9e-7 and 2.6e-7 on 2026-11-28), 1e-2 at
+avx512_bf16, whose linear layers round activations to bf16 (2^-9 relative; measured 3.5e-3 and
+4.5e-3, the class of the bf16-weight goldens at that level). The FP8 quantization itself is on
+both sides: the reference dequantizes the very codes and scales pdserve reads.
 """
 import json
 import os
@@ -28,8 +30,24 @@ MAKE_MODEL = os.path.join(BUILD, "tools/make_model/pdserve-make-model")
 GENERATE = os.path.join(BUILD, "tools/generate/pdserve-generate")
 PROMPT = [9707, 1879, 11, 419, 374, 264, 1273, 13]
 NEW_TOKENS = 6
-RELATIVE_BOUND = 2e-3
 SEED = 31
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def levels():
+    """(PDSERVE_CPU_ISA, relative bound) for the float32 level and, if present, avx512_bf16."""
+    flags = cpu_flags()
+    chosen = [("avx2" if "avx2" in flags else "portable", 1e-5)]
+    if "avx512_bf16" in flags:
+        chosen.append(("avx512_bf16", 1e-2))
+    return chosen
 
 
 def run(*args):
@@ -46,8 +64,9 @@ def make_model(work, layers, fp8):
     return out
 
 
-def generate(model, work):
+def generate(model, work, level):
     logits_path = os.path.join(work, "logits.npy")
+    os.environ["PDSERVE_CPU_ISA"] = level
     stdout = run(GENERATE, "--model", model, "--prompt-ids", ",".join(map(str, PROMPT)),
                  "--max-new-tokens", str(NEW_TOKENS), "--temperature", "0", "--ignore-eos",
                  "--print-ids", "--threads", "2", "--logits-out", logits_path)
@@ -59,23 +78,24 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pdserve-fp8-oracle-") as work:
         for layers in (1, 3):
             fp8_dir = make_model(work, layers, True)
-            ids, logits = generate(fp8_dir, work)
+            bf16_dir = make_model(work, layers, False)
             config, weights = fp8_reference.load_weights(fp8_dir)
-            # Row s of --logits-out: after feeding PROMPT + ids[:s], i.e. position P - 1 + s.
-            sequence = PROMPT + ids[:-1]
-            reference = fp8_reference.forward(config, weights, sequence)[len(PROMPT) - 1:]
-            error = np.abs(logits - reference).max()
-            scale = np.abs(reference).max()
-            print(f"layers {layers}: max |pdserve - float64| = {error:.3e}, max |logit| = "
-                  f"{scale:.3e}, relative {error / scale:.2e} (bound {RELATIVE_BOUND:g})")
-            if not error <= RELATIVE_BOUND * scale:
-                failures.append(f"layers {layers}: relative error {error / scale:.2e}")
-            bf16_ids, bf16_logits = generate(make_model(work, layers, False), work)
-            agree = sum(a == b for a, b in zip(ids, bf16_ids))
-            first = next((i for i, (a, b) in enumerate(zip(ids, bf16_ids)) if a != b), None)
-            print(f"layers {layers}: greedy FP8 {ids} vs bf16 source {bf16_ids}: {agree}/"
-                  f"{len(ids)} equal, first difference at {first}; first-step logits differ by "
-                  f"up to {np.abs(logits[0] - bf16_logits[0]).max():.3e}")
+            for level, bound in levels():
+                ids, logits = generate(fp8_dir, work, level)
+                # Row s of --logits-out: after feeding PROMPT + ids[:s] (position P - 1 + s).
+                sequence = PROMPT + ids[:-1]
+                reference = fp8_reference.forward(config, weights, sequence)[len(PROMPT) - 1:]
+                error = np.abs(logits - reference).max()
+                scale = np.abs(reference).max()
+                print(f"{level}, layers {layers}: max |pdserve - float64| = {error:.3e}, max "
+                      f"|logit| = {scale:.3e}, relative {error / scale:.2e} (bound {bound:g})")
+                if not error <= bound * scale:
+                    failures.append(f"{level}, layers {layers}: relative error {error / scale:.2e}")
+                bf16_ids, bf16_logits = generate(bf16_dir, work, level)
+                agree = sum(a == b for a, b in zip(ids, bf16_ids))
+                print(f"{level}, layers {layers}: greedy FP8 {ids} vs bf16 source {bf16_ids}: "
+                      f"{agree}/{len(ids)} equal; first-step logits differ by up to "
+                      f"{np.abs(logits[0] - bf16_logits[0]).max():.3e}")
     if failures:
         sys.exit("FAIL: " + "; ".join(failures))
     print("PASS")
