@@ -35,7 +35,10 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
   const int head_dim = layout.head_dim;
   const int block_size = layout.block_size;
   const DType dtype = layout.dtype;
-  const int64_t element_bytes = dtype == DType::kF32 ? 4 : 2;
+  const int64_t element_bytes = kv_element_bytes(layout);
+  // An FP8 pool's scales, applied to the scores and the output rather than to every element.
+  const float score_scale = scale * cache.k_scale(layer);
+  const float v_scale = cache.v_scale(layer);
   const int32_t* block_table =
       batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
   float acc[kMaxGroupHeads][kMaxHeadDim];
@@ -61,7 +64,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
       const auto* key = static_cast<const std::byte*>(cache.k) + vector_at(j);
       for (int g = 0; g < num_heads; ++g) {
         const float* q = q_row + static_cast<int64_t>(first_head + g) * head_dim;
-        scores[g][j] = dot(q, key, dtype, head_dim) * scale;
+        scores[g][j] = dot(q, key, dtype, head_dim) * score_scale;
         block_max[g] = std::max(block_max[g], scores[g][j]);
       }
     }
@@ -81,7 +84,7 @@ void attend_heads(const float* q_row, int first_head, int num_heads, const Atten
     for (int g = 0; g < num_heads; ++g) running_max[g] = block_max[g];
   }
   for (int g = 0; g < num_heads; ++g) {
-    const float inv_sum = 1.0f / running_sum[g];
+    const float inv_sum = v_scale / running_sum[g];
     float* out = out_row + static_cast<int64_t>(first_head + g) * head_dim;
     for (int d = 0; d < head_dim; ++d) out[d] = acc[g][d] * inv_sum;
   }
@@ -138,7 +141,9 @@ void vector_attention(MatrixView q, const AttentionBatch& batch, const KvCacheVi
   problem.v = static_cast<const std::byte*>(cache.v) + layer_offset;
   problem.layout = layout;
   problem.group = num_heads / layout.num_kv_heads;
-  problem.scale = scale;
+  // An FP8 pool's scales, applied to the scores and the output rather than to every element.
+  problem.scale = scale * cache.k_scale(layer);
+  problem.v_scale = cache.v_scale(layer);
   problem.block_tables = batch.block_tables;
   problem.max_blocks_per_seq = batch.max_blocks_per_seq;
   problem.positions = batch.positions;

@@ -4,7 +4,8 @@
 // and keeps an online softmax per row. Decode (one token per sequence) is the same kernel
 // with the keys split into ranges over more blocks and a merge pass (flash-decoding); the
 // plan in cuda_attention_plan.h chooses. Arithmetic is float; one instance per activation
-// type T (q, out) and KV element type K, each bfloat16 or float32.
+// type T (q, out: bfloat16 or float32) and KV element type K (those or FP8 E4M3, whose codes
+// are widened in registers; the layer's k_scale scales q, its v_scale the output).
 #include <cmath>
 
 #include "kernels/cuda_attention_plan.h"
@@ -31,7 +32,8 @@ struct AttentionArgs {
   int layer;
   int num_heads;
   int group;
-  float scale;
+  float scale;    // softmax scale times the layer's k_scale
+  float v_scale;  // the layer's v_scale
   int num_splits;
   int keys_per_split;
   float* partial_acc;  // [split][token][head][head_dim], unnormalized
@@ -43,13 +45,23 @@ struct AttentionArgs {
 template <typename K>
 constexpr int kPerLoad = 16 / static_cast<int>(sizeof(K));
 
-// Loads 16 bytes at element `offset` of a K array into `out` (8 bf16 or 4 float values).
+// Loads 16 bytes at element `offset` of a K array into `out` (16 fp8, 8 bf16 or 4 float values).
 __device__ __forceinline__ void load16(const __nv_bfloat16* base, int64_t offset, float* out) {
   const uint4 raw = *reinterpret_cast<const uint4*>(base + offset);
   const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
     const float2 pair = __bfloat1622float2(pairs[p]);
+    out[2 * p] = pair.x;
+    out[2 * p + 1] = pair.y;
+  }
+}
+__device__ __forceinline__ void load16(const __nv_fp8_e4m3* base, int64_t offset, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(base + offset);
+  const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    const float2 pair = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pairs[p], __NV_E4M3)));
     out[2 * p] = pair.x;
     out[2 * p + 1] = pair.y;
   }
@@ -192,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
     const int64_t token = q_begin + row / a.group;
     const int64_t head = int64_t{kv_head} * a.group + row % a.group;
     if (a.num_splits == 1) {
-      const float inv_sum = running_sum[i] > 0.0f ? 1.0f / running_sum[i] : 0.0f;
+      const float inv_sum = running_sum[i] > 0.0f ? a.v_scale / running_sum[i] : 0.0f;
 #pragma unroll
       for (int d = 0; d < kMaxDimsPerLane; ++d) {
         if (d < dims_per_lane) {
@@ -241,7 +253,7 @@ __global__ void merge_splits_kernel(AttentionArgs a) {
       denominator += sum * factor;
     }
     static_cast<T*>(a.out.data)[token * a.out.row_stride + head * head_dim + d] =
-        from_float<T>(denominator > 0.0f ? numerator / denominator : 0.0f);
+        from_float<T>(denominator > 0.0f ? numerator / denominator * a.v_scale : 0.0f);
   }
 }
 
@@ -250,9 +262,9 @@ __global__ void merge_splits_kernel(AttentionArgs a) {
 cudaError_t allow_attention_shared_memory(size_t bytes) {
   // Every instance: the activation and KV dtypes are only known per launch.
   for (DType activation : {DType::kBF16, DType::kF32}) {
-    for (DType kv : {DType::kBF16, DType::kF32}) {
+    for (DType kv : {DType::kBF16, DType::kF32, DType::kF8E4M3}) {
       const cudaError_t error = with_element_type(activation, [&](auto t) {
-        return with_element_type(kv, [&](auto k) {
+        return with_kv_element_type(kv, [&](auto k) {
           return cudaFuncSetAttribute(paged_attention_kernel<decltype(t), decltype(k)>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes));
@@ -277,7 +289,8 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
   args.layer = layer;
   args.num_heads = num_heads;
   args.group = plan.group;
-  args.scale = scale;
+  args.scale = scale * cache.k_scale;
+  args.v_scale = cache.v_scale;
   args.num_splits = plan.num_splits;
   args.keys_per_split = plan.keys_per_split;
   args.partial_acc = workspace;
@@ -288,7 +301,7 @@ cudaError_t paged_attention(Matrix q, const Batch& batch, const KvPool& cache, i
                   static_cast<unsigned>(cache.layout.num_kv_heads),
                   static_cast<unsigned>(batch.num_seqs));
   return with_element_type(q.dtype, [&](auto activation) {
-    return with_element_type(cache.layout.dtype, [&](auto cached) {
+    return with_kv_element_type(cache.layout.dtype, [&](auto cached) {
       using T = decltype(activation);
       using K = decltype(cached);
       paged_attention_kernel<T, K><<<grid, kThreads, plan.shared_bytes, stream>>>(args);

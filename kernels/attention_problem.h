@@ -24,8 +24,9 @@ struct AttentionProblem {
   const void* k = nullptr;
   const void* v = nullptr;
   KvLayout layout;
-  int group = 0;  // query heads per KV head
-  float scale = 1.0f;
+  int group = 0;         // query heads per KV head
+  float scale = 1.0f;    // of the scores (softmax scale times an FP8 pool's k_scale)
+  float v_scale = 1.0f;  // of the output (an FP8 pool's v_scale)
   const int32_t* block_tables = nullptr;  // [seqs][max_blocks_per_seq]
   int max_blocks_per_seq = 0;
   const int32_t* positions = nullptr;  // [tokens]

@@ -79,8 +79,27 @@ inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride
   }
 }
 
-// 16 bf16 / f16 / f32 values widened to float32 (`mask` selects lanes; others read as 0).
+// 16 FP8 E4M3 codes as float32, exactly (fp8_e4m3_to_float's values): the magnitude bits
+// placed in a float16's (exponent bias 15 instead of 7, subnormals included) are the value times
+// 2^-8, converted exactly by vcvtph2ps; the NaN codes (S.1111.111) are set apart.
+inline __m512 fp8_e4m3x16_to_float(__m128i codes) {
+  const __m256i bytes = _mm256_cvtepu8_epi16(codes);
+  const __m256i magnitude = _mm256_and_si256(bytes, _mm256_set1_epi16(0x7f));
+  const __m256i half =
+      _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x80)), 8),
+                      _mm256_slli_epi16(magnitude, 7));
+  const __m512 value = _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
+  return _mm512_mask_mov_ps(value, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+// 16 bf16 / f16 / f32 / FP8 E4M3 values widened to float32 (`mask` selects lanes; others read
+// as 0; FP8 codes unscaled).
 inline __m512 load16(const void* base, DType dtype, int64_t index, __mmask16 mask = 0xFFFF) {
+  if (dtype == DType::kF8E4M3) {
+    return _mm512_maskz_mov_ps(mask, fp8_e4m3x16_to_float(_mm_maskz_loadu_epi8(
+                                         mask, static_cast<const uint8_t*>(base) + index)));
+  }
   if (dtype == DType::kF32) {
     return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(base) + index);
   }

@@ -73,11 +73,18 @@ struct VectorView {
 };
 
 // The paged KV pool as the kernels see it: where its K and V halves are, and its layout
-// (common/core/kv_layout.h).
+// (common/core/kv_layout.h). An FP8 pool stores x / scale (saturated to +-448) and reads
+// code * scale, with one K and one V scale per layer (vLLM's k_scale / v_scale); k_scales and
+// v_scales are host arrays of num_layers floats, or null for 1.0 (every other dtype).
 struct KvCacheView {
   void* k = nullptr;
   void* v = nullptr;
   KvLayout layout;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+
+  float k_scale(int layer) const { return k_scales == nullptr ? 1.0f : k_scales[layer]; }
+  float v_scale(int layer) const { return v_scales == nullptr ? 1.0f : v_scales[layer]; }
 };
 
 // Describes a packed batch (no padding) of sequences for one forward step. Each sequence

@@ -43,8 +43,8 @@ cuda::Vector dev(VectorView v) {
   return {v.data, v.dtype, v.size};
 }
 
-cuda::KvPool dev(const KvCacheView& c) {
-  return {c.k, c.v, c.layout};
+cuda::KvPool dev(const KvCacheView& c, int layer) {
+  return {c.k, c.v, c.layout, c.k_scale(layer), c.v_scale(layer)};
 }
 
 cuda::Batch dev(const AttentionBatch& b) {
@@ -214,8 +214,9 @@ class CudaBackend final : public Backend {
     PDS_RETURN_IF_ERROR(check_qk_norm_rope(q, k, v, params, batch, cache, layer));
     PDS_RETURN_IF_ERROR(require_activations({q, k, v}, "qk_norm_rope"));
     PDS_RETURN_IF_ERROR(require_kv_dtype(cache));
-    PDS_CUDA_RETURN_IF_ERROR(cuda::qk_norm_rope_kv_write(
-        dev(q), dev(k), dev(v), dev(params), dev(batch), dev(cache), layer, error_word_, stream_));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::qk_norm_rope_kv_write(dev(q), dev(k), dev(v), dev(params),
+                                                         dev(batch), dev(cache, layer), layer,
+                                                         error_word_, stream_));
     return {};
   }
   Status paged_attention(MatrixView q, const AttentionBatch& batch, const KvCacheView& cache,
@@ -234,9 +235,9 @@ class CudaBackend final : public Backend {
     shape.head_dim = cache.layout.head_dim;
     PDS_ASSIGN_OR_RETURN(AttentionPlan plan, plan_paged_attention(shape, multiprocessors_));
     PDS_RETURN_IF_ERROR(reserve_workspace(plan.workspace_floats * sizeof(float)));
-    PDS_CUDA_RETURN_IF_ERROR(
-        cuda::paged_attention(dev(q), dev(batch), dev(cache), layer, num_heads, scale, dev(plan),
-                              static_cast<float*>(workspace_), dev(out), error_word_, stream_));
+    PDS_CUDA_RETURN_IF_ERROR(cuda::paged_attention(
+        dev(q), dev(batch), dev(cache, layer), layer, num_heads, scale, dev(plan),
+        static_cast<float*>(workspace_), dev(out), error_word_, stream_));
     return {};
   }
   Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
@@ -300,8 +301,9 @@ class CudaBackend final : public Backend {
   }
 
   static Status require_kv_dtype(const KvCacheView& cache) {
-    if (cache.layout.dtype != DType::kBF16 && cache.layout.dtype != DType::kF32) {
-      return unimplemented("cuda: the KV cache must be bfloat16 or float32");
+    if (cache.layout.dtype != DType::kBF16 && cache.layout.dtype != DType::kF32 &&
+        cache.layout.dtype != DType::kF8E4M3) {
+      return unimplemented("cuda: the KV cache must be bfloat16, float32 or fp8 (e4m3)");
     }
     return {};
   }

@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +23,9 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 value) {
 __device__ __forceinline__ float to_float(float value) {
   return value;
 }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 value) {
+  return static_cast<float>(value);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float value);
@@ -32,6 +36,13 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) 
 template <>
 __device__ __forceinline__ float from_float<float>(float value) {
   return value;
+}
+// Round to nearest even, saturated to +-448 (NaN stays NaN): float_to_fp8_e4m3_saturated.
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float value) {
+  __nv_fp8_e4m3 result;
+  result.__x = __nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3);
+  return result;
 }
 
 // The value `value` has once stored as a T (so later reads of the stored element agree).
@@ -53,6 +64,13 @@ cudaError_t with_element_type(DType dtype, Launch&& launch) {
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// with_element_type for a KV pool's element type: also FP8 E4M3 (__nv_fp8_e4m3).
+template <typename Launch>
+cudaError_t with_kv_element_type(DType dtype, Launch&& launch) {
+  if (dtype == DType::kF8E4M3) return launch(__nv_fp8_e4m3{});
+  return with_element_type(dtype, launch);
 }
 
 // For small operands of any dtype (norm weights): one switch per element is cheap there.

@@ -34,10 +34,14 @@ struct Vector {
   int64_t size = 0;
 };
 
+// The pool and the scales of the layer a launch reads or writes (FP8: stored x / scale, read
+// code * scale; 1 for other dtypes).
 struct KvPool {
   void* k = nullptr;
   void* v = nullptr;
   KvLayout layout;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 struct Batch {

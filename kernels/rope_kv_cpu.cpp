@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/core/dtype.h"
+#include "common/core/float8.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/row_ops_avx512.h"
 
@@ -31,9 +32,14 @@ void norm_and_rotate_head(float* head, const VectorView& norm_weight, float eps,
   }
 }
 
-void store_kv(const float* src, void* dst_base, DType dtype, int64_t offset, int64_t n,
+// An FP8 pool stores src / scale, saturated to +-448 as vLLM's quantizer does (an outlier
+// beyond the scale's range clips rather than becoming NaN).
+void store_kv(const float* src, void* dst_base, DType dtype, float scale, int64_t offset, int64_t n,
               bool vector) {
-  if (dtype == DType::kF32) {
+  if (dtype == DType::kF8E4M3) {
+    auto* dst = static_cast<uint8_t*>(dst_base) + offset;
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp8_e4m3_saturated(src[i] / scale);
+  } else if (dtype == DType::kF32) {
     std::memcpy(static_cast<float*>(dst_base) + offset, src, static_cast<size_t>(n) * 4);
   } else if (dtype == DType::kBF16 && vector) {
     avx512::store_bf16(src, static_cast<uint16_t*>(dst_base) + offset, n);
@@ -82,9 +88,9 @@ Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v, const QkN
     float* k_row = k.row<float>(t);
     for (int h = 0; h < p.num_kv_heads; ++h) rotate(k_row + h * p.head_dim, p.k_norm_weight);
     const int64_t offset = kv_element(cache.layout, layer, batch.slot_mapping[t]);
-    store_kv(k_row, cache.k, cache.layout.dtype, offset, cache.layout.token_elements(), vector);
-    store_kv(v.row<float>(t), cache.v, cache.layout.dtype, offset, cache.layout.token_elements(),
-             vector);
+    const int64_t n = cache.layout.token_elements();
+    store_kv(k_row, cache.k, cache.layout.dtype, cache.k_scale(layer), offset, n, vector);
+    store_kv(v.row<float>(t), cache.v, cache.layout.dtype, cache.v_scale(layer), offset, n, vector);
   });
   return {};
 }

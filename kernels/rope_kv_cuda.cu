@@ -1,6 +1,6 @@
 // Per-head RMSNorm + rotary embedding of q and k, and the KV pool write, on CUDA: one block
-// per token, one warp per head; one instance per activation type T and KV element type K
-// (each bfloat16 or float32).
+// per token, one warp per head; one instance per activation type T (bfloat16 or float32) and
+// KV element type K (those or FP8 E4M3, which stores x / the layer's scale, saturated).
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.h"
 
@@ -10,11 +10,11 @@ namespace {
 constexpr int kWarps = 8;
 
 // Normalizes and rotates one head in place (HF rotate-half: j pairs with j + head_dim/2);
-// when `cache` is set, also stores the result there. Angles are formed in double like the
+// when `cache` is set, also stores the result divided by cache_scale there. Angles are formed in double like the
 // CPU reference: position * inv_freq reaches 1e5 radians and float would lose the phase.
 template <typename T, typename K>
 __device__ void norm_rope_head(T* head, Vector norm_weight, float eps, double rope_theta,
-                               int head_dim, int position, K* cache) {
+                               int head_dim, int position, K* cache, float cache_scale) {
   const int lane = threadIdx.x % 32;
   const int half = head_dim / 2;
   float sum_squares = 0.0f;
@@ -40,8 +40,8 @@ __device__ void norm_rope_head(T* head, Vector norm_weight, float eps, double ro
     head[j] = from_float<T>(y1);
     head[j + half] = from_float<T>(y2);
     if (cache != nullptr) {
-      cache[j] = from_float<K>(y1);
-      cache[j + half] = from_float<K>(y2);
+      cache[j] = from_float<K>(y1 / cache_scale);
+      cache[j + half] = from_float<K>(y2 / cache_scale);
     }
   }
 }
@@ -63,19 +63,19 @@ __global__ void qk_norm_rope_kv_kernel(Matrix q, Matrix k, Matrix v, RopeArgs p,
     if (h < p.num_heads) {
       T* head = static_cast<T*>(q.data) + token * q.row_stride + int64_t{h} * p.head_dim;
       norm_rope_head<T, K>(head, p.q_norm_weight, p.rms_norm_eps, p.rope_theta, p.head_dim,
-                           position, nullptr);
+                           position, nullptr, 1.0f);
     } else {
       const int64_t kv_head = h - p.num_heads;
       T* head = static_cast<T*>(k.data) + token * k.row_stride + kv_head * p.head_dim;
       K* cached = static_cast<K*>(cache.k) + kv_offset + kv_head * p.head_dim;
       norm_rope_head<T, K>(head, p.k_norm_weight, p.rms_norm_eps, p.rope_theta, p.head_dim,
-                           position, cached);
+                           position, cached, cache.k_scale);
     }
   }
   const T* v_row = static_cast<const T*>(v.data) + token * v.row_stride;
   K* v_cached = static_cast<K*>(cache.v) + kv_offset;
   for (int64_t j = threadIdx.x; j < v.cols; j += blockDim.x) {
-    v_cached[j] = from_float<K>(to_float(v_row[j]));
+    v_cached[j] = from_float<K>(to_float(v_row[j]) / cache.v_scale);
   }
 }
 
@@ -86,7 +86,7 @@ cudaError_t qk_norm_rope_kv_write(Matrix q, Matrix k, Matrix v, const RopeArgs& 
                                   unsigned* error_word, cudaStream_t stream) {
   if (batch.num_tokens == 0) return cudaSuccess;
   return with_element_type(q.dtype, [&](auto activation) {
-    return with_element_type(cache.layout.dtype, [&](auto cached) {
+    return with_kv_element_type(cache.layout.dtype, [&](auto cached) {
       using T = decltype(activation);
       using K = decltype(cached);
       qk_norm_rope_kv_kernel<T, K>

@@ -11,8 +11,9 @@
 
 namespace pdserve {
 
-// dot_f32: sum_i a[i] * b[i]; axpy_f32: y[i] = fma(alpha, x[i], y[i]). b and x are f32, bf16
-// or f16. The avx2 versions need a CPU with that level (kernels/cpu_isa.h).
+// dot_f32: sum_i a[i] * b[i]; axpy_f32: y[i] = fma(alpha, x[i], y[i]). b and x are f32, bf16,
+// f16 or FP8 E4M3 (the code's value, unscaled). The avx2 versions need a CPU with that level
+// (kernels/cpu_isa.h).
 namespace portable {
 float dot_f32(const float* a, const void* b, DType b_dtype, int64_t n);
 void axpy_f32(float alpha, const void* x, DType x_dtype, float* y, int64_t n);

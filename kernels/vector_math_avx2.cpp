@@ -1,5 +1,5 @@
-// AVX2 + FMA + F16C versions of vector_math.h; compiled with those flags, entered only after
-// the run-time CPU check.
+// AVX2 + FMA + F16C versions of vector_math.h (b and x also FP8 E4M3, unscaled); compiled with
+// those flags, entered only after the run-time CPU check.
 #include <immintrin.h>
 
 #include "kernels/vector_math.h"
@@ -7,7 +7,24 @@
 namespace pdserve::avx2 {
 namespace {
 
+// FP8 E4M3 codes widened exactly as in avx512_common.h: the magnitude bits in a float16's
+// place are the value times 2^-8 (subnormals included); NaN codes set apart.
+inline __m256 fp8_e4m3x8_to_float(__m128i codes) {
+  const __m128i bytes = _mm_cvtepu8_epi16(codes);
+  const __m128i magnitude = _mm_and_si128(bytes, _mm_set1_epi16(0x7f));
+  const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0x80)), 8),
+                                    _mm_slli_epi16(magnitude, 7));
+  const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
+  const __m256 nan =
+      _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f))));
+  return _mm256_blendv_ps(value, _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+
 inline __m256 load8(const void* base, DType dtype, int64_t index) {
+  if (dtype == DType::kF8E4M3) {
+    return fp8_e4m3x8_to_float(_mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + index)));
+  }
   if (dtype == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(base) + index);
   __m128i half =
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + index));
@@ -17,6 +34,10 @@ inline __m256 load8(const void* base, DType dtype, int64_t index) {
 
 inline float load1(const void* base, DType dtype, int64_t index) {
   if (dtype == DType::kF32) return static_cast<const float*>(base)[index];
+  if (dtype == DType::kF8E4M3) {
+    const uint8_t code = static_cast<const uint8_t*>(base)[index];
+    return _mm256_cvtss_f32(fp8_e4m3x8_to_float(_mm_cvtsi32_si128(code)));
+  }
   uint16_t bits = static_cast<const uint16_t*>(base)[index];
   if (dtype == DType::kF16) return _cvtsh_ss(bits);
   uint32_t widened = static_cast<uint32_t>(bits) << 16;

@@ -17,6 +17,8 @@ Result<std::unique_ptr<UcxKvConnector>> make_pool_connector(const KvCache& pool,
     options.copier =
         std::make_shared<HostPoolCopier>(static_cast<std::byte*>(pool.data()), pool.size_bytes());
   }
+  options.kv_k_scales = pool.scales().k;
+  options.kv_v_scales = pool.scales().v;
   Backend& backend = pool.backend();
   options.bind_thread = [&backend] { return backend.bind_current_thread(); };
   return UcxKvConnector::create(options, pool.data(), pool.size_bytes(), pool.layout());

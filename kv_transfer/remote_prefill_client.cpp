@@ -477,7 +477,7 @@ Status RemotePrefillClient::start(const InferenceRequest& request,
   work.sampling = request.sampling;
   work.kv_descriptor = destination.kv_descriptor;
   work.kv_num_blocks = destination.pool.num_blocks;
-  work.kv_layout = kv_block_layout(destination.pool);
+  work.kv_layout = kv_block_layout(destination.pool, destination.k_scales, destination.v_scales);
   work.first_block = first_block;
   work.block_ids.assign(block_table.begin() + first_block, block_table.begin() + prompt_blocks);
   work.timeout_ms = impl_->options.transfer_timeout.count();

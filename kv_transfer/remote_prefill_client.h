@@ -50,6 +50,9 @@ struct RemotePrefillOptions {
 struct ImportDestination {
   std::string kv_descriptor;  // base64, the transport's (descriptor.h)
   KvLayout pool;
+  // An FP8 pool's per-layer scales (empty: 1.0), part of the layout a prefill node must share.
+  std::vector<float> k_scales = {};
+  std::vector<float> v_scales = {};
 };
 
 // Checksums of prompt blocks first_block.. as they landed here, in `blocks` (kv_checksum.h's

@@ -384,7 +384,9 @@ Result<std::unique_ptr<UcxKvConnector>> UcxKvConnector::create(const UcxKvConnec
   PDS_ASSIGN_OR_RETURN(
       impl->remote_prefill,
       RemotePrefillClient::create(
-          client_options, {impl->service->descriptor_base64(), impl->landing_layout},
+          client_options,
+          {impl->service->descriptor_base64(), impl->landing_layout, options.kv_k_scales,
+           options.kv_v_scales},
           // Engine thread, no put can still land in `blocks` (remote_prefill_client.h).
           [raw](std::span<const int32_t> blocks, int first_block, int num_prompt_tokens) {
             if (raw->options.test_corrupt_every > 0) raw->corrupt_for_test(blocks);
@@ -412,6 +414,10 @@ UcxKvConnector::~UcxKvConnector() {
 
 const KvLayout& UcxKvConnector::layout() const {
   return impl_->layout;
+}
+
+KvBlockLayout UcxKvConnector::block_layout() const {
+  return kv_block_layout(impl_->layout, impl_->options.kv_k_scales, impl_->options.kv_v_scales);
 }
 
 const std::string& UcxKvConnector::descriptor_base64() const {

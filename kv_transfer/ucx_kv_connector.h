@@ -26,9 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/core/kv_layout.h"
 #include "common/engine/kv_connector.h"
+#include "common/protocol/prefill_protocol.h"
 #include "kv_transfer/kv_transfer_service.h"
 #include "kv_transfer/pool_copier.h"
 #include "kv_transfer/remote_prefill_client.h"
@@ -56,6 +58,10 @@ struct UcxKvConnectorOptions {
   int test_corrupt_every = 0;
   // Binds the UCX thread to the pool's device (KvTransferServiceOptions::bind_thread).
   std::function<Status()> bind_thread = {};
+  // An FP8 pool's per-layer scales (empty: 1.0; make_pool_connector sets them from the pool):
+  // the prefill work names them and a prefill node with others refuses it.
+  std::vector<float> kv_k_scales = {};
+  std::vector<float> kv_v_scales = {};
 };
 
 class UcxKvConnector : public KvConnector {
@@ -67,6 +73,8 @@ class UcxKvConnector : public KvConnector {
   ~UcxKvConnector() override;
 
   const KvLayout& layout() const;
+  // The pool's blocks as prefill work names them: layout and FP8 scales.
+  KvBlockLayout block_layout() const;
   const std::string& descriptor_base64() const;
   // Whether the staged path was chosen; the landing area's size in blocks (0 on the direct
   // path).

@@ -50,7 +50,7 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise, bool unregister
                        start_serving_node(options, NodeRole::kPrefill));
   node->connector->set_layerwise(kv_layerwise);
   PrefillServer prefill(
-      *node->engine, kv_block_layout(node->connector->layout()), options.cluster_token,
+      *node->engine, node->connector->block_layout(), options.cluster_token,
       [&membership = node->membership] { return membership.draining(); }, std::move(peers));
   http::RouteTable router;
   prefill.register_routes(router);
@@ -59,8 +59,7 @@ Status run(const ServingNodeOptions& options, bool kv_layerwise, bool unregister
         std::printf("pdserve-prefill: prefilling %s on %s (device %s, KV blocks %s)\n",
                     node->engine->model_info().name.c_str(),
                     http::join_base_url(options.host, std::to_string(port)).c_str(),
-                    options.device.c_str(),
-                    kv_block_layout(node->connector->layout()).to_string().c_str());
+                    options.device.c_str(), node->connector->block_layout().to_string().c_str());
         std::fflush(stdout);
       });
 }

@@ -221,6 +221,10 @@ PrefillServer::PrefillServer(InferenceService& service, KvBlockLayout layout,
           "KV transfers refused before any put: the work's KV descriptor was unreadable, named "
           "a UCX worker that is no registered decode node's, was denied by the decode node's "
           "handshake, or named blocks outside its pool.")),
+      layout_refused_(metrics_.counter(
+          "pdserve:kv_layout_refused_total",
+          "Prefill work refused because the decode node's KV blocks have another layout: "
+          "layers, block size, KV heads, head size, KV dtype (--kv-cache-dtype) or FP8 scales.")),
       kv_peers_(std::move(kv_peers)) {}
 
 void PrefillServer::register_routes(http::RouteTable& router) {
@@ -253,10 +257,12 @@ void PrefillServer::handle_prefill(const http::HttpRequest& request,
     return;
   }
   if (!(work->kv_layout == layout_)) {
-    channel->send(http::api_error_response(
-        invalid_request("the decode node's KV blocks are " + work->kv_layout.to_string() +
-                        ", this node's are " + layout_.to_string() +
-                        ": run both with the same model, --block-size and --kv-cache-dtype")));
+    layout_refused_.inc();
+    ApiError error = invalid_request(
+        "the decode node's KV blocks are " + work->kv_layout.to_string() + ", this node's are " +
+        layout_.to_string() + ": run both with the same model, --block-size and --kv-cache-dtype");
+    error.code = "kv_layout_mismatch";
+    channel->send(http::api_error_response(error));
     return;
   }
   if (kv_peers_ == nullptr) {

@@ -77,6 +77,7 @@ class PrefillServer {
   metrics::Histogram& transfer_time_;
   metrics::Counter& transfer_bytes_;
   metrics::Counter& descriptor_refused_;
+  metrics::Counter& layout_refused_;
   std::atomic<uint64_t> next_id_{0};
 
   // Work in flight by "request id/transfer tag", for cancel; and cancels that came before their

@@ -103,6 +103,12 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   ModelRunnerConfig runner_config;
   runner_config.block_size = config.block_size;
   runner_config.kv_dtype = kv_dtype;
+  PDS_ASSIGN_OR_RETURN(
+      runner_config.kv_scales,
+      kv_scales_for_model(model.model_dir, kv_dtype, model_config.num_hidden_layers));
+  if (!runner_config.kv_scales.k.empty()) {
+    PDS_LOG_INFO("fp8 KV cache with the checkpoint's per-layer k_scale / v_scale");
+  }
   runner_config.limits.max_num_tokens = config.max_num_batched_tokens;
   runner_config.limits.max_num_seqs = config.max_num_seqs;
   runner_config.limits.max_model_len = max_model_len;

@@ -66,10 +66,10 @@ void add_serving_node_options(CLI::App& app, ServingNodeOptions& options) {
                  "activations, CUDA graphs and the KV cache; memory other processes hold "
                  "counts against it), in (0, 1]")
       ->capture_default_str();
-  app.add_option(
-         "--kv-cache-dtype", options.kv_cache_dtype,
-         "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
-         "avx512_bf16 level and on CUDA, else float32), bfloat16 or float32")
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
+                 "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
+                 "avx512_bf16 level and on CUDA, else float32), bfloat16, float32, or fp8 / "
+                 "fp8_e4m3 (FP8 E4M3 with per-layer scales: half the bytes of bfloat16)")
       ->capture_default_str();
   app.add_option("--kv-offload-host-gib", options.engine.kv_offload_host_gib,
                  "Host memory (page-locked on cuda) for prefix-cache KV blocks evicted from the "

@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "Threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   app.add_option("--isa", options.isa, "Instruction-set level: auto, portable, avx2, avx512, avx512_bf16")
       ->capture_default_str();
-  app.add_option("--kv-cache-dtype", options.kv_cache_dtype, "KV cache element type: auto, bfloat16, float32")
+  app.add_option("--kv-cache-dtype", options.kv_cache_dtype, "KV cache element type: auto, bfloat16, float32, fp8")
       ->capture_default_str();
   app.add_flag("!--no-ceilings", options.ceilings, "Skip measuring the bandwidth and GEMM ceilings");
   app.add_flag("--fp8", options.fp8,

@@ -2,7 +2,9 @@
 // [layers][blocks][block_size][kv_heads][head_dim] of `dtype`. A token's KV lives at slot =
 // block * block_size + offset in its block (kv_slot). The CPU and CUDA pools and their kernels
 // (kernels/: element indices, kv_element), and the transfer layer (kv_transfer/: the bytes of a
-// (layer, block) here or in a peer's pool of another size) all read this one type. Header-only
+// (layer, block) here or in a peer's pool of another size) all read this one type. The element
+// type is float32, bfloat16 or FP8 E4M3 (1 byte: --kv-cache-dtype fp8; its per-layer scales live
+// beside the pool, in KvCacheView, not here). Header-only
 // C++17 with host/device qualifiers, because CUDA device code (C++17) takes it too.
 #pragma once
 
@@ -35,7 +37,9 @@ struct KvLayout {
   PDS_HOST_DEVICE int64_t layer_elements() const {
     return static_cast<int64_t>(num_blocks) * block_size * token_elements();
   }
-  PDS_HOST_DEVICE std::size_t element_bytes() const { return dtype == DType::kF32 ? 4 : 2; }
+  PDS_HOST_DEVICE std::size_t element_bytes() const {
+    return dtype == DType::kF32 ? 4 : dtype == DType::kF8E4M3 ? 1 : 2;
+  }
 
   // One token's K (or V) in one layer; one layer's K (or V) of one block.
   std::size_t token_bytes() const {
@@ -73,6 +77,11 @@ struct KvLayout {
 // The slot of the token at `offset` in pool block `block`.
 static PDS_HOST_DEVICE constexpr int64_t kv_slot(const KvLayout& layout, int block, int offset) {
   return static_cast<int64_t>(block) * layout.block_size + offset;
+}
+
+// Bytes of one element (KvLayout::element_bytes, as a static function for the kernel files).
+static PDS_HOST_DEVICE constexpr int64_t kv_element_bytes(const KvLayout& layout) {
+  return layout.dtype == DType::kF32 ? 4 : layout.dtype == DType::kF8E4M3 ? 1 : 2;
 }
 
 // Index of element `dim` of KV head `kv_head` of the token in `slot` of `layer`, from the start

@@ -1,6 +1,7 @@
 #include "common/protocol/prefill_protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -220,14 +221,59 @@ const char* prefill_event_name(PrefillEvent::Kind kind) {
   return "error";
 }
 
-KvBlockLayout kv_block_layout(const KvLayout& pool) {
-  return {pool.num_layers, pool.block_size, pool.num_kv_heads, pool.head_dim,
-          std::string(dtype_name(pool.dtype))};
+KvBlockLayout kv_block_layout(const KvLayout& pool, std::vector<float> k_scales,
+                              std::vector<float> v_scales) {
+  return {pool.num_layers,
+          pool.block_size,
+          pool.num_kv_heads,
+          pool.head_dim,
+          std::string(dtype_name(pool.dtype)),
+          std::move(k_scales),
+          std::move(v_scales)};
 }
 
+namespace {
+
+// The shortest text that reads back as each value.
+std::string list_of(const std::vector<float>& values) {
+  std::string text;
+  for (const float value : values) {
+    char buffer[32];
+    const std::to_chars_result end = std::to_chars(buffer, buffer + sizeof buffer, value);
+    text += (text.empty() ? "" : ", ") + std::string(buffer, end.ptr);
+  }
+  return "[" + text + "]";
+}
+
+// An optional array of positive numbers (absent: empty).
+std::vector<float> read_scales(const Json& layout, const char* name, FieldReader& reader) {
+  std::vector<float> scales;
+  const auto it = layout.find(name);
+  if (it == layout.end() || it->is_null()) return scales;
+  if (!it->is_array() || it->size() > 4096) {
+    reader.fail(std::string("'") + name + "' must be an array of at most 4096 numbers");
+    return {};
+  }
+  for (const Json& value : *it) {
+    if (!value.is_number() || !(value.get<double>() > 0.0)) {
+      reader.fail(std::string("'") + name + "' must hold positive numbers");
+      return {};
+    }
+    scales.push_back(value.get<float>());
+  }
+  return scales;
+}
+
+}  // namespace
+
 std::string KvBlockLayout::to_string() const {
-  return std::to_string(num_layers) + " layers x " + std::to_string(block_size) + " tokens x " +
-         std::to_string(num_kv_heads) + " kv heads x " + std::to_string(head_dim) + " " + dtype;
+  std::string text = std::to_string(num_layers) + " layers x " + std::to_string(block_size) +
+                     " tokens x " + std::to_string(num_kv_heads) + " kv heads x " +
+                     std::to_string(head_dim) + " " + dtype;
+  if (!k_scales.empty() || !v_scales.empty()) {
+    text += " (k_scale " + list_of(k_scales) + ", v_scale " + list_of(v_scales) + ")";
+  }
+  return text;
 }
 
 Json prefill_work_to_json(const PrefillWork& work) {
@@ -243,7 +289,9 @@ Json prefill_work_to_json(const PrefillWork& work) {
                   {"block_size", work.kv_layout.block_size},
                   {"num_kv_heads", work.kv_layout.num_kv_heads},
                   {"head_dim", work.kv_layout.head_dim},
-                  {"dtype", work.kv_layout.dtype}}},
+                  {"dtype", work.kv_layout.dtype},
+                  {"k_scales", work.kv_layout.k_scales},
+                  {"v_scales", work.kv_layout.v_scales}}},
                 {"first_block", work.first_block},
                 {"block_ids", work.block_ids},
                 {"checksum", work.kv_checksum}}},
@@ -311,6 +359,8 @@ Result<PrefillWork> parse_prefill_work(std::string_view body) {
       work.kv_layout.num_kv_heads = layout_reader.get<int>("num_kv_heads", 0);
       work.kv_layout.head_dim = layout_reader.get<int>("head_dim", 0);
       work.kv_layout.dtype = layout_reader.get<std::string>("dtype", "");
+      work.kv_layout.k_scales = read_scales(*layout, "k_scales", layout_reader);
+      work.kv_layout.v_scales = read_scales(*layout, "v_scales", layout_reader);
       PDS_RETURN_IF_ERROR(layout_reader.status());
     }
     PDS_RETURN_IF_ERROR(kv_reader.status());

@@ -37,14 +37,19 @@ struct KvBlockLayout {
   int block_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  std::string dtype;  // "bfloat16", "float32"
+  std::string dtype;  // "bfloat16", "float32", "float8_e4m3fn"
+  // An FP8 pool's per-layer k_scale / v_scale (empty: 1.0 everywhere): blocks quantized with
+  // other scales hold other values.
+  std::vector<float> k_scales = {};
+  std::vector<float> v_scales = {};
 
   bool operator==(const KvBlockLayout&) const = default;
   std::string to_string() const;
 };
 
-// The wire form of a pool's blocks (its size travels apart, as kv.num_blocks).
-KvBlockLayout kv_block_layout(const KvLayout& pool);
+// The wire form of a pool's blocks (its size travels apart, as kv.num_blocks) and its scales.
+KvBlockLayout kv_block_layout(const KvLayout& pool, std::vector<float> k_scales = {},
+                              std::vector<float> v_scales = {});
 
 struct PrefillWork {
   std::string request_id;

@@ -49,8 +49,10 @@ Result<GpuMemoryReport> plan_pool_from_free_memory(Backend& backend, Qwen3Model&
   GpuMemoryReport report;
   {
     PDS_ASSIGN_OR_RETURN(
-        KvCache pool, KvCache::create(backend, kv_layout_for(model.config(), blocks,
-                                                             config.block_size, config.kv_dtype)));
+        KvCache pool,
+        KvCache::create(backend,
+                        kv_layout_for(model.config(), blocks, config.block_size, config.kv_dtype),
+                        config.kv_scales));
     PDS_ASSIGN_OR_RETURN(
         std::unique_ptr<DeviceStepPath> path,
         make_cuda_step_path(backend, model, pool, context, scratch_block, config.cuda_graphs));
@@ -132,9 +134,11 @@ Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(
     PDS_ASSIGN_OR_RETURN(report, plan_pool_from_free_memory(backend, model, context, config));
     num_blocks = report->num_blocks;
   }
-  PDS_ASSIGN_OR_RETURN(KvCache cache,
-                       KvCache::create(backend, kv_layout_for(model.config(), num_blocks,
-                                                              config.block_size, config.kv_dtype)));
+  PDS_ASSIGN_OR_RETURN(
+      KvCache cache,
+      KvCache::create(backend,
+                      kv_layout_for(model.config(), num_blocks, config.block_size, config.kv_dtype),
+                      config.kv_scales));
   std::unique_ptr<Qwen3ModelRunner> runner(
       new Qwen3ModelRunner(backend, model, std::move(cache), std::move(context)));
   runner->memory_report_ = report;

@@ -31,6 +31,7 @@ struct ModelRunnerConfig {
   int num_blocks = 0;
   int block_size = 16;
   DType kv_dtype = DType::kF32;
+  KvScales kv_scales;    // an FP8 pool's per-layer scales (empty: 1.0)
   ForwardLimits limits;  // max_num_tokens = the scheduler's max_num_batched_tokens, etc.
   // CUDA only: the pool takes what this fraction of the device's total memory leaves once the
   // weights, the workspace, the graphs and a profiling step at limits.max_num_tokens are in

@@ -93,6 +93,10 @@ expect_exit "beyond max_position_embeddings" 2 "$generate" --model "$model" --pr
 expect_exit "KV pool too small" 2 "$generate" --model "$model" --prompt hi --kv-cache-memory-gib 0.000001
 expect_exit "float16 KV cache refused" 2 "$generate" --model "$model" --prompt hi --kv-cache-dtype float16
 expect_exit "bfloat16 KV cache" 0 "$generate" --model "$model" --prompt hi --max-new-tokens 4 --kv-cache-dtype bfloat16
+expect_exit "fp8 KV cache" 0 "$generate" --model "$model" --prompt hi --max-new-tokens 4 --kv-cache-dtype fp8
+expect_exit "fp8_e4m3 KV cache" 0 "$generate" --model "$model" --prompt hi --max-new-tokens 4 --kv-cache-dtype fp8_e4m3
+expect_exit "fp8_e5m2 KV cache refused" 2 "$generate" --model "$model" --prompt hi --kv-cache-dtype fp8_e5m2
+grep -q 'fp8_e5m2 is not supported' "$work/err" && pass "fp8_e5m2 refusal says why" || fail "fp8_e5m2 refusal: $(head -c 300 "$work/err")"
 expect_exit "unknown dtype" 2 "$generate" --model "$model" --prompt hi --dtype int8
 expect_exit "cuda unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda
 expect_exit "cuda:1 unavailable or not built" 2 "$generate" --model "$model" --prompt hi --device cuda:1
@@ -131,6 +135,8 @@ expect_exit "unknown log format" 2 "$decode" --model "$model" --log-format xml
 # The KV path flags of the nodes.
 prefill=$build/prefill_node/pdserve-prefill
 expect_exit "unknown KV transfer path" 2 "$prefill" --model "$model" --kv-transfer-path zero-copy
+expect_exit "fp8_e5m2 KV cache refused (prefill)" 2 env PDSERVE_CLUSTER_TOKEN=t "$prefill" --model "$model" --port 0 --proxy http://127.0.0.1:9 --kv-cache-dtype fp8_e5m2
+expect_exit "fp8_e5m2 KV cache refused (decode)" 2 "$decode" --model "$model" --port 0 --kv-cache-dtype fp8_e5m2
 # No proxy to learn its decode nodes' UCX workers from (issue #34): refused before the model loads.
 expect_exit "prefill node without --proxy" 2 env PDSERVE_CLUSTER_TOKEN=t "$prefill" --model "$model" --port 0
 grep -q -- '--insecure-unregistered-kv-peers' "$work/err" || fail "prefill without --proxy: stderr names no flag"

@@ -1,7 +1,8 @@
 // Which bytes a transferred block's checksum covers (kv_transfer/kv_checksum.h), against an
 // oracle that gathers them with its own index arithmetic over the pool's documented layout
 // (K then V, each [layers][blocks][block_size][kv_heads][head_dim]) and hashes them in one
-// piece: each layer's K then V of the block's first `tokens` slots, nothing else.
+// piece: each layer's K then V of the block's first `tokens` slots, nothing else; for 4-byte
+// (float32) and 1-byte (FP8 E4M3: --kv-cache-dtype fp8) elements alike.
 #include "kv_transfer/kv_checksum.h"
 
 #include <xxhash.h>
@@ -10,6 +11,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace pdserve::kv_transfer {
@@ -19,15 +21,31 @@ constexpr int kLayers = 3;
 constexpr int kBlockSize = 4;
 constexpr int kHeads = 2;
 constexpr int kHeadDim = 3;
-constexpr int kElement = 4;
+int g_element_bytes =
+    4;  // bytes per element of the pool under test (for_each_element_size sets it)
+
+DType element_dtype() {
+  return g_element_bytes == 1 ? DType::kF8E4M3 : DType::kF32;
+}
 
 KvLayout layout_of(int num_blocks) {
-  return KvLayout{kLayers, num_blocks, kBlockSize, kHeads, kHeadDim, DType::kF32};
+  return KvLayout{kLayers, num_blocks, kBlockSize, kHeads, kHeadDim, element_dtype()};
+}
+
+// Runs the test body for float32 and FP8 pools.
+template <typename Body>
+void for_each_element_size(Body body) {
+  for (const int bytes : {4, 1}) {
+    SCOPED_TRACE(std::to_string(bytes) + "-byte elements");
+    g_element_bytes = bytes;
+    body();
+  }
+  g_element_bytes = 4;
 }
 
 std::vector<std::byte> random_pool(int num_blocks, unsigned seed) {
   std::vector<std::byte> pool(static_cast<size_t>(2 * kLayers * num_blocks * kBlockSize * kHeads *
-                                                  kHeadDim * kElement));
+                                                  kHeadDim * g_element_bytes));
   std::mt19937 rng(seed);
   for (std::byte& b : pool) b = static_cast<std::byte>(rng() & 0xff);
   return pool;
@@ -36,13 +54,13 @@ std::vector<std::byte> random_pool(int num_blocks, unsigned seed) {
 // Byte offset of element (half, layer, block, slot, head, dim, byte) by hand.
 size_t byte_at(int num_blocks, int half, int layer, int block, int slot, int head, int dim,
                int byte) {
-  const size_t per_half = static_cast<size_t>(kLayers * num_blocks * kBlockSize * kHeads *
-                                              kHeadDim * kElement);
+  const size_t per_half =
+      static_cast<size_t>(kLayers * num_blocks * kBlockSize * kHeads * kHeadDim * g_element_bytes);
   const size_t element =
       ((((static_cast<size_t>(layer) * num_blocks + block) * kBlockSize + slot) * kHeads + head) *
            kHeadDim +
        dim);
-  return half * per_half + element * kElement + byte;
+  return half * per_half + element * g_element_bytes + byte;
 }
 
 uint64_t oracle(const std::vector<std::byte>& pool, int num_blocks, int block, int tokens) {
@@ -52,7 +70,7 @@ uint64_t oracle(const std::vector<std::byte>& pool, int num_blocks, int block, i
       for (int slot = 0; slot < tokens; ++slot) {
         for (int head = 0; head < kHeads; ++head) {
           for (int dim = 0; dim < kHeadDim; ++dim) {
-            for (int byte = 0; byte < kElement; ++byte) {
+            for (int byte = 0; byte < g_element_bytes; ++byte) {
               gathered.push_back(
                   pool[byte_at(num_blocks, half, layer, block, slot, head, dim, byte)]);
             }
@@ -65,41 +83,46 @@ uint64_t oracle(const std::vector<std::byte>& pool, int num_blocks, int block, i
 }
 
 TEST(KvChecksum, CoversEachLayersKThenVOfTheSlotsTheBlockHolds) {
-  const std::vector<std::byte> pool = random_pool(5, 1);
-  const KvLayout layout = layout_of(5);
-  for (int block = 0; block < 5; ++block) {
-    for (int tokens = 1; tokens <= kBlockSize; ++tokens) {
-      EXPECT_EQ(block_checksum(pool.data(), layout, block, tokens), oracle(pool, 5, block, tokens))
-          << "block " << block << ", " << tokens << " tokens";
+  for_each_element_size([] {
+    const std::vector<std::byte> pool = random_pool(5, 1);
+    const KvLayout layout = layout_of(5);
+    for (int block = 0; block < 5; ++block) {
+      for (int tokens = 1; tokens <= kBlockSize; ++tokens) {
+        EXPECT_EQ(block_checksum(pool.data(), layout, block, tokens),
+                  oracle(pool, 5, block, tokens))
+            << "block " << block << ", " << tokens << " tokens";
+      }
     }
-  }
+  });
 }
 
 TEST(KvChecksum, EveryCoveredByteCountsAndNoOtherDoes) {
-  std::vector<std::byte> pool = random_pool(5, 2);
-  const KvLayout layout = layout_of(5);
-  constexpr int kBlock = 3;
-  constexpr int kTokens = 2;  // a partial last block
-  const uint64_t clean = block_checksum(pool.data(), layout, kBlock, kTokens);
-  for (size_t at = 0; at < pool.size(); ++at) {
-    // Is byte `at` one of the block's first kTokens slots, in any layer, K or V?
-    bool covered = false;
-    for (int half = 0; half < 2 && !covered; ++half) {
-      for (int layer = 0; layer < kLayers && !covered; ++layer) {
-        const size_t begin = byte_at(5, half, layer, kBlock, 0, 0, 0, 0);
-        const size_t end = byte_at(5, half, layer, kBlock, kTokens, 0, 0, 0);
-        covered = at >= begin && at < end;
+  for_each_element_size([] {
+    std::vector<std::byte> pool = random_pool(5, 2);
+    const KvLayout layout = layout_of(5);
+    constexpr int kBlock = 3;
+    constexpr int kTokens = 2;  // a partial last block
+    const uint64_t clean = block_checksum(pool.data(), layout, kBlock, kTokens);
+    for (size_t at = 0; at < pool.size(); ++at) {
+      // Is byte `at` one of the block's first kTokens slots, in any layer, K or V?
+      bool covered = false;
+      for (int half = 0; half < 2 && !covered; ++half) {
+        for (int layer = 0; layer < kLayers && !covered; ++layer) {
+          const size_t begin = byte_at(5, half, layer, kBlock, 0, 0, 0, 0);
+          const size_t end = byte_at(5, half, layer, kBlock, kTokens, 0, 0, 0);
+          covered = at >= begin && at < end;
+        }
+      }
+      pool[at] ^= std::byte{0x01};
+      const uint64_t changed = block_checksum(pool.data(), layout, kBlock, kTokens);
+      pool[at] ^= std::byte{0x01};
+      if (covered) {
+        ASSERT_NE(changed, clean) << "byte " << at << " is covered but did not count";
+      } else {
+        ASSERT_EQ(changed, clean) << "byte " << at << " is not covered but counted";
       }
     }
-    pool[at] ^= std::byte{0x01};
-    const uint64_t changed = block_checksum(pool.data(), layout, kBlock, kTokens);
-    pool[at] ^= std::byte{0x01};
-    if (covered) {
-      ASSERT_NE(changed, clean) << "byte " << at << " is covered but did not count";
-    } else {
-      ASSERT_EQ(changed, clean) << "byte " << at << " is not covered but counted";
-    }
-  }
+  });
 }
 
 // Sender and receiver agree on a block copied from one pool into another block id of a pool of

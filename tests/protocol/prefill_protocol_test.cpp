@@ -115,6 +115,37 @@ TEST(PrefillWorkTest, TheChecksumRequestSurvivesARoundTripAndDefaultsToOff) {
   EXPECT_FALSE(parsed->kv_checksum);
 }
 
+// An FP8 pool's dtype and per-layer scales travel bit-exact, so that a prefill node can refuse
+// blocks quantized otherwise; a pool without scales sends none and reads back empty.
+TEST(PrefillWorkTest, TheKvDtypeAndFp8ScalesSurviveARoundTripAndDecideEquality) {
+  PrefillWork work = minimal_work();
+  work.kv_layout = kv_block_layout(KvLayout{2, 8, 16, 8, 128, DType::kF8E4M3}, {0.1f, 3.0e-3f},
+                                   {1.0f / 3.0f, 448.0f});
+  EXPECT_EQ(work.kv_layout.dtype, "float8_e4m3fn");
+  nlohmann::json json = prefill_work_to_json(work);
+  Result<PrefillWork> parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->kv_layout, work.kv_layout);
+  EXPECT_NE(parsed->kv_layout.to_string().find("k_scale [0.1, 0.003]"), std::string::npos)
+      << parsed->kv_layout.to_string();
+  KvBlockLayout unit = work.kv_layout;
+  unit.k_scales.clear();
+  unit.v_scales.clear();
+  EXPECT_FALSE(unit == work.kv_layout) << "other scales are another layout";
+  KvBlockLayout bf16 = unit;
+  bf16.dtype = "bfloat16";
+  EXPECT_FALSE(bf16 == unit) << "another dtype is another layout";
+  json["kv"]["layout"].erase("k_scales");
+  json["kv"]["layout"].erase("v_scales");
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->kv_layout, unit);
+  json["kv"]["layout"]["k_scales"] = {1.0, -2.0};
+  parsed = parse_prefill_work(json.dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("k_scales"), std::string::npos);
+}
+
 // The prefill node samples the first token: the request's logit_bias must reach it.
 TEST(PrefillWorkTest, LogitBiasSurvivesARoundTripAndMalformedOnesAreRefused) {
   PrefillWork work = minimal_work();

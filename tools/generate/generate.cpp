@@ -347,6 +347,8 @@ Status run(const Options& options) {
   ModelRunnerConfig runner_config;
   runner_config.block_size = options.block_size;
   runner_config.kv_dtype = kv_dtype;
+  PDS_ASSIGN_OR_RETURN(runner_config.kv_scales,
+                       kv_scales_for_model(loaded.model_dir, kv_dtype, config.num_hidden_layers));
   // A verify step computes 1 + k tokens and reads their k + 1 logits rows.
   const int verify_tokens = speculative ? speculative->num_speculative_tokens + 1 : 1;
   runner_config.limits.max_num_tokens = std::max(
@@ -554,7 +556,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--kv-cache-dtype", options.kv_cache_dtype,
                  "KV cache element type: auto (the backend's default: bfloat16 on the CPU at the "
-                 "avx512_bf16 level and on CUDA, else float32), bfloat16 or float32")
+                 "avx512_bf16 level and on CUDA, else float32), bfloat16, float32, or fp8 / "
+                 "fp8_e4m3 (FP8 E4M3 with per-layer scales: half the bytes of bfloat16)")
       ->capture_default_str();
   app.add_option("--max-prefill-tokens", options.max_prefill_tokens, "Prefill chunk size in tokens")
       ->capture_default_str();
