@@ -16,6 +16,7 @@
 
 #include "kernels/fp8_activation_quant.h"
 #include "kernels/fp8_linear_plan.h"
+#include "kernels/model/fp8_scale_concat.h"
 
 namespace pdserve {
 namespace {
@@ -135,6 +136,68 @@ TEST(Fp8Workspace, PartsAreAlignedDisjointAndLargeEnough) {
   EXPECT_EQ(bf16.bytes, size_t{6144} * 4096 * 2);
   const Fp8Workspace f32 = plan_fp8_workspace(Fp8GemmPath::kDequantize, weight, 1, DType::kF32);
   EXPECT_EQ(f32.bytes, size_t{6144} * 4096 * 4);
+}
+
+// Every element of the concatenated matrix keeps its part's scale (the representation's rule
+// on both sides).
+void expect_concatenation_keeps_scales(const std::vector<Fp8ScalePart>& parts,
+                                       int64_t expected_block_n) {
+  const Result<Fp8ScaleGrid> grid = concatenate_fp8_scales(parts);
+  ASSERT_TRUE(grid.ok()) << grid.status().to_string();
+  EXPECT_EQ(grid->block_n, expected_block_n);
+  const int64_t cols = parts.front().cols;
+  const int64_t grid_cols = (cols + grid->block_k - 1) / grid->block_k;
+  int64_t total_rows = 0;
+  for (const Fp8ScalePart& part : parts) total_rows += part.rows;
+  ASSERT_EQ(grid->scales.size(), static_cast<size_t>(((total_rows + grid->block_n - 1) /
+                                                      grid->block_n) * grid_cols));
+  int64_t first_row = 0;
+  for (const Fp8ScalePart& part : parts) {
+    const int64_t part_cols = (cols + part.block_k - 1) / part.block_k;
+    for (int64_t i = 0; i < part.rows; ++i) {
+      for (int64_t j = 0; j < cols; j += 7) {
+        const float want = part.scales[(i / part.block_n) * part_cols + j / part.block_k];
+        const int64_t row = first_row + i;
+        ASSERT_EQ(grid->scales[static_cast<size_t>((row / grid->block_n) * grid_cols +
+                                                   j / grid->block_k)],
+                  want)
+            << "row " << row << " col " << j;
+      }
+    }
+    first_row += part.rows;
+  }
+}
+
+TEST(Fp8ScaleConcat, QwenBlocksStackAndOtherLayoutsGoPerRow) {
+  std::vector<float> q(32 * 8), k(8 * 8), v(8 * 8), tensor_a{0.5f}, tensor_b{2.0f};
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 1.0f + static_cast<float>(i);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = 1000.0f + static_cast<float>(i);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 2000.0f + static_cast<float>(i);
+  // Qwen3-8B's q/k/v: 4096 + 1024 + 1024 rows of 1024 (shortened k), 128x128 blocks.
+  expect_concatenation_keeps_scales({{4096, 1000, q.data(), 128, 128},
+                                     {1024, 1000, k.data(), 128, 128},
+                                     {1024, 1000, v.data(), 128, 128}},
+                                    128);
+  // Per-tensor parts of different heights: one scale per row.
+  expect_concatenation_keeps_scales({{300, 256, tensor_a.data(), 300, 256},
+                                     {100, 256, tensor_b.data(), 100, 256}},
+                                    1);
+  // A part whose rows end inside a block.
+  expect_concatenation_keeps_scales({{200, 1000, q.data(), 128, 128},
+                                     {128, 1000, k.data(), 128, 128}},
+                                    1);
+  // Widths and block widths must agree.
+  EXPECT_FALSE(concatenate_fp8_scales(std::vector<Fp8ScalePart>{
+                                          {128, 256, q.data(), 128, 128},
+                                          {128, 512, k.data(), 128, 128}})
+                   .ok());
+  EXPECT_EQ(concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, q.data(), 128, 128},
+                                                             {128, 256, k.data(), 128, 256}})
+                .status()
+                .code(),
+            StatusCode::kUnimplemented);
+  EXPECT_FALSE(concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, nullptr, 128, 128}})
+                   .ok());
 }
 
 struct QuantCase {
