@@ -34,15 +34,29 @@ Result<DeviceSpec> parse_device(std::string_view name);
 
 // A 2-D row-major matrix view. `row_stride` is in elements and lets a view select a column
 // slice of a wider buffer (e.g. the gate half of a fused gate/up output).
+//
+// An FP8 weight (dtype kF8E4M3) also has its dequantization multipliers, one float32 per block
+// of scale_block_n rows x scale_block_k columns, row-major
+// [ceil(rows/scale_block_n), ceil(cols/scale_block_k)] in the same memory space as `data`:
+// element (i, j) is fp8_e4m3_to_float(data[i*row_stride + j]) *
+// scale[(i / scale_block_n) * ceil(cols / scale_block_k) + j / scale_block_k]
+// (common/model/qwen3_weights.h HostTensor). Null scale for every other view.
 struct MatrixView {
   void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_stride = 0;
+  const float* scale = nullptr;
+  int64_t scale_block_n = 0;
+  int64_t scale_block_k = 0;
 
   static MatrixView dense(void* data, DType dtype, int64_t rows, int64_t cols) {
     return {data, dtype, rows, cols, cols};
+  }
+  // Scale blocks per row of blocks (ceil(cols / scale_block_k)); 0 without a scale.
+  int64_t scale_cols() const {
+    return scale_block_k > 0 ? (cols + scale_block_k - 1) / scale_block_k : 0;
   }
   template <typename T>
   T* row(int64_t r) const {

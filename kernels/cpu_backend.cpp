@@ -91,6 +91,9 @@ class CpuBackend final : public Backend {
     problem.w = weight.data;
     problem.w_dtype = weight.dtype;
     problem.w_stride = weight.row_stride;
+    problem.w_scale = weight.scale;
+    problem.scale_block_n = weight.scale_block_n;
+    problem.scale_block_k = weight.scale_block_k;
     problem.y = static_cast<float*>(out.data);
     problem.y_stride = out.row_stride;
     problem.m = in.rows;

@@ -98,6 +98,9 @@ Status linear_cpu(const LinearProblem& p, CpuThreadPool& pool, CpuIsa isa) {
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return invalid_argument("linear: null operand");
   }
+  if (p.w_dtype == DType::kF8E4M3) {
+    return unimplemented("linear: FP8 weights are not supported by the CPU backend yet");
+  }
   if (isa == CpuIsa::kAuto || !cpu_supports(isa)) {
     return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +
                             " is not a level this CPU runs");

@@ -20,6 +20,11 @@ struct LinearProblem {
   int64_t m = 0;
   int64_t n = 0;
   int64_t k = 0;
+  // FP8 weights: float32 multipliers per scale_block_n x scale_block_k block of w, row-major
+  // [ceil(n / scale_block_n), ceil(k / scale_block_k)] (kernels/backend.h MatrixView).
+  const float* w_scale = nullptr;
+  int64_t scale_block_n = 0;
+  int64_t scale_block_k = 0;
 };
 
 // The bf16 kernel converts activations in chunks of this many k (a multiple of 32); when k is

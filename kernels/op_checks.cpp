@@ -54,6 +54,14 @@ Status check_linear(MatrixView in, MatrixView weight, MatrixView out) {
     return invalid_argument("linear: in " + shape(in) + " weight " + shape(weight) + " out " +
                             shape(out));
   }
+  const bool fp8 = weight.dtype == DType::kF8E4M3;
+  if (fp8 && (weight.scale == nullptr || weight.scale_block_n <= 0 || weight.scale_block_k <= 0)) {
+    return invalid_argument("linear: an FP8 weight " + shape(weight) +
+                            " needs its scales and positive scale blocks");
+  }
+  if (!fp8 && weight.scale != nullptr) {
+    return invalid_argument("linear: only FP8 weights have scales");
+  }
   return {};
 }
 

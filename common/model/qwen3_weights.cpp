@@ -113,6 +113,12 @@ size_t HostTensor::nbytes() const {
   return static_cast<size_t>(numel()) * dtype_size(dtype);
 }
 
+int64_t HostTensor::scale_count() const {
+  if (scale == nullptr || shape.size() != 2 || scale_block_n <= 0 || scale_block_k <= 0) return 0;
+  return ((shape[0] + scale_block_n - 1) / scale_block_n) *
+         ((shape[1] + scale_block_k - 1) / scale_block_k);
+}
+
 namespace {
 
 Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dtype,

@@ -16,13 +16,27 @@ namespace pdserve {
 
 // A host tensor: a non-owning view of contiguous row-major data plus a keep-alive handle
 // (the mmap of its shard, or an owned buffer after dtype conversion).
+//
+// An FP8 linear weight (dtype kF8E4M3, shape {n, k}) also carries its dequantization
+// multipliers (the checkpoint's weight_scale_inv or weight_scale, as float32): one per block of
+// scale_block_n x scale_block_k elements (128 x 128 for Qwen's block format, n x k for a
+// per-tensor scale, 1 x k per channel), row-major [ceil(n/scale_block_n), ceil(k/scale_block_k)].
+// Element (i, j) means fp8_e4m3_to_float(w[i*k + j]) *
+// scale[(i / scale_block_n) * ceil(k / scale_block_k) + j / scale_block_k].
+// Other tensors have no scale (null, blocks 0).
 struct HostTensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;
   std::shared_ptr<const void> keep_alive;
+  const float* scale = nullptr;
+  int64_t scale_block_n = 0;
+  int64_t scale_block_k = 0;
+  std::shared_ptr<const void> scale_keep_alive;
   int64_t numel() const;
-  size_t nbytes() const;
+  size_t nbytes() const;  // the data's bytes, scales excluded
+  // Elements of the scale array (0 without one).
+  int64_t scale_count() const;
   template <typename T>
   const T* data_as() const {
     return reinterpret_cast<const T*>(data);

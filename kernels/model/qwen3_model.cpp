@@ -81,8 +81,12 @@ Result<ForwardContext> ForwardContext::create(Backend& backend, const ModelConfi
 Result<MatrixView> Qwen3Model::place_matrix(const HostTensor& tensor) {
   if (tensor.shape.size() != 2) return invalid_argument("expected a matrix");
   if (backend_.shares_host_memory()) {
-    return MatrixView::dense(const_cast<std::byte*>(tensor.data), tensor.dtype, tensor.shape[0],
-                             tensor.shape[1]);
+    MatrixView view = MatrixView::dense(const_cast<std::byte*>(tensor.data), tensor.dtype,
+                                        tensor.shape[0], tensor.shape[1]);
+    view.scale = tensor.scale;
+    view.scale_block_n = tensor.scale_block_n;
+    view.scale_block_k = tensor.scale_block_k;
+    return view;
   }
   return place_concatenated({&tensor});
 }
@@ -92,6 +96,10 @@ Result<MatrixView> Qwen3Model::place_concatenated(std::initializer_list<const Ho
   const int64_t cols = (*parts.begin())->shape[1];
   int64_t rows = 0;
   for (const HostTensor* part : parts) {
+    if (part->dtype == DType::kF8E4M3) {
+      // Converting the codes alone would drop their scales.
+      return unimplemented("FP8 weights on a device with memory of its own are not supported yet");
+    }
     if (part->shape.size() != 2 || part->shape[1] != cols) {
       return invalid_argument("cannot concatenate weight matrices of different widths");
     }
