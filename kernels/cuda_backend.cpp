@@ -278,9 +278,8 @@ class CudaBackend final : public Backend {
     // cuBLASLt shares cuBLAS's workspace: both run on this one stream, one call at a time.
     const CudaFp8Context context{cublas_, cublas_lt_, stream_, cublas_workspace_,
                                  kCublasWorkspaceBytes};
-    return linear_fp8_cuda(context, path, in,
-                           {weight.data, weight.row_stride, shape, weight.scale}, out,
-                           fp8_workspace_.data);
+    return linear_fp8_cuda(context, path, in, {weight.data, weight.row_stride, shape, weight.scale},
+                           out, fp8_workspace_.data);
   }
 
   CudaBackend(int device_index, DType activation_dtype)
@@ -363,7 +362,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   unsigned* error_word_ = nullptr;
   unsigned* host_error_word_ = nullptr;  // page-locked: synchronize() reads the word back
-  GrowingBuffer workspace_;      // paged attention's split-K partials
+  GrowingBuffer workspace_;              // paged attention's split-K partials
   GrowingBuffer fp8_workspace_;  // FP8 linear: quantized activations and scales, or a scratch
   std::vector<void*> retired_workspaces_;
   cublasLtHandle_t cublas_lt_ = nullptr;

@@ -17,8 +17,7 @@ cudaError_t quantize_fp8_token_groups(Matrix x, uint8_t* q, float* scales, cudaS
 // An FP8 weight's scales (row-major [ceil(n/block_n)][ceil(k/block_k)]) as cuBLASLt's
 // BLK128x128 grid float[ceil(n/128)][grid_stride] (fp8_tile_scales in fp8_linear_plan.h).
 cudaError_t fp8_tile_scales(const float* scales, int64_t n, int64_t k, int64_t block_n,
-                            int64_t block_k, float* grid, int64_t grid_stride,
-                            cudaStream_t stream);
+                            int64_t block_k, float* grid, int64_t grid_stride, cudaStream_t stream);
 
 // out (n x k, bf16 or float32) = e4m3 weight (row stride w_stride) x its block's scale.
 cudaError_t dequantize_fp8(const uint8_t* weight, int64_t w_stride, const float* scales,

@@ -75,9 +75,8 @@ __global__ void tile_scales_kernel(const float* scales, int64_t n, int64_t k, in
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ti = i / grid_stride;
     const int64_t tj = i % grid_stride;
-    grid[i] = tj < tile_cols
-                  ? scales[(ti * kGroup / block_n) * scale_cols + tj * kGroup / block_k]
-                  : 0.0f;
+    grid[i] = tj < tile_cols ? scales[(ti * kGroup / block_n) * scale_cols + tj * kGroup / block_k]
+                             : 0.0f;
   }
 }
 
@@ -114,8 +113,8 @@ cudaError_t fp8_tile_scales(const float* scales, int64_t n, int64_t k, int64_t b
                             cudaStream_t stream) {
   const int64_t count = ceil_div(n, kGroup) * grid_stride;
   if (count == 0) return cudaSuccess;
-  tile_scales_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, n, k, block_n, block_k,
-                                                               grid, grid_stride);
+  tile_scales_kernel<<<grid_for(count), kThreads, 0, stream>>>(scales, n, k, block_n, block_k, grid,
+                                                               grid_stride);
   return cudaGetLastError();
 }
 

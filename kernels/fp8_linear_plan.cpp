@@ -97,10 +97,9 @@ Fp8Workspace plan_fp8_workspace(Fp8GemmPath path, const Fp8WeightShape& weight, 
     const auto groups = static_cast<size_t>(ceil_div(weight.k, kFp8ScaleBlock));
     plan.activations_offset = take(static_cast<size_t>(m * weight.k));
     plan.activation_scales_offset = take(groups * static_cast<size_t>(m) * sizeof(float));
-    plan.tile_scales_offset =
-        take(static_cast<size_t>(ceil_div(weight.n, kFp8ScaleBlock) *
-                                 fp8_tile_scale_stride(weight.k)) *
-             sizeof(float));
+    plan.tile_scales_offset = take(
+        static_cast<size_t>(ceil_div(weight.n, kFp8ScaleBlock) * fp8_tile_scale_stride(weight.k)) *
+        sizeof(float));
   } else {
     plan.dequantized_offset =
         take(static_cast<size_t>(weight.n * weight.k) * dtype_size(activation_dtype));

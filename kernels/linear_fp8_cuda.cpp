@@ -95,20 +95,19 @@ Status block_scaled(const CudaFp8Context& context, MatrixView in, const Fp8Weigh
       sizeof(context.lt_workspace_bytes)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  PDS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.lt, raw_desc, a.get(),
-                                                           b.get(), d.get(), d.get(),
-                                                           raw_preference, 1, &heuristic, &found));
+  PDS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(context.lt, raw_desc, a.get(), b.get(),
+                                                            d.get(), d.get(), raw_preference, 1,
+                                                            &heuristic, &found));
   if (found == 0) {
     return unimplemented("linear (cuda, fp8): cuBLASLt has no block-scaled FP8 algorithm for " +
                          shape_text(in, weight));
   }
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  PDS_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(context.lt, raw_desc, &alpha, weight.data, a.get(),
-                                            activations, b.get(), &beta, out.data, d.get(),
-                                            out.data, d.get(), &heuristic.algo,
-                                            context.lt_workspace, context.lt_workspace_bytes,
-                                            context.stream));
+  PDS_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmul(context.lt, raw_desc, &alpha, weight.data, a.get(), activations, b.get(),
+                     &beta, out.data, d.get(), out.data, d.get(), &heuristic.algo,
+                     context.lt_workspace, context.lt_workspace_bytes, context.stream));
   return {};
 }
 
@@ -116,9 +115,9 @@ Status dequantized(const CudaFp8Context& context, MatrixView in, const Fp8Weight
                    MatrixView out, void* workspace) {
   const Fp8Workspace plan =
       plan_fp8_workspace(Fp8GemmPath::kDequantize, weight.shape, in.rows, in.dtype);
-  const MatrixView expanded = MatrixView::dense(
-      static_cast<uint8_t*>(workspace) + plan.dequantized_offset, in.dtype, weight.shape.n,
-      weight.shape.k);
+  const MatrixView expanded =
+      MatrixView::dense(static_cast<uint8_t*>(workspace) + plan.dequantized_offset, in.dtype,
+                        weight.shape.n, weight.shape.k);
   PDS_CUDA_RETURN_IF_ERROR(cuda::dequantize_fp8(
       static_cast<const uint8_t*>(weight.data), weight.row_stride, weight.scales,
       weight.shape.scale_block_n, weight.shape.scale_block_k, dev(expanded), context.stream));

@@ -25,12 +25,12 @@ Result<Fp8ScaleGrid> concatenate_fp8_scales(std::span<const Fp8ScalePart> parts)
     }
     if (part.block_k != first.block_k) {
       return unimplemented("cannot concatenate FP8 weights with scale blocks " +
-                           std::to_string(first.block_k) + " and " +
-                           std::to_string(part.block_k) + " columns wide");
+                           std::to_string(first.block_k) + " and " + std::to_string(part.block_k) +
+                           " columns wide");
     }
     const bool last = i + 1 == parts.size();
-    blocks_stack = blocks_stack && part.block_n == first.block_n &&
-                   (last || part.rows % part.block_n == 0);
+    blocks_stack =
+        blocks_stack && part.block_n == first.block_n && (last || part.rows % part.block_n == 0);
   }
   Fp8ScaleGrid grid;
   grid.block_k = first.block_k;

@@ -151,8 +151,7 @@ Result<MatrixView> Qwen3Model::place_fp8_concatenated(
   size_t offset = 0;
   for (const HostTensor* part : parts) {
     const size_t bytes = static_cast<size_t>(part->shape[0] * cols);
-    PDS_RETURN_IF_ERROR(
-        backend_.copy_to_device(codes.as<std::byte>() + offset, part->data, bytes));
+    PDS_RETURN_IF_ERROR(backend_.copy_to_device(codes.as<std::byte>() + offset, part->data, bytes));
     offset += bytes;
   }
   PDS_RETURN_IF_ERROR(backend_.copy_to_device(scales.data(), grid.scales.data(), scale_bytes));

@@ -46,7 +46,9 @@ using kernel_check::RowErrors;
 // Device memory freed at scope exit.
 struct DeviceMemory {
   void* data = nullptr;
-  explicit DeviceMemory(size_t bytes) { EXPECT_EQ(cudaMalloc(&data, bytes == 0 ? 1 : bytes), cudaSuccess); }
+  explicit DeviceMemory(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&data, bytes == 0 ? 1 : bytes), cudaSuccess);
+  }
   ~DeviceMemory() { cudaFree(data); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -124,8 +126,8 @@ HostWeight make_weight(int64_t n, int64_t k, uint64_t seed) {
   w.dequantized.resize(values.size());
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < k; ++j) {
-      w.dequantized[i * k + j] = fp8_e4m3_to_float(w.codes[i * k + j]) *
-                                 w.scales[(i / 128) * scale_cols + j / 128];
+      w.dequantized[i * k + j] =
+          fp8_e4m3_to_float(w.codes[i * k + j]) * w.scales[(i / 128) * scale_cols + j / 128];
     }
   }
   return w;
@@ -172,9 +174,9 @@ std::vector<float> run_linear(Fixture& fixture, Fp8GemmPath path, const HostWeig
   const Fp8Workspace plan = plan_fp8_workspace(path, weight.shape, m, DType::kBF16);
   DeviceMemory workspace(plan.bytes);
   const Fp8WeightView view{codes->data, k, weight.shape, scales->as<float>()};
-  const Status status = linear_fp8_cuda(
-      fixture.context(), path, MatrixView::dense(in->data, DType::kBF16, m, k), view,
-      MatrixView::dense(out->data, DType::kBF16, m, n), workspace.data);
+  const Status status =
+      linear_fp8_cuda(fixture.context(), path, MatrixView::dense(in->data, DType::kBF16, m, k),
+                      view, MatrixView::dense(out->data, DType::kBF16, m, n), workspace.data);
   EXPECT_TRUE(status.ok()) << status.to_string();
   EXPECT_EQ(cudaStreamSynchronize(fixture.stream), cudaSuccess);
   return from_bf16(download<uint16_t>(*out, static_cast<size_t>(m * n)));
@@ -214,9 +216,9 @@ TEST(CudaFp8Kernels, ActivationQuantizationEqualsTheHostReferenceBitForBit) {
 
 TEST(CudaFp8Kernels, TileScalesEqualTheHostLayout) {
   Fixture fixture;
-  for (const Fp8WeightShape shape : {Fp8WeightShape{300, 520, 128, 128},
-                                     Fp8WeightShape{6144, 4096, 128, 128},
-                                     Fp8WeightShape{384, 640, 384, 640}}) {
+  for (const Fp8WeightShape shape :
+       {Fp8WeightShape{300, 520, 128, 128}, Fp8WeightShape{6144, 4096, 128, 128},
+        Fp8WeightShape{384, 640, 384, 640}}) {
     const int64_t count = ((shape.n + shape.scale_block_n - 1) / shape.scale_block_n) *
                           ((shape.k + shape.scale_block_k - 1) / shape.scale_block_k);
     std::vector<float> scales(static_cast<size_t>(count));
@@ -234,8 +236,8 @@ TEST(CudaFp8Kernels, TileScalesEqualTheHostLayout) {
 
 TEST(CudaFp8Linear, DequantizePathMatchesTheFloat64Reference) {
   Fixture fixture;
-  for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{384, 640, 37},
-                                {6144, 4096, 1}, {6144, 4096, 256}}) {
+  for (const auto& [n, k, m] :
+       {std::tuple<int64_t, int64_t, int64_t>{384, 640, 37}, {6144, 4096, 1}, {6144, 4096, 256}}) {
     const HostWeight weight = make_weight(n, k, 3);
     const std::vector<float> x = make_activations(m, k, 5);
     const std::vector<float> out = run_linear(fixture, Fp8GemmPath::kDequantize, weight, x, m);
@@ -253,7 +255,9 @@ TEST(CudaFp8Linear, BlockScaledPathMatchesTheFloat64Reference) {
       choose_fp8_gemm_path(probe, fixture.device, DType::kBF16, DType::kBF16);
   if (choice.path != Fp8GemmPath::kBlockScaledLt) GTEST_SKIP() << choice.reason;
   for (const auto& [n, k, m] : {std::tuple<int64_t, int64_t, int64_t>{384, 640, 37},
-                                {6144, 4096, 1}, {6144, 4096, 256}, {4096, 12288, 8}}) {
+                                {6144, 4096, 1},
+                                {6144, 4096, 256},
+                                {4096, 12288, 8}}) {
     const HostWeight weight = make_weight(n, k, 7);
     const std::vector<float> x = make_activations(m, k, 9);
     const std::vector<float> out = run_linear(fixture, Fp8GemmPath::kBlockScaledLt, weight, x, m);
@@ -269,14 +273,14 @@ TEST(CudaFp8Linear, BlockScaledPathMatchesTheFloat64Reference) {
       }
     }
     const RowErrors exact = row_errors(
-        out, kernel_check::reference_linear(x_quantized, weight.dequantized, n, k, all_rows(m)),
-        m, n);
-    EXPECT_TRUE(exact.within(5e-3)) << n << "x" << k << " m " << m << " vs quantized input: "
-                                    << exact.describe();
+        out, kernel_check::reference_linear(x_quantized, weight.dequantized, n, k, all_rows(m)), m,
+        n);
+    EXPECT_TRUE(exact.within(5e-3))
+        << n << "x" << k << " m " << m << " vs quantized input: " << exact.describe();
     const RowErrors unquantized = row_errors(
         out, kernel_check::reference_linear(x, weight.dequantized, n, k, all_rows(m)), m, n);
-    EXPECT_TRUE(unquantized.within(4e-2)) << n << "x" << k << " m " << m
-                                          << " vs bf16 input: " << unquantized.describe();
+    EXPECT_TRUE(unquantized.within(4e-2))
+        << n << "x" << k << " m " << m << " vs bf16 input: " << unquantized.describe();
   }
 }
 
@@ -289,13 +293,15 @@ HostTensor quantize_projection(const HostTensor weight, HostTensor& dequantized)
   const float* x = weight.data_as<float>();
   const int64_t scale_cols = (k + 127) / 128;
   auto codes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n * k));
-  auto scales = std::make_shared<std::vector<float>>(static_cast<size_t>((n + 127) / 128 * scale_cols));
+  auto scales =
+      std::make_shared<std::vector<float>>(static_cast<size_t>((n + 127) / 128 * scale_cols));
   auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(n * k));
   for (int64_t bi = 0; bi < n; bi += 128) {
     for (int64_t bj = 0; bj < k; bj += 128) {
       float amax = 0.0f;
       for (int64_t i = bi; i < std::min(n, bi + 128); ++i) {
-        for (int64_t j = bj; j < std::min(k, bj + 128); ++j) amax = std::max(amax, std::fabs(x[i * k + j]));
+        for (int64_t j = bj; j < std::min(k, bj + 128); ++j)
+          amax = std::max(amax, std::fabs(x[i * k + j]));
       }
       const float scale = std::max(amax, 1e-12f) / kFp8E4M3Max;
       (*scales)[static_cast<size_t>((bi / 128) * scale_cols + bj / 128)] = scale;
@@ -337,10 +343,10 @@ TEST(CudaFp8Model, GreedyTokensMatchTheCpuOnDequantizedWeights) {
   for (size_t l = 0; l < fp8.layers.size(); ++l) {
     Qwen3LayerWeights& q = fp8.layers[l];
     Qwen3LayerWeights& r = reference.layers[l];
-    for (auto member : {&Qwen3LayerWeights::q_proj, &Qwen3LayerWeights::k_proj,
-                        &Qwen3LayerWeights::v_proj, &Qwen3LayerWeights::o_proj,
-                        &Qwen3LayerWeights::gate_proj, &Qwen3LayerWeights::up_proj,
-                        &Qwen3LayerWeights::down_proj}) {
+    for (auto member :
+         {&Qwen3LayerWeights::q_proj, &Qwen3LayerWeights::k_proj, &Qwen3LayerWeights::v_proj,
+          &Qwen3LayerWeights::o_proj, &Qwen3LayerWeights::gate_proj, &Qwen3LayerWeights::up_proj,
+          &Qwen3LayerWeights::down_proj}) {
       q.*member = quantize_projection(r.*member, r.*member);
     }
   }
@@ -398,9 +404,10 @@ TEST(CudaFp8Model, GreedyTokensMatchTheCpuOnDequantizedWeights) {
     cached += static_cast<int>(input.size());
     input = {static_cast<int32_t>(order[0])};
   }
-  std::printf("  FP8 logits' worst relative error %.3g; greedy compared with a clear margin: %d "
-              "of 17\n",
-              worst, agreed);
+  std::printf(
+      "  FP8 logits' worst relative error %.3g; greedy compared with a clear margin: %d "
+      "of 17\n",
+      worst, agreed);
   std::filesystem::remove_all(dir);
 }
 

@@ -111,17 +111,17 @@ void expect_tiles_match(const Fp8WeightShape& weight) {
 }
 
 TEST(Fp8TileScales, MatchTheRepresentationForEveryElement) {
-  expect_tiles_match({300, 520, 128, 128});    // partial tiles both ways, stride 5 -> 8
-  expect_tiles_match({256, 1024, 128, 128});   // stride exactly 8
-  expect_tiles_match({384, 640, 256, 384});    // coarser blocks
-  expect_tiles_match({272, 400, 272, 400});    // per-tensor
+  expect_tiles_match({300, 520, 128, 128});   // partial tiles both ways, stride 5 -> 8
+  expect_tiles_match({256, 1024, 128, 128});  // stride exactly 8
+  expect_tiles_match({384, 640, 256, 384});   // coarser blocks
+  expect_tiles_match({272, 400, 272, 400});   // per-tensor
 }
 
 TEST(Fp8Workspace, PartsAreAlignedDisjointAndLargeEnough) {
   const Fp8WeightShape weight{6144, 4096, 128, 128};
   for (const int64_t m : {int64_t{1}, int64_t{37}, int64_t{8192}}) {
-    const Fp8Workspace block = plan_fp8_workspace(Fp8GemmPath::kBlockScaledLt, weight, m,
-                                                  DType::kBF16);
+    const Fp8Workspace block =
+        plan_fp8_workspace(Fp8GemmPath::kBlockScaledLt, weight, m, DType::kBF16);
     EXPECT_EQ(block.activations_offset, 0u);
     EXPECT_EQ(block.activation_scales_offset % 256, 0u);
     EXPECT_EQ(block.tile_scales_offset % 256, 0u);
@@ -131,8 +131,7 @@ TEST(Fp8Workspace, PartsAreAlignedDisjointAndLargeEnough) {
     EXPECT_GE(block.bytes, block.tile_scales_offset + 48 * 32 * sizeof(float));
     EXPECT_EQ(block.bytes % 256, 0u);
   }
-  const Fp8Workspace bf16 =
-      plan_fp8_workspace(Fp8GemmPath::kDequantize, weight, 37, DType::kBF16);
+  const Fp8Workspace bf16 = plan_fp8_workspace(Fp8GemmPath::kDequantize, weight, 37, DType::kBF16);
   EXPECT_EQ(bf16.bytes, size_t{6144} * 4096 * 2);
   const Fp8Workspace f32 = plan_fp8_workspace(Fp8GemmPath::kDequantize, weight, 1, DType::kF32);
   EXPECT_EQ(f32.bytes, size_t{6144} * 4096 * 4);
@@ -149,8 +148,8 @@ void expect_concatenation_keeps_scales(const std::vector<Fp8ScalePart>& parts,
   const int64_t grid_cols = (cols + grid->block_k - 1) / grid->block_k;
   int64_t total_rows = 0;
   for (const Fp8ScalePart& part : parts) total_rows += part.rows;
-  ASSERT_EQ(grid->scales.size(), static_cast<size_t>(((total_rows + grid->block_n - 1) /
-                                                      grid->block_n) * grid_cols));
+  ASSERT_EQ(grid->scales.size(),
+            static_cast<size_t>(((total_rows + grid->block_n - 1) / grid->block_n) * grid_cols));
   int64_t first_row = 0;
   for (const Fp8ScalePart& part : parts) {
     const int64_t part_cols = (cols + part.block_k - 1) / part.block_k;
@@ -179,25 +178,22 @@ TEST(Fp8ScaleConcat, QwenBlocksStackAndOtherLayoutsGoPerRow) {
                                      {1024, 1000, v.data(), 128, 128}},
                                     128);
   // Per-tensor parts of different heights: one scale per row.
-  expect_concatenation_keeps_scales({{300, 256, tensor_a.data(), 300, 256},
-                                     {100, 256, tensor_b.data(), 100, 256}},
-                                    1);
+  expect_concatenation_keeps_scales(
+      {{300, 256, tensor_a.data(), 300, 256}, {100, 256, tensor_b.data(), 100, 256}}, 1);
   // A part whose rows end inside a block.
-  expect_concatenation_keeps_scales({{200, 1000, q.data(), 128, 128},
-                                     {128, 1000, k.data(), 128, 128}},
-                                    1);
+  expect_concatenation_keeps_scales(
+      {{200, 1000, q.data(), 128, 128}, {128, 1000, k.data(), 128, 128}}, 1);
   // Widths and block widths must agree.
-  EXPECT_FALSE(concatenate_fp8_scales(std::vector<Fp8ScalePart>{
-                                          {128, 256, q.data(), 128, 128},
-                                          {128, 512, k.data(), 128, 128}})
+  EXPECT_FALSE(concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, q.data(), 128, 128},
+                                                                {128, 512, k.data(), 128, 128}})
                    .ok());
   EXPECT_EQ(concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, q.data(), 128, 128},
                                                              {128, 256, k.data(), 128, 256}})
                 .status()
                 .code(),
             StatusCode::kUnimplemented);
-  EXPECT_FALSE(concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, nullptr, 128, 128}})
-                   .ok());
+  EXPECT_FALSE(
+      concatenate_fp8_scales(std::vector<Fp8ScalePart>{{128, 256, nullptr, 128, 128}}).ok());
 }
 
 struct QuantCase {
@@ -228,7 +224,8 @@ std::vector<QuantCase> read_quant_goldens() {
       if (kind == "q") {
         current.q.push_back(static_cast<uint8_t>(std::stoul(word)));
       } else {
-        const float value = std::bit_cast<float>(static_cast<uint32_t>(std::stoul(word, nullptr, 16)));
+        const float value =
+            std::bit_cast<float>(static_cast<uint32_t>(std::stoul(word, nullptr, 16)));
         (kind == "x" ? current.x : current.scales).push_back(value);
       }
     }
@@ -252,8 +249,7 @@ TEST(Fp8ActivationQuant, ReferenceEqualsNumpyAndMlDtypesBitForBit) {
     }
     std::vector<uint8_t> q(c.q.size());
     std::vector<float> scales(c.scales.size());
-    quantize_fp8_token_groups_reference(strided.data(), c.m, c.k, stride, q.data(),
-                                        scales.data());
+    quantize_fp8_token_groups_reference(strided.data(), c.m, c.k, stride, q.data(), scales.data());
     for (size_t i = 0; i < scales.size(); ++i) {
       ASSERT_EQ(std::bit_cast<uint32_t>(scales[i]), std::bit_cast<uint32_t>(c.scales[i]))
           << c.m << "x" << c.k << " scale " << i;
