@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/core/dtype.h"
 
@@ -43,7 +44,31 @@ int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
   return std::min<int64_t>(kMaxLinearColumnBlock, (rows + 23) / 24 * 24);
 }
 
+void fp8_columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512Bf16: {
+      // Per thread, so that the kernel file (compiled for AVX-512) instantiates no library code.
+      thread_local std::vector<uint16_t> scratch;
+      scratch.resize(static_cast<size_t>(kLinearRowTile * fp8_activation_row(p.k)));
+      linear_cpu_fp8_columns_avx512_bf16(p, begin, end, scratch.data());
+      return;
+    }
+    case CpuIsa::kAvx512:  // no bf16 dot products: the float32 products of the AVX2 kernel
+    case CpuIsa::kAvx2:
+      linear_cpu_fp8_columns_avx2(p, begin, end);
+      return;
+    case CpuIsa::kAuto:
+    case CpuIsa::kPortable:
+      linear_cpu_fp8_columns_portable(p, begin, end);
+      return;
+  }
+}
+
 void columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
+  if (p.w_dtype == DType::kF8E4M3) {
+    fp8_columns(p, begin, end, isa);
+    return;
+  }
   switch (isa) {
     case CpuIsa::kAvx512Bf16:
       if (p.w_dtype == DType::kBF16) {
@@ -98,8 +123,9 @@ Status linear_cpu(const LinearProblem& p, CpuThreadPool& pool, CpuIsa isa) {
   if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
     return invalid_argument("linear: null operand");
   }
-  if (p.w_dtype == DType::kF8E4M3) {
-    return unimplemented("linear: FP8 weights are not supported by the CPU backend yet");
+  if (p.w_dtype == DType::kF8E4M3 &&
+      (p.w_scale == nullptr || p.scale_block_n <= 0 || p.scale_block_k <= 0)) {
+    return invalid_argument("linear: FP8 weights without scales");
   }
   if (isa == CpuIsa::kAuto || !cpu_supports(isa)) {
     return invalid_argument("linear: instruction-set level " + std::string(cpu_isa_name(isa)) +

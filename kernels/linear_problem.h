@@ -73,7 +73,7 @@ inline void with_weight_dtype(DType w_dtype, Fn&& fn) {
     case DType::kF32:
       fn(std::integral_constant<DType, DType::kF32>{});
       break;
-    case DType::kF8E4M3:  // no FP8 weights get here: the loader refuses FP8 checkpoints
+    case DType::kF8E4M3:  // the linear_cpu_fp8_* kernels take FP8 weights
       break;
   }
 }
@@ -84,5 +84,27 @@ void linear_cpu_columns_avx2(const LinearProblem& problem, int64_t n_begin, int6
 void linear_cpu_columns_avx512(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
 // bf16 weights only.
 void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+
+// FP8 E4M3 weights (w_dtype kF8E4M3 with w_scale): each code is decoded in registers, never a
+// whole matrix. portable and avx2 (the same order, bitwise): for every k block of
+// scale_block_k, eight interleaved fused multiply-add partial sums over its multiple-of-8
+// part and one serial sum over the rest; the block's scale then multiplies each partial sum
+// into eight running sums (fma) and the rest into a running tail; finally the portable
+// pairwise combine of the eight plus the tail. avx512_bf16: the activations rounded to bf16,
+// the codes looked up as bf16 (exact), vdpbf16ps over 32 k at a time within each block (its
+// tail masked to zero), the block's partial sums times its scale added into sixteen running
+// lanes (fma), summed with sum_lanes16's tree. The avx512 level (no bf16 dot products) runs
+// the avx2 kernel.
+void linear_cpu_fp8_columns_portable(const LinearProblem& problem, int64_t n_begin,
+                                     int64_t n_end);
+void linear_cpu_fp8_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
+// `scratch`: kLinearRowTile * fp8_activation_row(k) elements for the bf16 activations.
+void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin,
+                                        int64_t n_end, uint16_t* scratch);
+constexpr int64_t fp8_activation_row(int64_t k) {
+  return (k + 31) / 32 * 32;
+}
+// The bf16 bits of the E4M3 magnitudes 0..127 (code & 0x7F; 0x7F is NaN), for table lookups.
+const uint16_t* fp8_e4m3_magnitudes_bf16();
 
 }  // namespace pdserve

@@ -127,6 +127,7 @@ struct Options {
   std::string kv_cache_dtype = "auto";
   bool ceilings = true;
   bool json = false;
+  bool fp8 = false;  // write the synthetic checkpoint with FP8 projections (when absent)
 };
 
 // "none" (alone) selects no point.
@@ -176,6 +177,7 @@ Status run(const Options& options) {
     make.out_dir = options.model_dir;
     make.seed = 1;
     make.dtype = DType::kBF16;
+    make.fp8 = options.fp8;
     make.tokenizer_dir = std::string(PDSERVE_ASSETS_DIR) + "/qwen3-tokenizer";
     PDS_RETURN_IF_ERROR(write_synthetic_checkpoint(make).status());
   }
@@ -187,7 +189,7 @@ Status run(const Options& options) {
   for (const Qwen3LayerWeights& l : weights.layers) {
     for (const HostTensor* t : {&l.input_layernorm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.q_norm,
                                 &l.k_norm, &l.post_attention_layernorm, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      weight_bytes += t->nbytes();
+      weight_bytes += t->nbytes() + static_cast<size_t>(t->scale_count()) * sizeof(float);
     }
   }
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cpu_backend(threads, requested_isa));
@@ -243,8 +245,9 @@ Status run(const Options& options) {
     }
   }
   if (!options.json) {
-    std::printf("model: %s, %d layers, weights read per decode step %.1f MB (bf16); level %s, KV %s\n",
-                options.config.c_str(), config.num_hidden_layers, weight_bytes / 1e6, isa_name.c_str(),
+    std::printf("model: %s, %d layers, weights read per decode step %.1f MB (%s); level %s, KV %s\n",
+                options.config.c_str(), config.num_hidden_layers, weight_bytes / 1e6,
+                config.quantization ? "FP8 projections, bf16 rest" : "bf16", isa_name.c_str(),
                 kv_name.c_str());
   }
 
@@ -328,6 +331,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", options.kv_cache_dtype, "KV cache element type: auto, bfloat16, float32")
       ->capture_default_str();
   app.add_flag("!--no-ceilings", options.ceilings, "Skip measuring the bandwidth and GEMM ceilings");
+  app.add_flag("--fp8", options.fp8,
+               "Write the synthetic checkpoint (when --model-dir has none) with FP8 projections "
+               "(pdserve-make-model --fp8)");
   app.add_flag("--json", options.json, "One JSON object per measurement instead of tables");
   if (int code = pdserve::parse_cli(app, argc, argv); code >= 0) return code;
   pdserve::Status status = pdserve::capture_status([&] { return pdserve::run(options); });

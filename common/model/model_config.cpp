@@ -120,6 +120,7 @@ ModelConfig parse_or_throw(const Source& src) {
   config.tie_word_embeddings =
       json_fields::optional_bool(src, "tie_word_embeddings").value_or(false);
   config.torch_dtype = dtype_of(src);
+  config.quantization = parse_quantization_config(src.object, src.name);
   config.bos_token_id = json_fields::optional_int(src, "bos_token_id");
   config.eos_token_ids = json_fields::int_or_int_list(src, "eos_token_id");
   auto check_token = [&](int id, const char* key) {

@@ -10,6 +10,7 @@
 
 #include "common/core/dtype.h"
 #include "common/core/status.h"
+#include "common/model/quantization_config.h"
 
 namespace pdserve {
 
@@ -29,11 +30,15 @@ struct ModelConfig {
   DType torch_dtype = DType::kF32;
   std::optional<int> bos_token_id;
   std::vector<int> eos_token_ids;
+  // Set for an FP8 checkpoint (quantization_config); its linear weights are then F8_E4M3
+  // with scale tensors (common/model/qwen3_weights.h).
+  std::optional<Fp8WeightQuantization> quantization;
 };
 
 // Reads and validates `path`. Refuses architectures other than Qwen3ForCausalLM and features
 // we do not implement (hidden_act other than silu, attention_bias, rope_scaling, sliding
-// window). Every error names the file and the key.
+// window) and quantization formats other than FP8 (quantization_config.h). Every error names
+// the file and the key.
 Result<ModelConfig> load_model_config(const std::filesystem::path& path);
 
 // Same validation for an already parsed JSON object; `source` names it in errors.

@@ -15,16 +15,16 @@ std::vector<TensorSpec> qwen3_tensor_specs(const ModelConfig& config, bool with_
   for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
     specs.push_back({prefix + "input_layernorm.weight", {hidden}, true});
-    specs.push_back({prefix + "self_attn.q_proj.weight", {q_rows, hidden}});
-    specs.push_back({prefix + "self_attn.k_proj.weight", {kv_rows, hidden}});
-    specs.push_back({prefix + "self_attn.v_proj.weight", {kv_rows, hidden}});
-    specs.push_back({prefix + "self_attn.o_proj.weight", {hidden, q_rows}});
+    specs.push_back({prefix + "self_attn.q_proj.weight", {q_rows, hidden}, false, true});
+    specs.push_back({prefix + "self_attn.k_proj.weight", {kv_rows, hidden}, false, true});
+    specs.push_back({prefix + "self_attn.v_proj.weight", {kv_rows, hidden}, false, true});
+    specs.push_back({prefix + "self_attn.o_proj.weight", {hidden, q_rows}, false, true});
     specs.push_back({prefix + "self_attn.q_norm.weight", {head_dim}, true});
     specs.push_back({prefix + "self_attn.k_norm.weight", {head_dim}, true});
     specs.push_back({prefix + "post_attention_layernorm.weight", {hidden}, true});
-    specs.push_back({prefix + "mlp.gate_proj.weight", {intermediate, hidden}});
-    specs.push_back({prefix + "mlp.up_proj.weight", {intermediate, hidden}});
-    specs.push_back({prefix + "mlp.down_proj.weight", {hidden, intermediate}});
+    specs.push_back({prefix + "mlp.gate_proj.weight", {intermediate, hidden}, false, true});
+    specs.push_back({prefix + "mlp.up_proj.weight", {intermediate, hidden}, false, true});
+    specs.push_back({prefix + "mlp.down_proj.weight", {hidden, intermediate}, false, true});
   }
   specs.push_back({"model.norm.weight", {hidden}, true});
   if (with_lm_head) specs.push_back({kLmHeadName, {config.vocab_size, hidden}});

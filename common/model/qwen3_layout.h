@@ -14,7 +14,8 @@ namespace pdserve {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  bool is_norm = false;  // RMSNorm weight (initialised near 1)
+  bool is_norm = false;    // RMSNorm weight (initialised near 1)
+  bool is_linear = false;  // a decoder layer's projection (the weights FP8 checkpoints quantize)
 };
 
 inline constexpr const char* kLmHeadName = "lm_head.weight";

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "common/model/fp8_weight_scales.h"
 #include "common/model/host_buffer.h"
 #include "common/model/parallel_for.h"
 #include "common/model/qwen3_layout.h"
@@ -91,14 +92,31 @@ Status check_tensor_names(const Checkpoint& checkpoint, const std::vector<Tensor
                      " tensor(s) its config.json requires: " + name_list(missing));
   }
   std::vector<std::string> unexpected;
+  const bool quantized = checkpoint.config().quantization.has_value();
   for (const std::string& name : checkpoint.tensor_names()) {
     bool tied_head = name == kLmHeadName && checkpoint.config().tie_word_embeddings;
-    if (!expected.contains(name) && !tied_head) unexpected.push_back(name);
+    // An FP8 weight's scales (their owner's dtype decides whether they are used).
+    bool scale = quantized && is_fp8_scale_name(name) && expected.contains(fp8_scale_owner(name));
+    if (!expected.contains(name) && !tied_head && !scale) unexpected.push_back(name);
   }
   if (!unexpected.empty()) {
     return invalid_argument(
         "checkpoint '" + checkpoint.dir().string() + "' has " + std::to_string(unexpected.size()) +
         " tensor(s) a Qwen3 model with this config.json does not use: " + name_list(unexpected));
+  }
+  return {};
+}
+
+// FP8 codes mean nothing without the quantization_config that says how they are scaled.
+Status check_fp8_is_declared(const Checkpoint& checkpoint, const std::vector<TensorSpec>& specs) {
+  if (checkpoint.config().quantization) return {};
+  for (const TensorSpec& spec : specs) {
+    Result<TensorView> view = checkpoint.tensor(spec.name);
+    if (view.ok() && view->dtype == DType::kF8E4M3) {
+      return invalid_argument("tensor '" + spec.name + "' is FP8 (F8_E4M3) but '" +
+                              checkpoint.dir().string() +
+                              "/config.json' has no quantization_config to say how it is scaled");
+    }
   }
   return {};
 }
@@ -126,6 +144,7 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
   const ModelConfig& config = checkpoint.config();
   const bool tied = config.tie_word_embeddings;
   const std::vector<TensorSpec> specs = qwen3_tensor_specs(config, /*with_lm_head=*/!tied);
+  PDS_RETURN_IF_ERROR(check_fp8_is_declared(checkpoint, specs));
   PDS_RETURN_IF_ERROR(check_tensor_names(checkpoint, specs));
   if (tied && checkpoint.has_tensor(kLmHeadName)) {
     // Stored but unused: transformers ties it to the embeddings. Its shape must still agree.
@@ -149,23 +168,26 @@ Result<Qwen3Weights> load_weights(const Checkpoint& checkpoint, DType compute_dt
   for (size_t i = 0; i < specs.size(); ++i) {
     PDS_ASSIGN_OR_RETURN(TensorView view, checkpoint.tensor(specs[i].name));
     PDS_RETURN_IF_ERROR(check_shape(view, specs[i], checkpoint));
-    if (view.dtype == DType::kF8E4M3) {
-      // Its values mean nothing without the quantization's scales.
-      return unimplemented("tensor " + specs[i].name +
-                           " is FP8 (F8_E4M3): FP8 checkpoints are not supported yet");
-    }
     HostTensor& tensor = *slots[i];
-    tensor.dtype = compute_dtype;
     tensor.shape = view.shape;
-    if (placement == WeightPlacement::kMapWhereTheFileAllows && view.dtype == compute_dtype &&
-        aligned_for(view.data, compute_dtype)) {
+    // FP8 linear weights stay 1-byte codes with their scales; the rest take the compute dtype.
+    const bool fp8 = view.dtype == DType::kF8E4M3;
+    if (fp8) {
+      PDS_RETURN_IF_ERROR(attach_fp8_scales(checkpoint, specs[i], tensor));
+    } else if (checkpoint.config().quantization) {
+      PDS_RETURN_IF_ERROR(refuse_scale_of_unquantized(checkpoint, specs[i].name));
+    }
+    const DType dtype = fp8 ? DType::kF8E4M3 : compute_dtype;
+    tensor.dtype = dtype;
+    if (placement == WeightPlacement::kMapWhereTheFileAllows && view.dtype == dtype &&
+        aligned_for(view.data, dtype)) {
       tensor.data = view.data;
       tensor.keep_alive = std::move(view.keep_alive);
       continue;
     }
     size_t count = static_cast<size_t>(view.numel());
-    std::shared_ptr<std::byte[]> buffer = allocate_host_buffer(count * dtype_size(compute_dtype));
-    conversions.push_back({view.data, view.dtype, buffer.get(), compute_dtype, count});
+    std::shared_ptr<std::byte[]> buffer = allocate_host_buffer(count * dtype_size(dtype));
+    conversions.push_back({view.data, view.dtype, buffer.get(), dtype, count});
     tensor.data = buffer.get();
     tensor.keep_alive = std::move(buffer);
   }

@@ -73,7 +73,9 @@ enum class WeightPlacement {
 };
 
 // Every tensor converted to `compute_dtype` (placed as `placement` says; a conversion or copy
-// is multithreaded),
+// is multithreaded), except the FP8 linear weights of a checkpoint with a quantization_config:
+// they stay 1-byte F8_E4M3 (mapped or copied, never expanded) with float32 scales
+// (common/model/fp8_weight_scales.h says which scale layouts load and what is refused),
 // every shape checked against the config (error names the tensor, expected and actual shape),
 // unexpected or missing tensors reported by name. Tied embeddings: lm_head.weight may be
 // present (shape-checked; lm_head then shares embed_tokens' data, as transformers ties them)

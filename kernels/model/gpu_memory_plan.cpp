@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace pdserve {
 namespace {
@@ -67,15 +68,30 @@ size_t qwen3_weight_bytes(const ModelConfig& c, DType dtype) {
   const size_t q_width = static_cast<size_t>(c.num_attention_heads) * c.head_dim;
   const size_t kv_width = static_cast<size_t>(c.num_key_value_heads) * c.head_dim;
   const size_t inter = static_cast<size_t>(c.intermediate_size);
-  const size_t per_layer = 2 * hidden                             // the two layer norms
-                           + 2 * static_cast<size_t>(c.head_dim)  // q_norm, k_norm
-                           + hidden * q_width * 2                 // q_proj, o_proj
-                           + hidden * kv_width * 2                // k_proj, v_proj
-                           + hidden * inter * 3;                  // gate, up, down
+  const size_t norms = 2 * hidden                              // the two layer norms
+                       + 2 * static_cast<size_t>(c.head_dim);  // q_norm, k_norm
+  // {rows, cols} of each projection of a layer.
+  const std::pair<size_t, size_t> projections[] = {{q_width, hidden}, {hidden, q_width},
+                                                   {kv_width, hidden}, {kv_width, hidden},
+                                                   {inter, hidden},   {inter, hidden},
+                                                   {hidden, inter}};
+  size_t linear_bytes = 0;
+  for (const auto& [rows, cols] : projections) {
+    if (!c.quantization) {
+      linear_bytes += rows * cols * dtype_size(dtype);
+      continue;
+    }
+    // FP8: one byte a weight plus float32 scales (per block, else at most one per row).
+    const size_t block_n = static_cast<size_t>(c.quantization->block_n.value_or(1));
+    const size_t block_k = static_cast<size_t>(c.quantization->block_k.value_or(
+        static_cast<int64_t>(cols)));
+    linear_bytes += rows * cols +
+                    (rows + block_n - 1) / block_n * ((cols + block_k - 1) / block_k) * sizeof(float);
+  }
   const size_t embeddings = static_cast<size_t>(c.vocab_size) * hidden;
   const size_t elements = embeddings * (c.tie_word_embeddings ? 1 : 2) + hidden +
-                          per_layer * static_cast<size_t>(c.num_hidden_layers);
-  return elements * dtype_size(dtype);
+                          norms * static_cast<size_t>(c.num_hidden_layers);
+  return elements * dtype_size(dtype) + linear_bytes * static_cast<size_t>(c.num_hidden_layers);
 }
 
 size_t forward_workspace_bytes(const ModelConfig& c, const ForwardLimits& limits, int block_size,

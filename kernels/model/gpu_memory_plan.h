@@ -49,7 +49,8 @@ Status check_gpu_memory_utilization(double utilization);
 // Messages give the GiB figures.
 Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& inputs);
 
-// Bytes of a Qwen3 model's weights in `dtype` (tied embeddings counted once).
+// Bytes of a Qwen3 model's weights in `dtype` (tied embeddings counted once); an FP8 model's
+// projections (config.quantization) at one byte a weight plus their float32 scales.
 size_t qwen3_weight_bytes(const ModelConfig& config, DType dtype);
 
 // Bytes ForwardContext::create allocates for these limits with `activation` activations.

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <string>
 
+#include "common/model/checkpoint.h"
 #include "common/model/model_config.h"
+#include "common/model/qwen3_weights.h"
 #include "common/model/synthetic_checkpoint.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/model/gpu_memory_plan.h"
@@ -130,6 +132,38 @@ TEST(GpuMemoryPlan, WeightBytesMatchAWrittenCheckpoint) {
     EXPECT_EQ(qwen3_weight_bytes(written.config, DType::kBF16), written.weight_bytes) << tie;
     std::filesystem::remove_all(options.out_dir);
   }
+}
+
+// An FP8 checkpoint's projections count one byte a weight plus their float32 scales: what the
+// loader holds, tensor by tensor.
+TEST(GpuMemoryPlan, WeightBytesOfAnFp8ModelAreWhatTheLoaderHolds) {
+  SyntheticCheckpointOptions options;
+  options.config_path =
+      std::filesystem::path(PDSERVE_TEST_DATA_DIR) / "reference/configs/hd64_gqa4.json";
+  options.out_dir = std::filesystem::path(PDSERVE_BINARY_DIR) / "test-models" /
+                    ("gpu-plan-fp8-" + std::to_string(::getpid()));
+  options.num_layers = 2;
+  options.dtype = DType::kBF16;
+  options.fp8 = true;
+  options.tokenizer_dir = std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  const SyntheticCheckpoint written = write_synthetic_checkpoint(options).value();
+  const Checkpoint checkpoint = Checkpoint::open(options.out_dir).value();
+  const Qwen3Weights weights = load_qwen3_weights(checkpoint, DType::kBF16).value();
+  size_t held = weights.embed_tokens.nbytes() + weights.final_norm.nbytes();
+  if (!written.config.tie_word_embeddings) held += weights.lm_head.nbytes();
+  for (const Qwen3LayerWeights& l : weights.layers) {
+    for (const HostTensor* t : {&l.input_layernorm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj,
+                                &l.q_norm, &l.k_norm, &l.post_attention_layernorm, &l.gate_proj,
+                                &l.up_proj, &l.down_proj}) {
+      held += t->nbytes() + static_cast<size_t>(t->scale_count()) * sizeof(float);
+    }
+  }
+  EXPECT_EQ(weights.layers[0].gate_proj.dtype, DType::kF8E4M3);
+  EXPECT_EQ(qwen3_weight_bytes(written.config, DType::kBF16), held);
+  ModelConfig unquantized = written.config;
+  unquantized.quantization.reset();
+  EXPECT_LT(held, qwen3_weight_bytes(unquantized, DType::kBF16));
+  std::filesystem::remove_all(options.out_dir);
 }
 
 TEST(GpuMemoryPlan, WeightBytesOfQwen3_0_6BArePublishedParameterCount) {

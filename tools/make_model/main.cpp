@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"bfloat16", "float16", "float32"}));
   auto* tie_flag = app.add_flag("--tie", tie, "Tie lm_head to the embeddings (no lm_head.weight)");
   app.add_flag("--untie", untie, "Untie: write a separate lm_head.weight")->excludes(tie_flag);
+  app.add_flag("--fp8", options.fp8,
+               "Write an FP8 checkpoint in Qwen's -FP8 layout: the decoder layers' projections "
+               "as float8_e4m3fn quantized from the weights the same seed gives without --fp8, "
+               "with bfloat16 weight_scale_inv per 128x128 block (amax/448) and a "
+               "quantization_config (fp8, e4m3, dynamic activations) in config.json; "
+               "embeddings, norms and lm_head stay in --dtype");
   app.add_option("--max-shard-size", max_shard_size,
                  "Largest shard, in bytes or with a unit (KB/MB/GB decimal, KiB/MiB/GiB); above "
                  "it the weights are split into model-0000i-of-0000N.safetensors plus "
@@ -93,9 +99,10 @@ int main(int argc, char** argv) {
 
   Result<pdserve::SyntheticCheckpoint> written = pdserve::write_synthetic_checkpoint(options);
   if (!written.ok()) return pdserve::report_cli_error(written.status());
-  std::printf("wrote %s: %d layers, %s, %s embeddings, %zu weight file(s), %.3f GB of weights\n",
+  std::printf("wrote %s: %d layers, %s%s, %s embeddings, %zu weight file(s), %.3f GB of weights\n",
               options.out_dir.string().c_str(), written->config.num_hidden_layers,
               std::string(pdserve::dtype_name(written->config.torch_dtype)).c_str(),
+              options.fp8 ? " with FP8 linear weights" : "",
               written->config.tie_word_embeddings ? "tied" : "untied", written->weight_files.size(),
               static_cast<double>(written->weight_bytes) / 1e9);
   return 0;

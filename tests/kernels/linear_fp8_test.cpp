@@ -1,0 +1,169 @@
+// The CPU linear layer with FP8 (E4M3) weights at every instruction-set level: against a
+// float64 product of the dequantized weights (code x block scale), the portable order that the
+// avx2 kernel reproduces bit for bit, results independent of batch and threads, NaN codes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/core/dtype.h"
+#include "common/core/float8.h"
+#include "common/model/fp8_quantizer.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/linear_cpu.h"
+#include "kernels/model/model_loader.h"
+
+namespace pdserve {
+namespace {
+
+std::vector<float> random_floats(size_t count, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& v : values) v = dist(rng);
+  return values;
+}
+
+// An n x k FP8 weight with scales per block_n x block_k (block_k >= k: per row block).
+struct Fp8Weight {
+  int64_t n = 0, k = 0, block_n = 0, block_k = 0;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  int64_t scale_cols() const { return (k + block_k - 1) / block_k; }
+  double value(int64_t i, int64_t j) const {
+    return double{fp8_e4m3_to_float(codes[i * k + j])} *
+           scales[(i / block_n) * scale_cols() + j / block_k];
+  }
+  MatrixView view() {
+    MatrixView v = MatrixView::dense(codes.data(), DType::kF8E4M3, n, k);
+    v.scale = scales.data();
+    v.scale_block_n = block_n;
+    v.scale_block_k = block_k;
+    return v;
+  }
+};
+
+// Quantized from N(0, 0.05^2) weights as a checkpoint writer does (scales rounded to bf16);
+// per-row-block scales when block_n < n and block_k >= k cover per-channel / per-tensor.
+Fp8Weight make_fp8(int64_t n, int64_t k, int64_t block_n, int64_t block_k, uint32_t seed) {
+  Fp8Weight w{n, k, block_n, block_k, {}, {}};
+  std::vector<float> values = random_floats(static_cast<size_t>(n * k), seed, 0.05f);
+  w.codes.resize(values.size());
+  w.scales.resize(static_cast<size_t>((n + block_n - 1) / block_n * w.scale_cols()));
+  for (int64_t row = 0; row < n; row += block_n) {
+    const int64_t rows = std::min(block_n, n - row);
+    quantize_fp8_stripe(values.data() + row * k, rows, k, block_k, DType::kBF16,
+                        w.codes.data() + row * k, w.scales.data() + row / block_n * w.scale_cols());
+  }
+  return w;
+}
+
+std::string level_name(const ::testing::TestParamInfo<CpuIsa>& info) {
+  return std::string(cpu_isa_name(info.param));
+}
+
+class LinearFp8 : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    BackendOptions options;
+    options.device = DeviceKind::kCpu;
+    options.cpu_isa = GetParam();
+    backend_ = std::move(create_backend(options)).value();
+  }
+  std::unique_ptr<Backend> backend_;
+};
+
+float round_bf16(float value) {
+  return bf16_to_float(float_to_bf16(value));
+}
+
+TEST_P(LinearFp8, MatchesFloat64ProductOfTheDequantizedWeights) {
+  struct Shape { int64_t m, n, k, block_n, block_k; };
+  // 128x128 blocks (partial ones at the edges), per tensor (block = n x k), per channel
+  // (1 x k), k below one block and not a multiple of 8, 16 or 32.
+  for (Shape s : {Shape{1, 97, 256, 128, 128}, Shape{5, 130, 300, 128, 128},
+                  Shape{7, 260, 1024, 128, 128}, Shape{2, 33, 40, 128, 128},
+                  Shape{3, 50, 77, 50, 77}, Shape{4, 64, 200, 1, 200}, Shape{9, 300, 1000, 128, 128}}) {
+    Fp8Weight w = make_fp8(s.n, s.k, s.block_n, s.block_k, 31);
+    std::vector<float> x = random_floats(static_cast<size_t>(s.m * s.k), 32, 1.0f);
+    std::vector<float> y(static_cast<size_t>(s.m * s.n), std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, s.m, s.k), w.view(),
+                                 MatrixView::dense(y.data(), DType::kF32, s.m, s.n)).ok());
+    // avx512_bf16 rounds the activations to bf16 (the weights are exact in bf16).
+    const bool rounded = GetParam() == CpuIsa::kAvx512Bf16;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t kk = 0; kk < s.k; ++kk) {
+          const float xv = x[i * s.k + kk];
+          const double product = double{rounded ? round_bf16(xv) : xv} * w.value(j, kk);
+          sum += product;
+          magnitude += std::fabs(product);
+        }
+        // float32 accumulation: about sqrt(k) roundings of the sum of magnitudes.
+        ASSERT_NEAR(y[i * s.n + j], sum, 2e-7 * std::sqrt(double(s.k)) * magnitude + 1e-30)
+            << "m " << s.m << " n " << s.n << " k " << s.k << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST_P(LinearFp8, RowsAreBitwiseIndependentOfBatchAndThreads) {
+  const int64_t m = 9, n = 300, k = 1000;
+  Fp8Weight w = make_fp8(n, k, 128, 128, 41);
+  std::vector<float> x = random_floats(static_cast<size_t>(m * k), 42, 1.0f);
+  std::vector<float> batched(static_cast<size_t>(m * n));
+  LinearProblem p{x.data(), k, w.codes.data(), DType::kF8E4M3, k, batched.data(), n, m, n, k,
+                  w.scales.data(), 128, 128};
+  CpuThreadPool one_thread(1), two_threads(2);
+  ASSERT_TRUE(linear_cpu(p, two_threads, GetParam()).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<float> single(static_cast<size_t>(n));
+    LinearProblem one = p;
+    one.x = x.data() + i * k;
+    one.y = single.data();
+    one.m = 1;
+    ASSERT_TRUE(linear_cpu(one, one_thread, GetParam()).ok());
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(single[j], batched[i * n + j]) << i << "," << j;
+  }
+  if (GetParam() == CpuIsa::kPortable || GetParam() == CpuIsa::kAvx2) {
+    // The portable kernel is the specification of the avx2 kernel's order.
+    std::vector<float> portable(static_cast<size_t>(m * n));
+    LinearProblem q = p;
+    q.y = portable.data();
+    linear_cpu_fp8_columns_portable(q, 0, n);
+    EXPECT_EQ(portable, batched);
+  }
+}
+
+TEST_P(LinearFp8, NanCodesGiveNan) {
+  Fp8Weight w = make_fp8(4, 64, 128, 128, 51);
+  w.codes[1 * 64 + 10] = 0x7F;
+  w.codes[3 * 64 + 63] = 0xFF;
+  std::vector<float> x(64, 1.0f), y(4);
+  ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), w.view(),
+                               MatrixView::dense(y.data(), DType::kF32, 1, 4)).ok());
+  EXPECT_FALSE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_FALSE(std::isnan(y[2]));
+  EXPECT_TRUE(std::isnan(y[3]));
+}
+
+TEST_P(LinearFp8, Fp8WeightsWithoutScalesAreRefused) {
+  Fp8Weight w = make_fp8(4, 64, 128, 128, 61);
+  MatrixView no_scale = w.view();
+  no_scale.scale = nullptr;
+  std::vector<float> x(64, 1.0f), y(4);
+  EXPECT_EQ(backend_->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), no_scale,
+                             MatrixView::dense(y.data(), DType::kF32, 1, 4)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, LinearFp8, ::testing::ValuesIn(supported_cpu_isas()), level_name);
+
+}  // namespace
+}  // namespace pdserve
