@@ -10,10 +10,9 @@
 // - the dequantize path (any device) against the unquantized activations: only the weight's
 //   rounding to bf16 when expanded and the output's differ (<= 1e-2).
 // Block scales vary from 2^-12 to 2^-4 and activation rows by 1e-3..1e3, so a scale applied to
-// the wrong block or row fails by orders of magnitude. Then a whole 2-layer model of the 0.6B
-// shape with its projections quantized to FP8 (128x128 blocks) placed on CUDA (1 byte a weight
-// on the device) against the CPU float32 model on the same weights dequantized. No CPU
-// stand-in: without a device the binary skips (exit 77).
+// the wrong block or row fails by orders of magnitude. Then a whole 2-layer FP8 model of the
+// 0.6B shape placed on CUDA (1 byte a weight on the device) against the CPU's FP8 model. No
+// CPU stand-in: without a device the binary skips (exit 77).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -284,72 +283,33 @@ TEST(CudaFp8Linear, BlockScaledPathMatchesTheFloat64Reference) {
   }
 }
 
-// A float32 projection quantized as Qwen's FP8 exports are: per 128x128 block, scale =
-// amax / 448 and codes = e4m3(x / scale) saturated; `dequantized` gets the representation's
-// value of every element in float32.
-HostTensor quantize_projection(const HostTensor weight, HostTensor& dequantized) {
-  const int64_t n = weight.shape[0];
-  const int64_t k = weight.shape[1];
-  const float* x = weight.data_as<float>();
-  const int64_t scale_cols = (k + 127) / 128;
-  auto codes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n * k));
-  auto scales =
-      std::make_shared<std::vector<float>>(static_cast<size_t>((n + 127) / 128 * scale_cols));
-  auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(n * k));
-  for (int64_t bi = 0; bi < n; bi += 128) {
-    for (int64_t bj = 0; bj < k; bj += 128) {
-      float amax = 0.0f;
-      for (int64_t i = bi; i < std::min(n, bi + 128); ++i) {
-        for (int64_t j = bj; j < std::min(k, bj + 128); ++j)
-          amax = std::max(amax, std::fabs(x[i * k + j]));
-      }
-      const float scale = std::max(amax, 1e-12f) / kFp8E4M3Max;
-      (*scales)[static_cast<size_t>((bi / 128) * scale_cols + bj / 128)] = scale;
-      for (int64_t i = bi; i < std::min(n, bi + 128); ++i) {
-        for (int64_t j = bj; j < std::min(k, bj + 128); ++j) {
-          const uint8_t code = float_to_fp8_e4m3_saturated(x[i * k + j] / scale);
-          (*codes)[static_cast<size_t>(i * k + j)] = code;
-          (*values)[static_cast<size_t>(i * k + j)] = fp8_e4m3_to_float(code) * scale;
-        }
-      }
-    }
-  }
-  dequantized = weight;
-  dequantized.data = reinterpret_cast<const std::byte*>(values->data());
-  dequantized.keep_alive = values;
-  HostTensor fp8 = weight;
-  fp8.dtype = DType::kF8E4M3;
-  fp8.data = reinterpret_cast<const std::byte*>(codes->data());
-  fp8.keep_alive = codes;
-  fp8.scale = scales->data();
-  fp8.scale_block_n = 128;
-  fp8.scale_block_k = 128;
-  fp8.scale_keep_alive = scales;
-  return fp8;
-}
-
-// A 2-layer model of the 0.6B shape, prefill of 200 tokens then 16 greedy decode steps
-// teacher-forced with the CPU's tokens: the CUDA FP8 model's logits within 1e-1 of the CPU
-// float32 model's on the dequantized weights (per-row relative; activation quantization adds
-// e4m3's ~3% per projection, bf16 activations ~0.5%: a derived bound, to be replaced by the
-// first GPU run's figure), and the same greedy token wherever the CPU's top-2 margin exceeds
-// half the logits' RMS (five times the mean element error that bound allows).
-TEST(CudaFp8Model, GreedyTokensMatchTheCpuOnDequantizedWeights) {
-  const std::filesystem::path dir =
-      gpu_test::write_test_model("configs/models/qwen3-0.6b/config.json", "cuda-fp8", 2, 5);
+// A synthetic FP8 checkpoint (2 layers of the 0.6B shape, pdserve-make-model's FP8 writer),
+// prefill of 200 tokens then 16 greedy decode steps teacher-forced with the CPU's tokens: the
+// CUDA FP8 model's logits within 1e-1 of the CPU FP8 model's (float32 activations, the codes
+// decoded exactly; per-row relative: on 9.0 the activation quantization adds e4m3's ~3% per
+// projection, bf16 activations ~0.5%: a derived bound, to be replaced by the first GPU run's
+// figure), and the same greedy token wherever the CPU's top-2 margin exceeds half the logits'
+// RMS (five times the mean element error that bound allows).
+TEST(CudaFp8Model, GreedyTokensMatchTheCpuFp8Model) {
+  SyntheticCheckpointOptions options;
+  options.config_path = gpu_test::folder("PDSERVE_SOURCE_DIR", PDSERVE_SOURCE_DIR) /
+                        "configs/models/qwen3-0.6b/config.json";
+  options.out_dir = gpu_test::folder("PDSERVE_BINARY_DIR", PDSERVE_BINARY_DIR) / "test-models" /
+                    ("cuda-fp8-" + std::to_string(::getpid()));
+  options.seed = 5;
+  options.num_layers = 2;
+  options.dtype = DType::kBF16;
+  options.fp8 = true;  // Qwen's "-FP8" layout: 128x128 blocks, bf16 weight_scale_inv
+  options.tokenizer_dir =
+      gpu_test::folder("PDSERVE_ASSETS_DIR", PDSERVE_ASSETS_DIR) / "qwen3-tokenizer";
+  const Result<SyntheticCheckpoint> written = write_synthetic_checkpoint(options);
+  ASSERT_TRUE(written.ok()) << written.status().to_string();
+  const std::filesystem::path dir = options.out_dir;
   Checkpoint checkpoint = Checkpoint::open(dir).value();
-  Qwen3Weights fp8 = load_qwen3_weights(checkpoint, DType::kF32).value();
-  Qwen3Weights reference = fp8;
-  for (size_t l = 0; l < fp8.layers.size(); ++l) {
-    Qwen3LayerWeights& q = fp8.layers[l];
-    Qwen3LayerWeights& r = reference.layers[l];
-    for (auto member :
-         {&Qwen3LayerWeights::q_proj, &Qwen3LayerWeights::k_proj, &Qwen3LayerWeights::v_proj,
-          &Qwen3LayerWeights::o_proj, &Qwen3LayerWeights::gate_proj, &Qwen3LayerWeights::up_proj,
-          &Qwen3LayerWeights::down_proj}) {
-      q.*member = quantize_projection(r.*member, r.*member);
-    }
-  }
+  // The projections stay FP8 in both; the rest in each backend's compute dtype.
+  Qwen3Weights fp8 = load_qwen3_weights(checkpoint, DType::kBF16).value();
+  Qwen3Weights reference = load_qwen3_weights(checkpoint, DType::kF32).value();
+  ASSERT_EQ(fp8.layers[0].q_proj.dtype, DType::kF8E4M3);
   BackendOptions cuda_options;
   cuda_options.device = DeviceKind::kCuda;
   std::unique_ptr<Backend> cuda = std::move(create_backend(cuda_options)).value();
