@@ -1,5 +1,6 @@
 #include "kernels/cuda_backend.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <initializer_list>
@@ -9,7 +10,9 @@
 #include "kernels/cuda_attention_plan.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_kernels.h"
+#include "kernels/fp8_linear_plan.h"
 #include "kernels/linear_cuda.h"
+#include "kernels/linear_fp8_cuda.h"
 #include "kernels/op_checks.h"
 
 namespace pdserve {
@@ -80,8 +83,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     // Errors cannot be reported from a destructor; the device is being let go anyway.
     if (stream_ != nullptr) static_cast<void>(cudaStreamSynchronize(stream_));
-    if (workspace_ != nullptr) static_cast<void>(cudaFree(workspace_));
+    if (workspace_.data != nullptr) static_cast<void>(cudaFree(workspace_.data));
+    if (fp8_workspace_.data != nullptr) static_cast<void>(cudaFree(fp8_workspace_.data));
     for (void* retired : retired_workspaces_) static_cast<void>(cudaFree(retired));
+    if (cublas_lt_ != nullptr) static_cast<void>(cublasLtDestroy(cublas_lt_));
     if (cublas_workspace_ != nullptr) static_cast<void>(cudaFree(cublas_workspace_));
     if (error_word_ != nullptr) static_cast<void>(cudaFree(error_word_));
     for (cudaEvent_t marker : markers_) {
@@ -206,6 +211,7 @@ class CudaBackend final : public Backend {
   }
   Status linear(MatrixView in, MatrixView weight, MatrixView out) override {
     PDS_RETURN_IF_ERROR(check_linear(in, weight, out));
+    if (weight.dtype == DType::kF8E4M3) return linear_fp8(in, weight, out);
     return linear_cuda(cublas_, in, weight, out);
   }
   Status qk_norm_rope_kv_write(MatrixView q, MatrixView k, MatrixView v,
@@ -234,10 +240,11 @@ class CudaBackend final : public Backend {
     shape.num_kv_heads = cache.layout.num_kv_heads;
     shape.head_dim = cache.layout.head_dim;
     PDS_ASSIGN_OR_RETURN(AttentionPlan plan, plan_paged_attention(shape, multiprocessors_));
-    PDS_RETURN_IF_ERROR(reserve_workspace(plan.workspace_floats * sizeof(float)));
+    PDS_RETURN_IF_ERROR(reserve(workspace_, plan.workspace_floats * sizeof(float),
+                                "paged_attention (cuda): the split-K workspace"));
     PDS_CUDA_RETURN_IF_ERROR(cuda::paged_attention(
         dev(q), dev(batch), dev(cache, layer), layer, num_heads, scale, dev(plan),
-        static_cast<float*>(workspace_), dev(out), error_word_, stream_));
+        static_cast<float*>(workspace_.data), dev(out), error_word_, stream_));
     return {};
   }
   Status silu_mul(MatrixView gate, MatrixView up, MatrixView out) override {
@@ -255,6 +262,27 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A device buffer that only grows (never during a graph capture: see reserve()).
+  struct GrowingBuffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+
+  // FP8 weights (fp8_linear_plan.h): the path for this device and weight, its workspace.
+  Status linear_fp8(MatrixView in, MatrixView weight, MatrixView out) {
+    PDS_RETURN_IF_ERROR(require_activations({in}, "linear"));
+    const Fp8WeightShape shape{weight.rows, weight.cols, weight.scale_block_n,
+                               weight.scale_block_k};
+    const Fp8GemmPath path = choose_fp8_gemm_path(shape, fp8_device_, in.dtype, out.dtype).path;
+    const Fp8Workspace plan = plan_fp8_workspace(path, shape, in.rows, in.dtype);
+    PDS_RETURN_IF_ERROR(reserve(fp8_workspace_, plan.bytes, "linear (cuda): the FP8 workspace"));
+    // cuBLASLt shares cuBLAS's workspace: both run on this one stream, one call at a time.
+    const CudaFp8Context context{cublas_, cublas_lt_, stream_, cublas_workspace_,
+                                 kCublasWorkspaceBytes};
+    return linear_fp8_cuda(context, path, in, {weight.data, weight.row_stride, shape, weight.scale},
+                           out, fp8_workspace_.data);
+  }
+
   CudaBackend(int device_index, DType activation_dtype)
       : device_index_(device_index), activation_dtype_(activation_dtype) {}
 
@@ -275,6 +303,8 @@ class CudaBackend final : public Backend {
     PDS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
     PDS_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+    PDS_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&cublas_lt_));
+    fp8_device_ = {properties.major, properties.minor, cublasLtGetVersion()};
     if (activation_dtype_ == DType::kF32) {
       // Strict float32: no TF32 (even under NVIDIA_TF32_OVERRIDE) and no reduced-precision
       // reductions anywhere in the handle; linear_cuda also asks for pedantic compute.
@@ -308,23 +338,21 @@ class CudaBackend final : public Backend {
     return {};
   }
 
-  // Grows the split-K workspace; never while a graph is being captured (allocation would
-  // break the capture), so graphs must be captured after an eager step of the same shape.
-  // The outgrown buffer is kept until the backend goes: captured graphs may still use it.
-  Status reserve_workspace(size_t bytes) {
-    if (bytes <= workspace_bytes_) return {};
+  // Grows `buffer` to `bytes`; never while a graph is being captured (allocation would break
+  // the capture), so graphs must be captured after an eager step of the same shape. The
+  // outgrown buffer is kept until the backend goes: captured graphs may still use it.
+  Status reserve(GrowingBuffer& buffer, size_t bytes, const char* what) {
+    if (bytes <= buffer.bytes) return {};
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     PDS_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
     if (capture != cudaStreamCaptureStatusNone) {
-      return failed_precondition("paged_attention (cuda): the split-K workspace must grow to " +
-                                 std::to_string(bytes) +
+      return failed_precondition(std::string(what) + " must grow to " + std::to_string(bytes) +
                                  " bytes during graph capture; run the shape eagerly first");
     }
-    if (workspace_ != nullptr) retired_workspaces_.push_back(workspace_);
-    workspace_ = nullptr;
-    workspace_bytes_ = 0;
-    PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
-    workspace_bytes_ = bytes;
+    if (buffer.data != nullptr) retired_workspaces_.push_back(buffer.data);
+    buffer = {};
+    PDS_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer.data, bytes));
+    buffer.bytes = bytes;
     return {};
   }
 
@@ -336,9 +364,11 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   unsigned* error_word_ = nullptr;
   unsigned* host_error_word_ = nullptr;  // page-locked: synchronize() reads the word back
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
+  GrowingBuffer workspace_;              // paged attention's split-K partials
+  GrowingBuffer fp8_workspace_;  // FP8 linear: quantized activations and scales, or a scratch
   std::vector<void*> retired_workspaces_;
+  cublasLtHandle_t cublas_lt_ = nullptr;
+  Fp8Device fp8_device_;
   void* cublas_workspace_ = nullptr;
   std::vector<cudaEvent_t> markers_;  // record_marker's events, by marker
 };

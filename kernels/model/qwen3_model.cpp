@@ -4,6 +4,9 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "kernels/model/fp8_scale_concat.h"
 
 namespace pdserve {
 namespace {
@@ -95,10 +98,10 @@ Result<MatrixView> Qwen3Model::place_concatenated(std::initializer_list<const Ho
   const DType dtype = backend_.activation_dtype();
   const int64_t cols = (*parts.begin())->shape[1];
   int64_t rows = 0;
+  if ((*parts.begin())->dtype == DType::kF8E4M3) return place_fp8_concatenated(parts);
   for (const HostTensor* part : parts) {
     if (part->dtype == DType::kF8E4M3) {
-      // Converting the codes alone would drop their scales.
-      return unimplemented("FP8 weights on a device with memory of its own are not supported yet");
+      return invalid_argument("cannot concatenate FP8 and other weight matrices");
     }
     if (part->shape.size() != 2 || part->shape[1] != cols) {
       return invalid_argument("cannot concatenate weight matrices of different widths");
@@ -120,6 +123,45 @@ Result<MatrixView> Qwen3Model::place_concatenated(std::initializer_list<const Ho
   }
   const MatrixView view = MatrixView::dense(buffer.data(), dtype, rows, cols);
   device_weights_.push_back(std::move(buffer));
+  return view;
+}
+
+// FP8 weights stay one byte a weight on the device: the codes are copied as they are and the
+// parts' scale grids joined into one (fp8_scale_concat.h), uploaded beside them.
+Result<MatrixView> Qwen3Model::place_fp8_concatenated(
+    std::initializer_list<const HostTensor*> parts) {
+  const int64_t cols = (*parts.begin())->shape[1];
+  std::vector<Fp8ScalePart> scale_parts;
+  int64_t rows = 0;
+  for (const HostTensor* part : parts) {
+    if (part->dtype != DType::kF8E4M3) {
+      return invalid_argument("cannot concatenate FP8 and other weight matrices");
+    }
+    if (part->shape.size() != 2 || part->shape[1] != cols) {
+      return invalid_argument("cannot concatenate weight matrices of different widths");
+    }
+    scale_parts.push_back(
+        {part->shape[0], cols, part->scale, part->scale_block_n, part->scale_block_k});
+    rows += part->shape[0];
+  }
+  PDS_ASSIGN_OR_RETURN(Fp8ScaleGrid grid, concatenate_fp8_scales(scale_parts));
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer codes, backend_.allocate(static_cast<size_t>(rows * cols)));
+  const size_t scale_bytes = grid.scales.size() * sizeof(float);
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer scales, backend_.allocate(scale_bytes));
+  size_t offset = 0;
+  for (const HostTensor* part : parts) {
+    const size_t bytes = static_cast<size_t>(part->shape[0] * cols);
+    PDS_RETURN_IF_ERROR(backend_.copy_to_device(codes.as<std::byte>() + offset, part->data, bytes));
+    offset += bytes;
+  }
+  PDS_RETURN_IF_ERROR(backend_.copy_to_device(scales.data(), grid.scales.data(), scale_bytes));
+  PDS_RETURN_IF_ERROR(backend_.synchronize());  // the copies may read `grid` until then
+  MatrixView view = MatrixView::dense(codes.data(), DType::kF8E4M3, rows, cols);
+  view.scale = scales.as<float>();
+  view.scale_block_n = grid.block_n;
+  view.scale_block_k = grid.block_k;
+  device_weights_.push_back(std::move(codes));
+  device_weights_.push_back(std::move(scales));
   return view;
 }
 

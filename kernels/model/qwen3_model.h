@@ -176,6 +176,7 @@ class Qwen3Model {
   Result<VectorView> place_vector(const HostTensor& tensor);
   // One device matrix holding the rows of `parts` in order (copying backends only).
   Result<MatrixView> place_concatenated(std::initializer_list<const HostTensor*> parts);
+  Result<MatrixView> place_fp8_concatenated(std::initializer_list<const HostTensor*> parts);
 
   Backend& backend_;
   Qwen3Weights weights_;

@@ -57,7 +57,7 @@ RESERVE=5          # seconds of the budget kept for packing details.tar.gz
 declare -A STAGE_WHAT=(
   [preflight]="device, driver, libraries resolve, the device opens"
   [model]="pdserve-make-model: full-depth synthetic Qwen3-0.6B (28 layers, bf16)"
-  [gpu_tests]="every gpu-label test binary (cuda_backend, cuda_strict, cuda_engine, device_sampler), ${GPU_TEST_LIMIT}s each"
+  [gpu_tests]="every gpu-label test binary (cuda_backend, cuda_strict, cuda_engine, device_sampler, cuda_fp8_linear), ${GPU_TEST_LIMIT}s each"
   [generate]="pdserve-generate cuda float32 == cpu float32 greedy ids (4 prompts x 64 tokens); bf16 margins"
   [hf]="transformers Qwen3ForCausalLM vs pdserve cuda float32 / bf16 and cpu float32"
   [pd]="1P1D on the one GPU (UCX tcp, then sm): 32 concurrent greedy requests == a colocated node, no KV block left in use"

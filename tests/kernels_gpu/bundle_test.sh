@@ -12,7 +12,7 @@
 set -uo pipefail
 build_dir=$1
 source_dir=$2
-limit_mib=24
+limit_mib=28
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export TMPDIR=$work  # where run.sh and run-gpu-tests.sh unpack the bundle: gone with the test
@@ -34,19 +34,23 @@ has() { [[ -e "$bundle/$1" ]] || grep -qx "$1" <<<"$packed"; }
 [[ -z $(ls -d "$bundle/bin" "$bundle/lib" 2>/dev/null) ]] || fail "the bundle carries bin/ or lib/ unpacked"
 for file in run.sh run-gpu-tests.sh bundle-env.sh gpu-tests.txt cuda-libraries.txt binaries.tar.gz \
             bin/pdserve-generate bin/pdserve-make-model bin/pdserve-bench-gpu \
-            bin/cuda_backend_test bin/cuda_strict_test bin/cuda_engine_test \
+            bin/cuda_backend_test bin/cuda_strict_test bin/cuda_engine_test bin/cuda_fp8_linear_test \
             bin/device_sampler_test bin/pdserve-proxy bin/pdserve-prefill bin/pdserve-decode \
             bin/pdserve-bench-kv-transfer; do
   has "$file" || fail "bundle lacks $file"
 done
-for test in cuda_backend_test cuda_strict_test cuda_engine_test device_sampler_test; do
+for test in cuda_backend_test cuda_strict_test cuda_engine_test device_sampler_test cuda_fp8_linear_test; do
   grep -qx "$test" "$bundle/gpu-tests.txt" || fail "gpu-tests.txt lacks $test"
 done
+# The FP8 test comes last, after issue #28's decisive tests, in the gpu_tests stage.
+[[ $(tail -1 "$bundle/gpu-tests.txt") == cuda_fp8_linear_test ]] ||
+  fail "gpu-tests.txt does not end with cuda_fp8_linear_test: $(tr '\n' ' ' <"$bundle/gpu-tests.txt")"
 # Every binary the sanitizer stage runs is in the bundle.
 while read -r _ binary _; do
   has "bin/$binary" || fail "the sanitizer stage runs $binary, which the bundle lacks"
 done < <(grep -E '^(memcheck|racecheck) ' "$bundle/run-gpu-tests.sh")
-grep -q '^libcudart\.so\.[0-9]' "$bundle/cuda-libraries.txt" && grep -q '^libcublas\.so\.[0-9]' "$bundle/cuda-libraries.txt" ||
+grep -q '^libcudart\.so\.[0-9]' "$bundle/cuda-libraries.txt" && grep -q '^libcublas\.so\.[0-9]' "$bundle/cuda-libraries.txt" &&
+  grep -q '^libcublasLt\.so\.[0-9]' "$bundle/cuda-libraries.txt" ||
   fail "cuda-libraries.txt: $(tr '\n' ' ' <"$bundle/cuda-libraries.txt")"
 [[ ! -e $bundle/src ]] || fail "the bundle copies sources (the checkout travels anyway)"
 if grep -qE '^lib/(libcublas|libcudart|libc\.so)' <<<"$packed"; then

@@ -21,7 +21,7 @@ expect() {  # expect NAME WANTED_CODE PATTERN COMMAND...
   echo "ok $name"
 }
 
-for test in cuda_backend_test cuda_strict_test cuda_engine_test; do
+for test in cuda_backend_test cuda_strict_test cuda_engine_test cuda_fp8_linear_test; do
   expect "$test skips" 77 "SKIPPED: no CUDA device" "$build_dir/tests/kernels_gpu/$test"
 done
 expect "bench without device" 2 "error: --device cuda: .*CUDA" \
