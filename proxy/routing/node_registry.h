@@ -44,7 +44,7 @@ struct NodeRef {
   std::string url;
   http::BaseUrl base;
   size_t prompt_blocks = 0;  // the prompt's reusable blocks, by this node's block size
-  size_t hit_blocks = 0;     // of which the node holds the leading ones in its pool (as last reported)
+  size_t hit_blocks = 0;  // of which the node holds the leading ones in its pool (as reported)
   size_t tier_hit_blocks = 0;  // and, after or among those, the ones only in its KV tiers
   int block_size = 0;        // as the node last reported it (0: no report yet)
   int64_t queued_prompt_tokens = 0;  // prompt tokens this proxy has in flight there

@@ -112,12 +112,6 @@ void PrefixKeySet::apply(const PrefixCacheReport& report) {
   for (uint64_t key : report.stored) store(key);
 }
 
-size_t PrefixKeySet::matched_prefix(std::span<const uint64_t> chain) const {
-  size_t matched = 0;
-  while (matched < chain.size() && keys_.contains(chain[matched])) ++matched;
-  return matched;
-}
-
 void PrefixKeySet::touch(std::span<const uint64_t> chain, size_t count) {
   // The chain's root last, so that it is the most recent: a node's blocks are only reachable
   // through their parents.

@@ -41,9 +41,9 @@ struct RoutingWeights {
   double kv = 1.0;             // decode: KV usage, 0..1
   double sequence = 0.1;       // decode: per sequence running, waiting or in flight there
   double prefill_queue = 1.0;  // prefill: per prompt-length of outstanding prompt tokens
-  // Both pools: a block held only in a node's lower KV tiers, against one in its pool (1). 1 -
-  // reload time / recompute time of a block; 0.5 is the midpoint for a report that mixes host
-  // reloads (near 1 on a GPU node) and disk reloads (near 0.5 against a GPU's prefill).
+  // Both pools: a block held only in a node's lower KV tiers, against one in its pool (1): 1 -
+  // reload time / recompute time of a block. A report does not say which tier holds a key, so
+  // the default is a disk reload's worth against a GPU's prefill (a host reload's is near 0.9).
   double tier_hit = 0.5;
 };
 
@@ -102,8 +102,9 @@ struct PrefixMatch {
   size_t tier_blocks = 0;
   size_t blocks() const { return pool_blocks + tier_blocks; }
 };
-// The leading keys of `chain` held in `pool` or `tiers` (stopping at the first held in neither),
-// each counted where it is cheapest to reuse: the pool.
+// The leading keys of `chain` held in `pool` or `tiers`, each counted where it is cheapest to
+// reuse (the pool); it stops at the first held in neither, as the node's own match stops at its
+// first missing block.
 PrefixMatch match_prefix(std::span<const uint64_t> chain, const PrefixKeySet& pool,
                          const PrefixKeySet& tiers);
 // (pool blocks + weights.tier_hit * tier blocks) / chain blocks; 0 for an empty chain.
@@ -119,9 +120,6 @@ class PrefixKeySet {
   // Applies a report: `reset` forgets every key first; removed keys go; stored keys become the
   // most recent. The report's block size replaces the set's.
   void apply(const PrefixCacheReport& report);
-  // How many leading keys of `chain` the set holds (the node's own match also stops at its
-  // first missing block).
-  size_t matched_prefix(std::span<const uint64_t> chain) const;
   bool contains(uint64_t key) const { return keys_.contains(key); }
   // Makes the first `count` keys of `chain` the most recent: a prefix that keeps being routed
   // here outlives ones that are not.

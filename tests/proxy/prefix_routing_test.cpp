@@ -50,16 +50,21 @@ TEST(PrefixRoutingTest, TheBlockOfTheLastTokenIsNeverCounted) {
   EXPECT_NE(a[1], b[1]);
 }
 
+// The leading keys of `chain` a node with these pool keys and no tiers holds.
+size_t matched(const PrefixKeySet& keys, std::span<const uint64_t> chain) {
+  return match_prefix(chain, keys, PrefixKeySet(0)).blocks();
+}
+
 TEST(PrefixRoutingTest, MatchStopsAtTheFirstMissingBlock) {
   const std::vector<uint64_t> chain = reusable_block_chain(tokens(17), 4);  // 4 keys
   PrefixKeySet keys(100);
   keys.apply(stored({chain[0], chain[1], chain[3]}));
   EXPECT_EQ(keys.block_size(), 4);
-  EXPECT_EQ(keys.matched_prefix(chain), 2u);
+  EXPECT_EQ(matched(keys, chain), 2u);
   keys.apply({4, false, {}, {chain[0]}});
-  EXPECT_EQ(keys.matched_prefix(chain), 0u);
+  EXPECT_EQ(matched(keys, chain), 0u);
   keys.apply({4, true, {chain[0], chain[1], chain[2]}, {}});  // a snapshot replaces all
-  EXPECT_EQ(keys.matched_prefix(chain), 3u);
+  EXPECT_EQ(matched(keys, chain), 3u);
   EXPECT_EQ(keys.size(), 3u);
 }
 
@@ -69,8 +74,8 @@ TEST(PrefixRoutingTest, AKeySetNeverHoldsMoreThanItsCapacityAndDropsTheLeastRece
   keys.touch(std::vector<uint64_t>{1}, 1);  // 1 is now the most recent; 2 the least
   keys.apply(stored({4}));
   EXPECT_EQ(keys.size(), 3u);
-  EXPECT_EQ(keys.matched_prefix(std::vector<uint64_t>{2}), 0u);
-  EXPECT_EQ(keys.matched_prefix(std::vector<uint64_t>{1}), 1u);
+  EXPECT_EQ(matched(keys, std::vector<uint64_t>{2}), 0u);
+  EXPECT_EQ(matched(keys, std::vector<uint64_t>{1}), 1u);
   std::vector<uint64_t> many(10'000);
   std::iota(many.begin(), many.end(), 100);
   keys.apply(stored(many));
