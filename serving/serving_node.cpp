@@ -245,9 +245,9 @@ Result<std::unique_ptr<ServingNode>> start_serving_node(const ServingNodeOptions
   PDS_ASSIGN_OR_RETURN(node->engine,
                        make_llm_engine(node->model, node->tokenizer, engine_config, factory));
   PDS_RETURN_IF_ERROR(node->engine->start());
-  // HAND-OVER (issue #32): the node's KV tier store (kv_tiers/, branch tiers-core) connects
-  // here: node->tiered_keys = <the store, as a TieredKeySource>, owned beside the engine so it
-  // outlives serve_until_shutdown. Left null, the node's heartbeats carry no tiered report.
+  // The engine owns the node's KV tier store (null without tiers: the heartbeats then carry no
+  // tiered report), so it outlives serve_until_shutdown.
+  node->tiered_keys = node->engine->tiered_key_source();
   PDS_ASSIGN_OR_RETURN(const WarmUpReport warmed,
                        warm_up(*node->engine, std::chrono::milliseconds(options.warm_up_timeout_ms)));
   PDS_LOG_INFO("warm-up: " + std::to_string(warmed.generated_tokens) + " tokens in " +
