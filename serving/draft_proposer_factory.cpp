@@ -31,11 +31,4 @@ Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target
   return config;
 }
 
-Result<std::unique_ptr<Proposer>> make_engine_draft_proposer(
-    const LoadedModel& target, const EngineConfig& engine, const DraftProposerSettings& settings) {
-  PDS_ASSIGN_OR_RETURN(const DraftModelProposerConfig config,
-                       draft_proposer_config(target, engine, settings));
-  return make_draft_model_proposer(config, *target.backend);
-}
-
 }  // namespace pdserve

@@ -1,5 +1,6 @@
 // The draft-model proposer of a serving engine (speculative decoding, issue #30): maps a node's
-// settings and its target model to kernels/model/draft_model_proposer.h's config. The draft
+// settings and its target model to kernels/model/draft_model_proposer.h's config, which
+// serving/engine_assembly hands to kernels/model/proposer_factory.h's make_proposer. The draft
 // runs on the target's backend, in its weight dtype, with the engine's block size, KV dtype and
 // step limits, and a KV pool holding as many tokens as the target's (so every sequence the
 // target holds can be drafted for), unless draft_pool_tokens says otherwise.
@@ -9,7 +10,6 @@
 #include <optional>
 #include <string>
 
-#include "common/engine/spec_decode/proposer.h"
 #include "kernels/model/draft_model_proposer.h"
 #include "kernels/model/model_loader.h"
 #include "serving/engine_assembly.h"
@@ -27,10 +27,5 @@ struct DraftProposerSettings {
 Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target,
                                                        const EngineConfig& engine,
                                                        const DraftProposerSettings& settings);
-
-// draft_proposer_config, then make_draft_model_proposer on the target's backend.
-Result<std::unique_ptr<Proposer>> make_engine_draft_proposer(const LoadedModel& target,
-                                                             const EngineConfig& engine,
-                                                             const DraftProposerSettings& settings);
 
 }  // namespace pdserve

@@ -8,6 +8,7 @@
 #include "common/core/log.h"
 #include "kernels/model/model_runner.h"
 #include "kernels/model/proposer_factory.h"
+#include "serving/draft_proposer_factory.h"
 #include "kv_tiers/tier_store.h"
 #include "kv_transfer/cuda_pool_copier.h"
 #include "kv_transfer/host_pool_copier.h"
@@ -157,7 +158,17 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   }
   std::unique_ptr<Proposer> proposer;
   if (config.speculative) {
-    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*config.speculative, model));
+    DraftModelProposerConfig draft;
+    if (config.speculative->method == SpeculativeMethod::kDraftModel) {
+      // The draft's pool holds as many tokens as the target's: every sequence can be drafted for.
+      PDS_ASSIGN_OR_RETURN(
+          draft, draft_proposer_config(
+                     model, config,
+                     {.model = config.speculative->model,
+                      .num_speculative_tokens = config.speculative->num_speculative_tokens,
+                      .target_pool_tokens = runner->schedulable_blocks() * config.block_size}));
+    }
+    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*config.speculative, model, draft));
     engine_config.speculative = config.speculative;
   }
   std::unique_ptr<KvTierStore> tiers;

@@ -5,17 +5,17 @@
 namespace pdserve {
 
 Result<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& config,
-                                                LoadedModel& target) {
+                                                LoadedModel& target,
+                                                const DraftModelProposerConfig& draft) {
   switch (config.method) {
     case SpeculativeMethod::kNgram:
       return std::unique_ptr<Proposer>(std::make_unique<NgramProposer>(config));
-    case SpeculativeMethod::kDraftModel:
-      // DRAFT-MODEL HOOK (issue #30): the spec-draft branch's factory goes here, i.e.
-      //   return make_draft_model_proposer(config, target);
-      // from kernels/model/draft_model_proposer.h, once both branches are merged.
-      (void)target;
-      return unimplemented("--speculative-config: method \"draft_model\" is not built yet in "
-                           "this build; use \"ngram\"");
+    case SpeculativeMethod::kDraftModel: {
+      DraftModelProposerConfig draft_config = draft;
+      draft_config.model = config.model;
+      draft_config.num_speculative_tokens = config.num_speculative_tokens;
+      return make_draft_model_proposer(draft_config, *target.backend);
+    }
   }
   return invalid_argument("--speculative-config: unknown method");
 }

@@ -1,9 +1,11 @@
 // A serving engine's draft-model proposer (serving/draft_proposer_factory.h): the node's settings
-// mapped to the draft's config, and the proposer it builds on the target's backend proposing
-// the target's own greedy continuation when the draft is the target (oracle: the
+// mapped to the draft's config, and the proposer make_proposer builds from it on the target's
+// backend proposing the target's own greedy continuation when the draft is the target (oracle: the
 // non-speculative engine under the same settings).
 #include <gtest/gtest.h>
 
+#include "common/engine/spec_decode/speculative_config.h"
+#include "kernels/model/proposer_factory.h"
 #include "serving/draft_proposer_factory.h"
 #include "tests/kernels/draft_test_models.h"
 
@@ -60,8 +62,14 @@ TEST(DraftProposerFactory, ASelfDraftProposesTheEnginesGreedyContinuation) {
   settings.model = target.model_dir.string();
   settings.num_speculative_tokens = 4;
   settings.target_pool_tokens = 4096;
+  SpeculativeConfig speculative;
+  speculative.method = SpeculativeMethod::kDraftModel;
+  speculative.model = settings.model;
+  speculative.num_speculative_tokens = settings.num_speculative_tokens;
   const std::unique_ptr<Proposer> proposer =
-      make_engine_draft_proposer(target, engine_settings(), settings).value();
+      make_proposer(speculative, target,
+                    draft_proposer_config(target, engine_settings(), settings).value())
+          .value();
   EXPECT_EQ(proposer->method(), "draft_model");
   const std::vector<std::vector<int32_t>> prompts = {random_tokens(300, 1), random_tokens(9, 2)};
   const std::vector<std::vector<int32_t>> greedy = engine_greedy(target, prompts, 4);

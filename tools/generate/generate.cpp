@@ -390,7 +390,16 @@ Status run(const Options& options) {
   std::vector<float> sampled_logits;  // --logits-out: the row each output token came from
   std::unique_ptr<Proposer> proposer;
   if (speculative) {
-    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*speculative, loaded));
+    // A draft model gets a pool for this one request, with the target's steps and dtypes.
+    DraftModelProposerConfig draft;
+    draft.num_blocks = blocks_needed;
+    draft.block_size = options.block_size;
+    draft.dtype = loaded.model->weight_dtype();
+    draft.kv_cache_dtype = kv_dtype;
+    draft.limits = runner_config.limits;
+    draft.target_vocab_size = config.vocab_size;
+    draft.target_model_dir = loaded.model_dir;
+    PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*speculative, loaded, draft));
   }
   std::optional<AdaptiveSpeculation> policy;
   if (speculative) policy.emplace(speculative->num_speculative_tokens);
