@@ -13,7 +13,8 @@ namespace {
 
 constexpr std::array<float, 256> kFp8Values = [] {
   std::array<float, 256> values{};
-  for (int code = 0; code < 256; ++code) values[code] = fp8_e4m3_to_float(static_cast<uint8_t>(code));
+  for (int code = 0; code < 256; ++code)
+    values[code] = fp8_e4m3_to_float(static_cast<uint8_t>(code));
   return values;
 }();
 
@@ -46,7 +47,8 @@ void linear_cpu_fp8_columns_portable(const LinearProblem& p, int64_t n_begin, in
         const int64_t vec_end = b0 + (b1 - b0) / 8 * 8;
         float part[8] = {};
         for (int64_t kk = b0; kk < vec_end; kk += 8) {
-          for (int l = 0; l < 8; ++l) part[l] = std::fma(x[kk + l], kFp8Values[row[kk + l]], part[l]);
+          for (int l = 0; l < 8; ++l)
+            part[l] = std::fma(x[kk + l], kFp8Values[row[kk + l]], part[l]);
         }
         float rest = 0.0f;
         for (int64_t kk = vec_end; kk < b1; ++kk) rest = std::fma(x[kk], kFp8Values[row[kk]], rest);

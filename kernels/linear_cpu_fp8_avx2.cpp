@@ -88,7 +88,8 @@ inline void tile(const LinearProblem& p, int64_t i0, int64_t j0) {
         acc[i][j] = _mm256_fmadd_ps(part[i][j], scale_vec, acc[i][j]);
         const float* x = p.x + (i0 + i) * p.x_stride;
         float rest = 0.0f;
-        for (int64_t kk = vec_end; kk < b1; ++kk) rest = __builtin_fmaf(x[kk], decode1(row[kk]), rest);
+        for (int64_t kk = vec_end; kk < b1; ++kk)
+          rest = __builtin_fmaf(x[kk], decode1(row[kk]), rest);
         tail[i][j] = __builtin_fmaf(rest, scale, tail[i][j]);
       }
     }
@@ -113,9 +114,8 @@ inline void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_
 }  // namespace
 
 void linear_cpu_fp8_columns_avx2(const LinearProblem& p, int64_t n_begin, int64_t n_end) {
-  for_each_row_tile(p.m, [&](auto rows, int64_t i) {
-    row_tile<decltype(rows)::value>(p, i, n_begin, n_end);
-  });
+  for_each_row_tile(
+      p.m, [&](auto rows, int64_t i) { row_tile<decltype(rows)::value>(p, i, n_begin, n_end); });
 }
 
 }  // namespace pdserve

@@ -40,8 +40,8 @@ inline void convert_row(const float* x, int64_t count, uint16_t* out) {
 }
 
 template <int MR, int NR>
-inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int64_t i0,
-                 int64_t j0, const DecodeTable& table) {
+inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int64_t i0, int64_t j0,
+                 const DecodeTable& table) {
   const auto* w = static_cast<const uint8_t*>(p.w);
   const int64_t block_k = p.scale_block_k;
   const int64_t scale_cols = (p.k + block_k - 1) / block_k;
@@ -63,8 +63,8 @@ inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int6
       for (int j = 0; j < NR; ++j) part[i][j] = _mm512_setzero_ps();
     }
     for (int64_t kk = 0; kk < len; kk += 32) {
-      const __mmask32 mask = len - kk >= 32 ? ~__mmask32{0}
-                                            : static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1);
+      const __mmask32 mask =
+          len - kk >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1);
       __m512bh wv[NR];
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) {

@@ -161,12 +161,11 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
     DraftModelProposerConfig draft;
     if (config.speculative->method == SpeculativeMethod::kDraftModel) {
       // The draft's pool holds as many tokens as the target's: every sequence can be drafted for.
-      PDS_ASSIGN_OR_RETURN(
-          draft, draft_proposer_config(
-                     model, config,
-                     {.model = config.speculative->model,
-                      .num_speculative_tokens = config.speculative->num_speculative_tokens,
-                      .target_pool_tokens = runner->schedulable_blocks() * config.block_size}));
+      DraftProposerSettings settings;
+      settings.model = config.speculative->model;
+      settings.num_speculative_tokens = config.speculative->num_speculative_tokens;
+      settings.target_pool_tokens = runner->schedulable_blocks() * config.block_size;
+      PDS_ASSIGN_OR_RETURN(draft, draft_proposer_config(model, config, settings));
     }
     PDS_ASSIGN_OR_RETURN(proposer, make_proposer(*config.speculative, model, draft));
     engine_config.speculative = config.speculative;

@@ -24,9 +24,8 @@ Result<ScaleBlocks> blocks_for(const Checkpoint& checkpoint, const TensorView& s
                                int64_t k) {
   const Fp8WeightQuantization& quantization = *checkpoint.config().quantization;
   const auto wrong_shape = [&](const std::string& expected) {
-    return invalid_argument("scale tensor '" + scale.name + "' in '" +
-                            checkpoint.dir().string() + "' has shape " +
-                            shape_string(scale.shape) + ", expected " + expected);
+    return invalid_argument("scale tensor '" + scale.name + "' in '" + checkpoint.dir().string() +
+                            "' has shape " + shape_string(scale.shape) + ", expected " + expected);
   };
   if (quantization.block_scaled()) {
     const int64_t block_n = *quantization.block_n;
@@ -34,7 +33,8 @@ Result<ScaleBlocks> blocks_for(const Checkpoint& checkpoint, const TensorView& s
     const std::vector<int64_t> expected = {ceil_div(n, block_n), ceil_div(k, block_k)};
     if (scale.shape != expected) {
       return wrong_shape(shape_string(expected) + " (one per " + std::to_string(block_n) + "x" +
-                         std::to_string(block_k) + " block of quantization_config's "
+                         std::to_string(block_k) +
+                         " block of quantization_config's "
                          "weight_block_size)");
     }
     return ScaleBlocks{block_n, block_k};
@@ -84,8 +84,7 @@ std::string fp8_scale_owner(std::string_view scale_name) {
   return std::string(scale_name);
 }
 
-Status attach_fp8_scales(const Checkpoint& checkpoint, const TensorSpec& spec,
-                         HostTensor& tensor) {
+Status attach_fp8_scales(const Checkpoint& checkpoint, const TensorSpec& spec, HostTensor& tensor) {
   const std::string& name = spec.name;
   // Qwen's FP8 exports quantize only these; embeddings, norms and lm_head keep the model dtype.
   if (!spec.is_linear) {
@@ -127,8 +126,10 @@ Status refuse_scale_of_unquantized(const Checkpoint& checkpoint, const std::stri
   for (std::string_view suffix : kSuffixes) {
     const std::string candidate = name + std::string(suffix);
     if (checkpoint.has_tensor(candidate)) {
-      return invalid_argument("tensor '" + name + "' is not FP8 but the checkpoint has a scale "
-                              "tensor '" + candidate + "' for it");
+      return invalid_argument("tensor '" + name +
+                              "' is not FP8 but the checkpoint has a scale "
+                              "tensor '" +
+                              candidate + "' for it");
     }
   }
   return {};

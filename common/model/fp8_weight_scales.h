@@ -24,8 +24,7 @@ std::string fp8_scale_owner(std::string_view scale_name);
 // tensor in `checkpoint`. Refuses, naming the tensor: FP8 outside the linear layers
 // (UNIMPLEMENTED), a checkpoint without quantization_config, a missing or doubled scale
 // tensor, a scale of the wrong shape or dtype or with a value that is not finite.
-Status attach_fp8_scales(const Checkpoint& checkpoint, const TensorSpec& spec,
-                         HostTensor& tensor);
+Status attach_fp8_scales(const Checkpoint& checkpoint, const TensorSpec& spec, HostTensor& tensor);
 
 // INVALID_ARGUMENT when a weight stored in a floating-point dtype has a scale tensor (its
 // meaning would be ambiguous).

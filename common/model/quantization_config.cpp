@@ -12,8 +12,7 @@ constexpr const char* kKey = "quantization_config";
 
 [[noreturn]] void refuse(const json_fields::Source& src, const std::string& field,
                          const std::string& problem) {
-  PDS_THROW(StatusCode::kUnimplemented,
-            src.name + ": key '" + kKey + "." + field + "' " + problem);
+  PDS_THROW(StatusCode::kUnimplemented, src.name + ": key '" + kKey + "." + field + "' " + problem);
 }
 
 [[noreturn]] void malformed(const json_fields::Source& src, const std::string& field,
@@ -43,8 +42,9 @@ void read_block_size(const json_fields::Source& src, const nlohmann::json& objec
   const int64_t block_k = (*it)[1].get<int64_t>();
   if (block_n != kFp8WeightBlock || block_k != kFp8WeightBlock) {
     refuse(src, "weight_block_size",
-           "is " + it->dump() + "; only [128, 128] blocks (or per-tensor / per-channel scales) "
-           "are implemented");
+           "is " + it->dump() +
+               "; only [128, 128] blocks (or per-tensor / per-channel scales) "
+               "are implemented");
   }
   quantization.block_n = block_n;
   quantization.block_k = block_k;

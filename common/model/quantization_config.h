@@ -25,9 +25,9 @@ struct Fp8WeightQuantization {
 };
 
 // Reads the `quantization_config` of the config.json object `config` (absent or null:
-// std::nullopt); `source` names the file in errors. Throws pdserve::Error naming the field: INVALID_ARGUMENT for malformed values, UNIMPLEMENTED for formats pdserve does not
-// run (other quant_method, fmt other than e4m3, activation_scheme static, block sizes other
-// than 128 x 128).
+// std::nullopt); `source` names the file in errors. Throws pdserve::Error naming the field:
+// INVALID_ARGUMENT for malformed values, UNIMPLEMENTED for formats pdserve does not run (other
+// quant_method, fmt other than e4m3, activation_scheme static, block sizes other than 128 x 128).
 std::optional<Fp8WeightQuantization> parse_quantization_config(const nlohmann::json& config,
                                                                const std::string& source);
 

@@ -82,17 +82,22 @@ float round_bf16(float value) {
 }
 
 TEST_P(LinearFp8, MatchesFloat64ProductOfTheDequantizedWeights) {
-  struct Shape { int64_t m, n, k, block_n, block_k; };
+  struct Shape {
+    int64_t m, n, k, block_n, block_k;
+  };
   // 128x128 blocks (partial ones at the edges), per tensor (block = n x k), per channel
   // (1 x k), k below one block and not a multiple of 8, 16 or 32.
-  for (Shape s : {Shape{1, 97, 256, 128, 128}, Shape{5, 130, 300, 128, 128},
-                  Shape{7, 260, 1024, 128, 128}, Shape{2, 33, 40, 128, 128},
-                  Shape{3, 50, 77, 50, 77}, Shape{4, 64, 200, 1, 200}, Shape{9, 300, 1000, 128, 128}}) {
+  for (Shape s :
+       {Shape{1, 97, 256, 128, 128}, Shape{5, 130, 300, 128, 128}, Shape{7, 260, 1024, 128, 128},
+        Shape{2, 33, 40, 128, 128}, Shape{3, 50, 77, 50, 77}, Shape{4, 64, 200, 1, 200},
+        Shape{9, 300, 1000, 128, 128}}) {
     Fp8Weight w = make_fp8(s.n, s.k, s.block_n, s.block_k, 31);
     std::vector<float> x = random_floats(static_cast<size_t>(s.m * s.k), 32, 1.0f);
     std::vector<float> y(static_cast<size_t>(s.m * s.n), std::numeric_limits<float>::quiet_NaN());
-    ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, s.m, s.k), w.view(),
-                                 MatrixView::dense(y.data(), DType::kF32, s.m, s.n)).ok());
+    ASSERT_TRUE(backend_
+                    ->linear(MatrixView::dense(x.data(), DType::kF32, s.m, s.k), w.view(),
+                             MatrixView::dense(y.data(), DType::kF32, s.m, s.n))
+                    .ok());
     // avx512_bf16 rounds the activations to bf16 (the weights are exact in bf16).
     const bool rounded = GetParam() == CpuIsa::kAvx512Bf16;
     for (int64_t i = 0; i < s.m; ++i) {
@@ -117,8 +122,9 @@ TEST_P(LinearFp8, RowsAreBitwiseIndependentOfBatchAndThreads) {
   Fp8Weight w = make_fp8(n, k, 128, 128, 41);
   std::vector<float> x = random_floats(static_cast<size_t>(m * k), 42, 1.0f);
   std::vector<float> batched(static_cast<size_t>(m * n));
-  LinearProblem p{x.data(), k, w.codes.data(), DType::kF8E4M3, k, batched.data(), n, m, n, k,
-                  w.scales.data(), 128, 128};
+  LinearProblem p{
+      x.data(), k,  w.codes.data(), DType::kF8E4M3, k, batched.data(), n, m, n, k, w.scales.data(),
+      128,      128};
   CpuThreadPool one_thread(1), two_threads(2);
   ASSERT_TRUE(linear_cpu(p, two_threads, GetParam()).ok());
   for (int64_t i = 0; i < m; ++i) {
@@ -145,8 +151,10 @@ TEST_P(LinearFp8, NanCodesGiveNan) {
   w.codes[1 * 64 + 10] = 0x7F;
   w.codes[3 * 64 + 63] = 0xFF;
   std::vector<float> x(64, 1.0f), y(4);
-  ASSERT_TRUE(backend_->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), w.view(),
-                               MatrixView::dense(y.data(), DType::kF32, 1, 4)).ok());
+  ASSERT_TRUE(backend_
+                  ->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), w.view(),
+                           MatrixView::dense(y.data(), DType::kF32, 1, 4))
+                  .ok());
   EXPECT_FALSE(std::isnan(y[0]));
   EXPECT_TRUE(std::isnan(y[1]));
   EXPECT_FALSE(std::isnan(y[2]));
@@ -158,8 +166,10 @@ TEST_P(LinearFp8, Fp8WeightsWithoutScalesAreRefused) {
   MatrixView no_scale = w.view();
   no_scale.scale = nullptr;
   std::vector<float> x(64, 1.0f), y(4);
-  EXPECT_EQ(backend_->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), no_scale,
-                             MatrixView::dense(y.data(), DType::kF32, 1, 4)).code(),
+  EXPECT_EQ(backend_
+                ->linear(MatrixView::dense(x.data(), DType::kF32, 1, 64), no_scale,
+                         MatrixView::dense(y.data(), DType::kF32, 1, 4))
+                .code(),
             StatusCode::kInvalidArgument);
 }
 

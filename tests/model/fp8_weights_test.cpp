@@ -57,8 +57,8 @@ float dequantized(const HostTensor& t, int64_t i, int64_t j) {
 
 const std::vector<HostTensor Qwen3LayerWeights::*>& linear_slots() {
   static const std::vector<HostTensor Qwen3LayerWeights::*> slots = {
-      &Qwen3LayerWeights::q_proj,    &Qwen3LayerWeights::k_proj,  &Qwen3LayerWeights::v_proj,
-      &Qwen3LayerWeights::o_proj,    &Qwen3LayerWeights::gate_proj, &Qwen3LayerWeights::up_proj,
+      &Qwen3LayerWeights::q_proj,   &Qwen3LayerWeights::k_proj,    &Qwen3LayerWeights::v_proj,
+      &Qwen3LayerWeights::o_proj,   &Qwen3LayerWeights::gate_proj, &Qwen3LayerWeights::up_proj,
       &Qwen3LayerWeights::down_proj};
   return slots;
 }
@@ -154,7 +154,8 @@ TEST(Fp8Weights, HostHugePagesCopiesTheCodesUnexpanded) {
   TempDir dir;
   Checkpoint fp8 = Checkpoint::open(make_tiny(block_options(dir, "fp8", true))).value();
   Qwen3Weights mapped = load_qwen3_weights(fp8, DType::kF32).value();
-  Qwen3Weights copied = load_qwen3_weights(fp8, DType::kF32, WeightPlacement::kHostHugePages).value();
+  Qwen3Weights copied =
+      load_qwen3_weights(fp8, DType::kF32, WeightPlacement::kHostHugePages).value();
   const HostTensor& a = mapped.layers[1].down_proj;
   const HostTensor& b = copied.layers[1].down_proj;
   EXPECT_EQ(b.dtype, DType::kF8E4M3);
@@ -212,9 +213,8 @@ TEST(Fp8Weights, PerTensorAndPerChannelScalesLoad) {
   for (bool per_channel : {false, true}) {
     TempDir dir;
     make_tiny(block_options(dir, "fp8", true));
-    edit_config(dir / "fp8", [](nlohmann::json& c) {
-      c["quantization_config"].erase("weight_block_size");
-    });
+    edit_config(dir / "fp8",
+                [](nlohmann::json& c) { c["quantization_config"].erase("weight_block_size"); });
     // Every projection gets weight_scale (a scalar, or [n, 1]) in place of its block scales.
     rewrite_tensors(dir / "fp8", [&](TensorMap& tensors) {
       std::vector<std::string> owners;
@@ -230,7 +230,8 @@ TEST(Fp8Weights, PerTensorAndPerChannelScalesLoad) {
             f32_tensor(per_channel ? std::vector<int64_t>{n, 1} : std::vector<int64_t>{}, values);
       }
     });
-    Result<Qwen3Weights> w = load_qwen3_weights(Checkpoint::open(dir / "fp8").value(), DType::kBF16);
+    Result<Qwen3Weights> w =
+        load_qwen3_weights(Checkpoint::open(dir / "fp8").value(), DType::kBF16);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     const HostTensor& q = w->layers[0].q_proj;
     EXPECT_EQ(q.scale_block_n, per_channel ? 1 : 256);
@@ -249,37 +250,49 @@ TEST(Fp8Weights, MalformedFp8CheckpointsAreRefusedNamingTheTensor) {
     std::vector<std::string> mentions;
   };
   const std::vector<Case> cases = {
-      {"missing scale", [](TensorMap& t) { t.erase(kQ + "_scale_inv"); }, StatusCode::kNotFound,
+      {"missing scale",
+       [](TensorMap& t) { t.erase(kQ + "_scale_inv"); },
+       StatusCode::kNotFound,
        {kQ, kQ + "_scale_inv"}},
       {"scale of the wrong shape",
-       [](TensorMap& t) { t[kQ + "_scale_inv"] = f32_tensor({1, 2}, {1.0f, 1.0f}); },
-       StatusCode::kInvalidArgument, {kQ + "_scale_inv", "[1, 2]", "[2, 2]"}},
+       [](TensorMap& t) {
+         t[kQ + "_scale_inv"] = f32_tensor({1, 2}, {1.0f, 1.0f});
+       },
+       StatusCode::kInvalidArgument,
+       {kQ + "_scale_inv", "[1, 2]", "[2, 2]"}},
       {"non-finite scale",
        [](TensorMap& t) {
          t[kQ + "_scale_inv"] = f32_tensor({2, 2}, {1.0f, NAN, 1.0f, 1.0f});
        },
-       StatusCode::kInvalidArgument, {kQ + "_scale_inv", "finite"}},
+       StatusCode::kInvalidArgument,
+       {kQ + "_scale_inv", "finite"}},
       {"two scales",
-       [](TensorMap& t) { t[kQ + "_scale"] = f32_tensor({2, 2}, {1, 1, 1, 1}); },
-       StatusCode::kInvalidArgument, {kQ + "_scale_inv", kQ + "_scale'"}},
+       [](TensorMap& t) {
+         t[kQ + "_scale"] = f32_tensor({2, 2}, {1, 1, 1, 1});
+       },
+       StatusCode::kInvalidArgument,
+       {kQ + "_scale_inv", kQ + "_scale'"}},
       {"FP8 embeddings",
        [](TensorMap& t) {
          StoredTensor& e = t["model.embed_tokens.weight"];
          e.dtype = DType::kF8E4M3;
          e.bytes.resize(e.bytes.size() / 2);
        },
-       StatusCode::kUnimplemented, {"model.embed_tokens.weight", "FP8"}},
+       StatusCode::kUnimplemented,
+       {"model.embed_tokens.weight", "FP8"}},
       {"scale of a bf16 weight",
        [](TensorMap& t) {
          t["model.norm.weight_scale_inv"] = f32_tensor({1, 1}, {1.0f});
        },
-       StatusCode::kInvalidArgument, {"model.norm.weight_scale_inv"}},
+       StatusCode::kInvalidArgument,
+       {"model.norm.weight_scale_inv"}},
   };
   for (const Case& c : cases) {
     TempDir dir;
     make_tiny(block_options(dir, "fp8", true));
     rewrite_tensors(dir / "fp8", c.edit);
-    Result<Qwen3Weights> w = load_qwen3_weights(Checkpoint::open(dir / "fp8").value(), DType::kBF16);
+    Result<Qwen3Weights> w =
+        load_qwen3_weights(Checkpoint::open(dir / "fp8").value(), DType::kBF16);
     EXPECT_EQ(w.status().code(), c.code) << c.what << ": " << w.status().to_string();
     for (const std::string& part : c.mentions) {
       EXPECT_NE(w.status().message().find(part), std::string::npos)
@@ -294,7 +307,8 @@ TEST(Fp8Weights, Fp8TensorsNeedAQuantizationConfig) {
   edit_config(dir / "fp8", [](nlohmann::json& c) { c.erase("quantization_config"); });
   Result<Qwen3Weights> w = load_qwen3_weights(Checkpoint::open(dir / "fp8").value(), DType::kBF16);
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
-  expect_error_mentions(w.status(), {"model.layers.0.self_attn.q_proj.weight", "quantization_config"});
+  expect_error_mentions(w.status(),
+                        {"model.layers.0.self_attn.q_proj.weight", "quantization_config"});
 }
 
 }  // namespace

@@ -51,18 +51,18 @@ TEST(QuantizationConfig, RefusesWhatIsNotImplementedNamingTheField) {
     StatusCode code;
     const char* mention;
   };
-  for (const Case& c : {Case{"activation_scheme", "static", StatusCode::kUnimplemented, "static"},
-                        Case{"weight_block_size", nlohmann::json::array({64, 64}), StatusCode::kUnimplemented,
-                             "[64,64]"},
-                        Case{"weight_block_size", nlohmann::json::array({128}), StatusCode::kInvalidArgument,
-                             "[128]"},
-                        Case{"weight_block_size", nlohmann::json::array({0, 128}), StatusCode::kInvalidArgument,
-                             "positive"},
-                        Case{"quant_method", "awq", StatusCode::kUnimplemented, "awq"},
-                        Case{"fmt", "e5m2", StatusCode::kUnimplemented, "e5m2"},
-                        Case{"activation_scheme", "sometimes", StatusCode::kInvalidArgument,
-                             "sometimes"},
-                        Case{"quant_method", nullptr, StatusCode::kInvalidArgument, "missing"}}) {
+  for (const Case& c :
+       {Case{"activation_scheme", "static", StatusCode::kUnimplemented, "static"},
+        Case{"weight_block_size", nlohmann::json::array({64, 64}), StatusCode::kUnimplemented,
+             "[64,64]"},
+        Case{"weight_block_size", nlohmann::json::array({128}), StatusCode::kInvalidArgument,
+             "[128]"},
+        Case{"weight_block_size", nlohmann::json::array({0, 128}), StatusCode::kInvalidArgument,
+             "positive"},
+        Case{"quant_method", "awq", StatusCode::kUnimplemented, "awq"},
+        Case{"fmt", "e5m2", StatusCode::kUnimplemented, "e5m2"},
+        Case{"activation_scheme", "sometimes", StatusCode::kInvalidArgument, "sometimes"},
+        Case{"quant_method", nullptr, StatusCode::kInvalidArgument, "missing"}}) {
     nlohmann::json quantization = kQwenFp8;
     quantization[c.key] = c.value;
     Result<ModelConfig> config = parse_with(quantization);
