@@ -263,32 +263,39 @@ TEST(RejectionSamplerTest, BansStopTokensBeforeMinTokens) {
 
 TEST(AdaptiveSpeculationTest, TurnsOffOnLowAcceptanceAndProbes) {
   AdaptiveSpeculation policy(4);
-  EXPECT_TRUE(policy.should_propose(1));
-  // Verify steps cost 1.5x plain ones.
+  EXPECT_FALSE(policy.should_propose(1)) << "no plain step timed yet: the cost is unknown";
+  policy.record_step(1, 0, std::chrono::milliseconds(10));
+  EXPECT_TRUE(policy.should_propose(1)) << "a new engine's sequences try";
+  // Verify steps cost 3x plain ones (as 5-token rows do on a CPU).
   for (int i = 0; i < 20; ++i) {
     policy.record_step(1, 0, std::chrono::milliseconds(10));
-    policy.record_step(1, 1, std::chrono::milliseconds(15));
+    policy.record_step(1, 1, std::chrono::milliseconds(30));
   }
-  EXPECT_NEAR(policy.cost_ratio(), 1.5, 1e-6);
-  for (int i = 0; i < 6; ++i) policy.record_verify(1, 0);
+  EXPECT_NEAR(policy.cost_ratio(), 3.0, 1e-6);
+  EXPECT_EQ(policy.probe_interval(), 100) << "(3 - 1) / 2 %: probes cost 2 % of decoding";
+  for (int i = 0; i < 3; ++i) policy.record_verify(1, 0);
   int proposed = 0;
-  for (int step = 0; step < 4 * AdaptiveSpeculation::kProbeInterval; ++step) {
+  for (int step = 0; step < 4 * policy.probe_interval(); ++step) {
     proposed += policy.should_propose(1) ? 1 : 0;
   }
-  EXPECT_EQ(proposed, 4) << "one probe per kProbeInterval steps";
+  EXPECT_EQ(proposed, 4) << "one probe per probe_interval() steps";
   // A probe that finds the drafts accepted again turns it back on.
+  policy.record_verify(1, 4);
   policy.record_verify(1, 4);
   EXPECT_TRUE(policy.should_propose(1));
   EXPECT_TRUE(policy.should_propose(1));
   // High acceptance stays on.
   for (int i = 0; i < 10; ++i) policy.record_verify(2, 3);
   for (int step = 0; step < 10; ++step) EXPECT_TRUE(policy.should_propose(2));
-  // After many failed drafts a new sequence starts off (the engine's prior), a fresh one on.
+  // After many failed drafts a new sequence starts off (the engine's prior).
   for (int i = 0; i < 30; ++i) policy.record_verify(1, 0);
   EXPECT_FALSE(policy.should_propose(3));
   EXPECT_LT(policy.mean_accepted(3), 0.1);
-  AdaptiveSpeculation fresh(4);
-  EXPECT_TRUE(fresh.should_propose(3));
+  // Cheap verify steps probe at least every kMinProbeInterval steps.
+  AdaptiveSpeculation cheap(4);
+  cheap.record_step(1, 0, std::chrono::milliseconds(10));
+  cheap.record_step(1, 1, std::chrono::milliseconds(11));
+  EXPECT_EQ(cheap.probe_interval(), AdaptiveSpeculation::kMinProbeInterval);
 }
 
 SchedulerConfig small_config(int num_blocks) {

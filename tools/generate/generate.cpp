@@ -226,7 +226,9 @@ std::vector<int32_t> propose_drafts(Proposer& proposer, AdaptiveSpeculation& pol
   if (seq.is_prefilling() || seq.num_output_tokens() == 0) return {};
   const int room = seq.sampling_params().max_tokens - seq.num_output_tokens() - 1;
   const int max_proposals = std::min(k, room);
-  if (max_proposals < 1 || !policy.should_propose(seq.id())) return {};
+  const SamplingParams& params = seq.sampling_params();
+  const bool reproducible = params.seed.has_value() && params.temperature >= kGreedyTemperature;
+  if (max_proposals < 1 || !policy.should_propose(seq.id(), reproducible)) return {};
   const ProposalRequest request{seq.id(), seq.tokens(), max_proposals};
   std::vector<int32_t> drafts;
   const Status proposed =

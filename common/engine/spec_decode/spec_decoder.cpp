@@ -48,7 +48,8 @@ void SpecDecoder::propose(Scheduler& scheduler, std::span<const Candidate> candi
     // The bonus token must still fit max_tokens.
     const int room = params.max_tokens - seq.num_output_tokens() - 1;
     const int max_proposals = std::min(num_speculative_tokens_, room);
-    if (max_proposals < 1 || !policy_.should_propose(seq.id())) continue;
+    const bool reproducible = params.seed.has_value() && params.temperature >= kGreedyTemperature;
+    if (max_proposals < 1 || !policy_.should_propose(seq.id(), reproducible)) continue;
     requests.push_back({seq.id(), seq.tokens(), max_proposals});
   }
   if (requests.empty()) return;
