@@ -128,9 +128,9 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
     PDS_ASSIGN_OR_RETURN(spec, SpecDecoder::create(spec_config, std::move(proposer), *runner));
   }
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(model.model_dir));
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                       EngineCore::create(config, *runner, std::move(tokenizer), nullptr,
-                                          std::move(spec)));
+  PDS_ASSIGN_OR_RETURN(
+      std::unique_ptr<EngineCore> core,
+      EngineCore::create(config, *runner, std::move(tokenizer), nullptr, std::move(spec)));
   // Warm-up, as on a node that has been serving: the same prompts, fewer tokens, so that the
   // adaptive rule has measured the verify cost and the engine's acceptance.
   for (size_t i = 0; i < prompts.size() && options.warmup_tokens > 0; ++i) {
@@ -171,10 +171,10 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
   for (const auto& request_times : times) {
     tokens += static_cast<int64_t>(request_times.size());
     if (request_times.size() > 1) {
-      tpot_sum += std::chrono::duration<double, std::milli>(request_times.back() -
-                                                            request_times.front())
-                      .count() /
-                  static_cast<double>(request_times.size() - 1);
+      tpot_sum +=
+          std::chrono::duration<double, std::milli>(request_times.back() - request_times.front())
+              .count() /
+          static_cast<double>(request_times.size() - 1);
     }
   }
   figures.tokens_per_second = static_cast<double>(tokens) / wall;
@@ -226,11 +226,10 @@ Status run(const Options& options) {
               figures.tpot_ms, static_cast<long long>(c.num_drafts),
               static_cast<long long>(c.num_draft_tokens),
               static_cast<long long>(c.num_accepted_tokens),
-              c.num_draft_tokens > 0
-                  ? std::to_string(static_cast<double>(c.num_accepted_tokens) /
-                                   static_cast<double>(c.num_draft_tokens))
-                        .c_str()
-                  : "-");
+              c.num_draft_tokens > 0 ? std::to_string(static_cast<double>(c.num_accepted_tokens) /
+                                                      static_cast<double>(c.num_draft_tokens))
+                                           .c_str()
+                                     : "-");
           std::fflush(stdout);
         }
       }
@@ -248,8 +247,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", options.model, "Model folder")->required();
   app.add_option("--batch", options.batches, "Batch sizes")->delimiter(',')->capture_default_str();
   app.add_option("--workloads", options.workloads, "repeat, random")->delimiter(',');
-  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong (off first)")
-      ->delimiter(',');
+  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong (off first)")->delimiter(',');
   app.add_option("--max-tokens", options.max_tokens, "Tokens per request")->capture_default_str();
   app.add_option("--warmup-tokens", options.warmup_tokens,
                  "Tokens per request of the warm-up batch each engine serves first (0: none)")

@@ -14,8 +14,9 @@ Result<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& config,
       //   return make_draft_model_proposer(config, target);
       // from kernels/model/draft_model_proposer.h, once both branches are merged.
       (void)target;
-      return unimplemented("--speculative-config: method \"draft_model\" is not built yet in "
-                           "this build; use \"ngram\"");
+      return unimplemented(
+          "--speculative-config: method \"draft_model\" is not built yet in "
+          "this build; use \"ngram\"");
   }
   return invalid_argument("--speculative-config: unknown method");
 }

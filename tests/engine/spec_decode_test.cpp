@@ -25,15 +25,17 @@ TEST(SpeculativeConfigTest, ParsesVllmKeysAndDefaults) {
   EXPECT_EQ(ngram.num_speculative_tokens, 4);
   EXPECT_EQ(ngram.prompt_lookup_min, 5);  // vLLM's defaults
   EXPECT_EQ(ngram.prompt_lookup_max, 5);
-  const SpeculativeConfig only_max = parse_speculative_config(
-      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
-                                         .value();
+  const SpeculativeConfig only_max =
+      parse_speculative_config(
+          R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
+          .value();
   EXPECT_EQ(only_max.prompt_lookup_min, 3);
   EXPECT_EQ(only_max.prompt_lookup_max, 3);
-  const SpeculativeConfig both = parse_speculative_config(
-      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+  const SpeculativeConfig both =
+      parse_speculative_config(
+          R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
           "prompt_lookup_max": 4})")
-                                     .value();
+          .value();
   EXPECT_EQ(both.prompt_lookup_min, 1);
   EXPECT_EQ(both.prompt_lookup_max, 4);
   // vLLM infers a draft model from "model".
@@ -135,8 +137,8 @@ double chi_square(const std::vector<int64_t>& counts, const std::vector<double>&
     ++cells;
   }
   if (pooled_expected >= 5.0) {
-    statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) /
-                 pooled_expected;
+    statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
     ++cells;
   }
   *degrees = cells - 1;
@@ -230,7 +232,8 @@ TEST(RejectionSamplerTest, GreedyAcceptsTheArgmaxPrefixAndCorrects) {
   RejectionSampler verifier;
   SamplerRng rng(1);
   const SamplerRng::State before = rng.state();
-  const VerifiedRun all = verifier.verify(seq, std::vector<int32_t>{1, 0}, rows, kVocab, rng).value();
+  const VerifiedRun all =
+      verifier.verify(seq, std::vector<int32_t>{1, 0}, rows, kVocab, rng).value();
   EXPECT_EQ(all.num_accepted, 2);
   ASSERT_EQ(all.tokens.size(), 3u);
   EXPECT_EQ(all.tokens[2].token, 3);  // the bonus
@@ -378,8 +381,9 @@ TEST(SchedulerVerifyTest, StopsMidRunAndCutsDraftsToBudgetAndPool) {
   ASSERT_EQ(batch.num_verify_rows, 1);
   EXPECT_EQ(batch.entries[0].num_new_tokens, 3) << "the budget of 3 keeps 2 drafts";
   // Refused: a run longer than 1 + drafts, and a run for a plain entry.
-  EXPECT_FALSE(scheduler.postprocess(batch, std::vector<int32_t>{0},
-                                     std::vector<std::vector<int32_t>>{{11, 12, 13, 14}})
+  EXPECT_FALSE(scheduler
+                   .postprocess(batch, std::vector<int32_t>{0},
+                                std::vector<std::vector<int32_t>>{{11, 12, 13, 14}})
                    .ok());
   // The stop token ends the run: the token after it is dropped.
   const auto updates = scheduler

@@ -57,8 +57,8 @@ void AdaptiveSpeculation::record_verify(SeqId seq_id, int accepted) {
   state.mean_accepted = (1.0 - kAcceptanceWeight) * state.mean_accepted +
                         kAcceptanceWeight * static_cast<double>(accepted);
   // New sequences start from what this engine's drafts have recently achieved.
-  initial_acceptance_ = (1.0 - kPriorWeight) * initial_acceptance_ +
-                        kPriorWeight * static_cast<double>(accepted);
+  initial_acceptance_ =
+      (1.0 - kPriorWeight) * initial_acceptance_ + kPriorWeight * static_cast<double>(accepted);
 }
 
 void AdaptiveSpeculation::record_step(int num_rows, int verify_rows,

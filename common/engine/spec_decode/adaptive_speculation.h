@@ -57,7 +57,7 @@ class AdaptiveSpeculation {
     int steps_off = 0;  // steps since the rule last failed, for the probes
   };
 
-  double initial_acceptance_;  // the prior of a new sequence's mean accepted drafts
+  double initial_acceptance_;           // the prior of a new sequence's mean accepted drafts
   double plain_seconds_per_row_ = 0.0;  // 0: not measured yet
   double verify_seconds_per_row_ = 0.0;
   std::unordered_map<SeqId, SequenceState> sequences_;

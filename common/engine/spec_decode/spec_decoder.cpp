@@ -40,8 +40,7 @@ void SpecDecoder::propose(Scheduler& scheduler, std::span<const Candidate> candi
   for (const Candidate& candidate : candidates) {
     const Sequence& seq = *candidate.sequence;
     const SamplingParams& params = seq.sampling_params();
-    if (candidate.constrained || seq.status() != SequenceStatus::kRunning ||
-        seq.is_prefilling() ||
+    if (candidate.constrained || seq.status() != SequenceStatus::kRunning || seq.is_prefilling() ||
         static_cast<size_t>(seq.num_output_tokens()) < params.scripted_output.size()) {
       continue;
     }
@@ -54,8 +53,7 @@ void SpecDecoder::propose(Scheduler& scheduler, std::span<const Candidate> candi
   }
   if (requests.empty()) return;
   std::vector<std::vector<int32_t>> proposals(requests.size());
-  const Status proposed =
-      capture_status([&] { return proposer_->propose(requests, proposals); });
+  const Status proposed = capture_status([&] { return proposer_->propose(requests, proposals); });
   if (!proposed.ok()) {
     PDS_LOG_WARN("speculative decoding: the " + std::string(proposer_->method()) +
                  " proposer failed; decoding this step without drafts: " + proposed.to_string());
