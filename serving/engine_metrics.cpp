@@ -55,23 +55,22 @@ EngineMetrics::EngineMetrics(metrics::Registry& registry, const std::string& mod
   if (baseline.kv_tiers.enabled) kv_tiers_ = std::make_unique<KvTierMetrics>(registry, model_name);
   if (role != NodeRole::kDecode) return;
   if (!baseline.spec_decode_method.empty()) {
-    spec_drafts_ = &registry.counter("vllm:spec_decode_num_drafts_total",
-                                     "Number of spec decoding drafts.",
-                                     metrics::vllm_labels(model_name));
-    spec_draft_tokens_ = &registry.counter("vllm:spec_decode_num_draft_tokens_total",
-                                           "Number of draft tokens.",
-                                           metrics::vllm_labels(model_name));
-    spec_accepted_tokens_ = &registry.counter("vllm:spec_decode_num_accepted_tokens_total",
-                                              "Number of accepted tokens.",
-                                              metrics::vllm_labels(model_name));
+    spec_drafts_ =
+        &registry.counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+                          metrics::vllm_labels(model_name));
+    spec_draft_tokens_ =
+        &registry.counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+                          metrics::vllm_labels(model_name));
+    spec_accepted_tokens_ =
+        &registry.counter("vllm:spec_decode_num_accepted_tokens_total",
+                          "Number of accepted tokens.", metrics::vllm_labels(model_name));
     for (size_t position = 0; position < baseline.spec_decode.accepted_per_position.size();
          ++position) {
       metrics::Labels labels = metrics::vllm_labels(model_name);
       labels.emplace_back("position", std::to_string(position));
-      spec_accepted_per_position_.push_back(
-          &registry.counter("vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                            "Accepted tokens per draft's position in the speculative sequences.",
-                            labels));
+      spec_accepted_per_position_.push_back(&registry.counter(
+          "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+          "Accepted tokens per draft's position in the speculative sequences.", labels));
     }
   }
   prompt_tokens_ =
@@ -132,9 +131,9 @@ void EngineMetrics::publish(const ServiceStats& stats, bool draining) {
           last_.spec_decode.num_accepted_tokens);
   const auto& now_per_position = stats.spec_decode.accepted_per_position;
   const auto& before_per_position = last_.spec_decode.accepted_per_position;
-  for (size_t position = 0; position < spec_accepted_per_position_.size() &&
-                            position < now_per_position.size() &&
-                            position < before_per_position.size();
+  for (size_t position = 0;
+       position < spec_accepted_per_position_.size() && position < now_per_position.size() &&
+       position < before_per_position.size();
        ++position) {
     advance(spec_accepted_per_position_[position], now_per_position[position],
             before_per_position[position]);

@@ -38,11 +38,10 @@ std::string stats_log_line(const ServiceStats& before, const ServiceStats& now, 
   const std::string hit_rate =
       queried > 0 ? format("%.1f%%", 100.0 * static_cast<double>(hits) / static_cast<double>(queried))
                   : std::string("-");
-  std::string line =
-      format("prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s; running "
-             "%d, waiting %d; KV usage %.1f%%; prefix cache hit rate %s",
-             prompt_rate, generation_rate, now.num_running, now.num_waiting, usage,
-             hit_rate.c_str());
+  std::string line = format(
+      "prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s; running "
+      "%d, waiting %d; KV usage %.1f%%; prefix cache hit rate %s",
+      prompt_rate, generation_rate, now.num_running, now.num_waiting, usage, hit_rate.c_str());
   if (!now.spec_decode_method.empty()) line += spec_decode_log(before, now);
   return line;
 }
@@ -62,9 +61,9 @@ std::string spec_decode_log(const ServiceStats& before, const ServiceStats& now)
   part += ", per position";
   for (size_t i = 0; i < b.accepted_per_position.size(); ++i) {
     const int64_t earlier = i < a.accepted_per_position.size() ? a.accepted_per_position[i] : 0;
-    part += format(i == 0 ? " %.2f" : "/%.2f",
-                   static_cast<double>(b.accepted_per_position[i] - earlier) /
-                       static_cast<double>(drafts));
+    part += format(
+        i == 0 ? " %.2f" : "/%.2f",
+        static_cast<double>(b.accepted_per_position[i] - earlier) / static_cast<double>(drafts));
   }
   return part;
 }

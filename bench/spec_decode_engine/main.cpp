@@ -7,8 +7,11 @@
 // Modes: off; ngram ({"method": "ngram", k, prompt_lookup 1..3}); oracle (a test proposer that
 // replays the output of the "off" run: acceptance 1.0, the upper bound of any proposer);
 // wrong (random tokens: acceptance about 0, what the adaptive auto-off must make cheap).
-// Prints one line per run: tokens/s (generated tokens / wall time), mean TPOT (per request,
-// (last token - first token) / (tokens - 1)), drafts and acceptance.
+// Each run's engine first serves the same prompts with --warmup-tokens tokens (as a node that
+// has been serving: the adaptive rule has timed verify steps and learnt the acceptance), then
+// the measured batch. Prints one line per run: tokens/s (generated tokens / wall time of the
+// measured batch), mean TPOT (per request, (last token - first token) / (tokens - 1)), and the
+// measured batch's drafts and acceptance.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +38,7 @@ struct Options {
   std::vector<std::string> workloads = {"repeat", "random"};
   std::vector<std::string> modes = {"off", "ngram", "oracle", "wrong"};
   int max_tokens = 32;
+  int warmup_tokens = 8;
   int k = 4;
   int rounds = 2;
   int threads = 0;
@@ -127,6 +131,20 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                        EngineCore::create(config, *runner, std::move(tokenizer),
                                           {.spec_decoder = std::move(spec)}));
+  // Warm-up, as on a node that has been serving: the same prompts, fewer tokens, so that the
+  // adaptive rule has measured the verify cost and the engine's acceptance.
+  for (size_t i = 0; i < prompts.size() && options.warmup_tokens > 0; ++i) {
+    InferenceRequest request;
+    request.id = "warm-up " + std::to_string(i);
+    request.prompt_tokens = prompts[i];
+    request.sampling.temperature = 0.0f;
+    request.sampling.max_tokens = options.warmup_tokens;
+    request.sampling.ignore_eos = true;
+    PDS_RETURN_IF_ERROR(core->add(std::move(request), [](SequenceDelta) {}));
+  }
+  while (core->step()) {
+  }
+  const SpecDecodeCounts warm = core->stats().spec_decode;
   std::vector<std::vector<Clock::time_point>> times(prompts.size());
   RunFigures figures;
   figures.outputs.resize(prompts.size());
@@ -153,15 +171,18 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
   for (const auto& request_times : times) {
     tokens += static_cast<int64_t>(request_times.size());
     if (request_times.size() > 1) {
-      tpot_sum += std::chrono::duration<double, std::milli>(request_times.back() -
-                                                            request_times.front())
-                      .count() /
-                  static_cast<double>(request_times.size() - 1);
+      tpot_sum +=
+          std::chrono::duration<double, std::milli>(request_times.back() - request_times.front())
+              .count() /
+          static_cast<double>(request_times.size() - 1);
     }
   }
   figures.tokens_per_second = static_cast<double>(tokens) / wall;
   figures.tpot_ms = tpot_sum / static_cast<double>(times.size());
   figures.counts = core->stats().spec_decode;
+  figures.counts.num_drafts -= warm.num_drafts;
+  figures.counts.num_draft_tokens -= warm.num_draft_tokens;
+  figures.counts.num_accepted_tokens -= warm.num_accepted_tokens;
   return figures;
 }
 
@@ -205,11 +226,10 @@ Status run(const Options& options) {
               figures.tpot_ms, static_cast<long long>(c.num_drafts),
               static_cast<long long>(c.num_draft_tokens),
               static_cast<long long>(c.num_accepted_tokens),
-              c.num_draft_tokens > 0
-                  ? std::to_string(static_cast<double>(c.num_accepted_tokens) /
-                                   static_cast<double>(c.num_draft_tokens))
-                        .c_str()
-                  : "-");
+              c.num_draft_tokens > 0 ? std::to_string(static_cast<double>(c.num_accepted_tokens) /
+                                                      static_cast<double>(c.num_draft_tokens))
+                                           .c_str()
+                                     : "-");
           std::fflush(stdout);
         }
       }
@@ -227,9 +247,11 @@ int main(int argc, char** argv) {
   app.add_option("--model", options.model, "Model folder")->required();
   app.add_option("--batch", options.batches, "Batch sizes")->delimiter(',')->capture_default_str();
   app.add_option("--workloads", options.workloads, "repeat, random")->delimiter(',');
-  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong (off first)")
-      ->delimiter(',');
+  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong (off first)")->delimiter(',');
   app.add_option("--max-tokens", options.max_tokens, "Tokens per request")->capture_default_str();
+  app.add_option("--warmup-tokens", options.warmup_tokens,
+                 "Tokens per request of the warm-up batch each engine serves first (0: none)")
+      ->capture_default_str();
   app.add_option("--k", options.k, "num_speculative_tokens")->capture_default_str();
   app.add_option("--rounds", options.rounds, "Rounds of the alternated modes")
       ->capture_default_str();

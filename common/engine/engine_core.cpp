@@ -414,9 +414,9 @@ SpecDecoder::Verification EngineCore::verify_drafts(
   SpecDecoder::Verification verification = spec_->verify(
       batch, [this](SeqId seq_id) -> SamplerRng& { return requests_.at(seq_id).rng; });
   for (auto& [seq_id, status] : verification.failures) {
-    failures.emplace_back(seq_id, internal_error("request '" +
-                                                 requests_.at(seq_id).output.request_id +
-                                                 "': " + status.message()));
+    failures.emplace_back(seq_id,
+                          internal_error("request '" + requests_.at(seq_id).output.request_id +
+                                         "': " + status.message()));
     const Status aborted = scheduler_.abort(seq_id);
     PDS_CHECK(aborted.ok(), aborted.to_string());
   }
@@ -499,7 +499,7 @@ std::vector<SamplingSlot> EngineCore::sampling_slots(const ScheduledBatch& batch
     SamplingSlot& slot = slots.emplace_back();
     const Sequence& seq = *entry.sequence;
     if (seq.status() == SequenceStatus::kAborted) continue;  // its export could not start
-    if (entry.verifies()) continue;  // SpecDecoder::verify draws its tokens
+    if (entry.verifies()) continue;                          // SpecDecoder::verify draws its tokens
     RequestState& state = requests_.at(seq.id());
     slot.sequence = &seq;
     slot.rng = &state.rng;

@@ -137,8 +137,8 @@ OrderedJson spec_decode_json(const SpecDecodeSummary& spec) {
   out["draft_tokens"] = spec.draft_tokens;
   out["accepted_tokens"] = spec.accepted_tokens;
   out["acceptance_rate"] = spec.draft_tokens > 0 ? static_cast<double>(spec.accepted_tokens) /
-                                                      static_cast<double>(spec.draft_tokens)
-                                                : 0.0;
+                                                       static_cast<double>(spec.draft_tokens)
+                                                 : 0.0;
   return out;
 }
 

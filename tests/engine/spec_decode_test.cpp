@@ -25,15 +25,17 @@ TEST(SpeculativeConfigTest, ParsesVllmKeysAndDefaults) {
   EXPECT_EQ(ngram.num_speculative_tokens, 4);
   EXPECT_EQ(ngram.prompt_lookup_min, 5);  // vLLM's defaults
   EXPECT_EQ(ngram.prompt_lookup_max, 5);
-  const SpeculativeConfig only_max = parse_speculative_config(
-      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
-                                         .value();
+  const SpeculativeConfig only_max =
+      parse_speculative_config(
+          R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
+          .value();
   EXPECT_EQ(only_max.prompt_lookup_min, 3);
   EXPECT_EQ(only_max.prompt_lookup_max, 3);
-  const SpeculativeConfig both = parse_speculative_config(
-      R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+  const SpeculativeConfig both =
+      parse_speculative_config(
+          R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
           "prompt_lookup_max": 4})")
-                                     .value();
+          .value();
   EXPECT_EQ(both.prompt_lookup_min, 1);
   EXPECT_EQ(both.prompt_lookup_max, 4);
   // vLLM infers a draft model from "model".
@@ -135,8 +137,8 @@ double chi_square(const std::vector<int64_t>& counts, const std::vector<double>&
     ++cells;
   }
   if (pooled_expected >= 5.0) {
-    statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) /
-                 pooled_expected;
+    statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
     ++cells;
   }
   *degrees = cells - 1;
@@ -230,7 +232,8 @@ TEST(RejectionSamplerTest, GreedyAcceptsTheArgmaxPrefixAndCorrects) {
   RejectionSampler verifier;
   SamplerRng rng(1);
   const SamplerRng::State before = rng.state();
-  const VerifiedRun all = verifier.verify(seq, std::vector<int32_t>{1, 0}, rows, kVocab, rng).value();
+  const VerifiedRun all =
+      verifier.verify(seq, std::vector<int32_t>{1, 0}, rows, kVocab, rng).value();
   EXPECT_EQ(all.num_accepted, 2);
   ASSERT_EQ(all.tokens.size(), 3u);
   EXPECT_EQ(all.tokens[2].token, 3);  // the bonus
@@ -263,32 +266,39 @@ TEST(RejectionSamplerTest, BansStopTokensBeforeMinTokens) {
 
 TEST(AdaptiveSpeculationTest, TurnsOffOnLowAcceptanceAndProbes) {
   AdaptiveSpeculation policy(4);
-  EXPECT_TRUE(policy.should_propose(1));
-  // Verify steps cost 1.5x plain ones.
+  EXPECT_FALSE(policy.should_propose(1)) << "no plain step timed yet: the cost is unknown";
+  policy.record_step(1, 0, std::chrono::milliseconds(10));
+  EXPECT_TRUE(policy.should_propose(1)) << "a new engine's sequences try";
+  // Verify steps cost 3x plain ones (as 5-token rows do on a CPU).
   for (int i = 0; i < 20; ++i) {
     policy.record_step(1, 0, std::chrono::milliseconds(10));
-    policy.record_step(1, 1, std::chrono::milliseconds(15));
+    policy.record_step(1, 1, std::chrono::milliseconds(30));
   }
-  EXPECT_NEAR(policy.cost_ratio(), 1.5, 1e-6);
-  for (int i = 0; i < 6; ++i) policy.record_verify(1, 0);
+  EXPECT_NEAR(policy.cost_ratio(), 3.0, 1e-6);
+  EXPECT_EQ(policy.probe_interval(), 100) << "(3 - 1) / 2 %: probes cost 2 % of decoding";
+  for (int i = 0; i < 3; ++i) policy.record_verify(1, 0);
   int proposed = 0;
-  for (int step = 0; step < 4 * AdaptiveSpeculation::kProbeInterval; ++step) {
+  for (int step = 0; step < 4 * policy.probe_interval(); ++step) {
     proposed += policy.should_propose(1) ? 1 : 0;
   }
-  EXPECT_EQ(proposed, 4) << "one probe per kProbeInterval steps";
+  EXPECT_EQ(proposed, 4) << "one probe per probe_interval() steps";
   // A probe that finds the drafts accepted again turns it back on.
+  policy.record_verify(1, 4);
   policy.record_verify(1, 4);
   EXPECT_TRUE(policy.should_propose(1));
   EXPECT_TRUE(policy.should_propose(1));
   // High acceptance stays on.
   for (int i = 0; i < 10; ++i) policy.record_verify(2, 3);
   for (int step = 0; step < 10; ++step) EXPECT_TRUE(policy.should_propose(2));
-  // After many failed drafts a new sequence starts off (the engine's prior), a fresh one on.
+  // After many failed drafts a new sequence starts off (the engine's prior).
   for (int i = 0; i < 30; ++i) policy.record_verify(1, 0);
   EXPECT_FALSE(policy.should_propose(3));
   EXPECT_LT(policy.mean_accepted(3), 0.1);
-  AdaptiveSpeculation fresh(4);
-  EXPECT_TRUE(fresh.should_propose(3));
+  // Cheap verify steps probe at least every kMinProbeInterval steps.
+  AdaptiveSpeculation cheap(4);
+  cheap.record_step(1, 0, std::chrono::milliseconds(10));
+  cheap.record_step(1, 1, std::chrono::milliseconds(11));
+  EXPECT_EQ(cheap.probe_interval(), AdaptiveSpeculation::kMinProbeInterval);
 }
 
 SchedulerConfig small_config(int num_blocks) {
@@ -371,8 +381,9 @@ TEST(SchedulerVerifyTest, StopsMidRunAndCutsDraftsToBudgetAndPool) {
   ASSERT_EQ(batch.num_verify_rows, 1);
   EXPECT_EQ(batch.entries[0].num_new_tokens, 3) << "the budget of 3 keeps 2 drafts";
   // Refused: a run longer than 1 + drafts, and a run for a plain entry.
-  EXPECT_FALSE(scheduler.postprocess(batch, std::vector<int32_t>{0},
-                                     std::vector<std::vector<int32_t>>{{11, 12, 13, 14}})
+  EXPECT_FALSE(scheduler
+                   .postprocess(batch, std::vector<int32_t>{0},
+                                std::vector<std::vector<int32_t>>{{11, 12, 13, 14}})
                    .ok());
   // The stop token ends the run: the token after it is dropped.
   const auto updates = scheduler

@@ -104,7 +104,8 @@ RunResult run(const std::vector<InferenceRequest>& requests, std::unique_ptr<Pro
   ModelRunnerConfig runner_config;
   runner_config.num_blocks = options.num_blocks;
   runner_config.block_size = options.block_size;
-  runner_config.kv_dtype = model.loaded.backend->default_kv_dtype(model.loaded.model->weight_dtype());
+  runner_config.kv_dtype =
+      model.loaded.backend->default_kv_dtype(model.loaded.model->weight_dtype());
   runner_config.limits.max_num_tokens = options.max_num_batched_tokens;
   runner_config.limits.max_num_seqs = options.max_num_seqs;
   runner_config.limits.max_model_len = 1024;
@@ -132,22 +133,23 @@ RunResult run(const std::vector<InferenceRequest>& requests, std::unique_ptr<Pro
   result.outputs.resize(requests.size());
   size_t added = 0;
   for (int step = 0; step < 5000; ++step) {
-    while (added < requests.size() &&
-           static_cast<int>(added / 2) * options.stagger <= step) {
+    while (added < requests.size() && static_cast<int>(added / 2) * options.stagger <= step) {
       Output& output = result.outputs[added];
-      EXPECT_TRUE(core->add(requests[added], [&output](SequenceDelta delta) {
-                        output.tokens.insert(output.tokens.end(), delta.token_ids.begin(),
-                                             delta.token_ids.end());
-                        output.logprobs.insert(output.logprobs.end(), delta.logprobs.begin(),
-                                               delta.logprobs.end());
-                        output.text += delta.text;
-                        output.spec = delta.spec_decode;
-                        if (delta.finished) {
-                          ++output.finals;
-                          output.finish_reason = delta.finish_reason;
-                          output.error = delta.error;
-                        }
-                      }).ok());
+      EXPECT_TRUE(core->add(requests[added],
+                            [&output](SequenceDelta delta) {
+                              output.tokens.insert(output.tokens.end(), delta.token_ids.begin(),
+                                                   delta.token_ids.end());
+                              output.logprobs.insert(output.logprobs.end(), delta.logprobs.begin(),
+                                                     delta.logprobs.end());
+                              output.text += delta.text;
+                              output.spec = delta.spec_decode;
+                              if (delta.finished) {
+                                ++output.finals;
+                                output.finish_reason = delta.finish_reason;
+                                output.error = delta.error;
+                              }
+                            })
+                      .ok());
       ++added;
     }
     for (const auto& [index, after] : options.abort_after) {
@@ -192,7 +194,8 @@ std::vector<InferenceRequest> mixed_requests(size_t count, uint64_t seed,
     if (i % 2 == 0) {
       std::vector<int32_t> phrase(4 + i % 5);
       for (int32_t& t : phrase) t = token(random);
-      for (size_t r = 0; r < 3 + i % 4; ++r) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+      for (size_t r = 0; r < 3 + i % 4; ++r)
+        prompt.insert(prompt.end(), phrase.begin(), phrase.end());
     } else {
       for (size_t t = 0; t < 5 + (i * 13) % 70; ++t) prompt.push_back(token(random));
     }
@@ -236,7 +239,8 @@ TEST(SpecDecodeEngineTest, GreedyNgramIsTokenIdenticalOverManyPromptsAndBatchMix
   const std::vector<InferenceRequest> requests = mixed_requests(16, 11, greedy(16));
   RunOptions options;
   const RunResult plain = run(requests, nullptr, options);
-  for (const auto& [batched, stagger] : std::vector<std::pair<int, int>>{{64, 2}, {24, 1}, {256, 0}}) {
+  for (const auto& [batched, stagger] :
+       std::vector<std::pair<int, int>>{{64, 2}, {24, 1}, {256, 0}}) {
     options.max_num_batched_tokens = batched;
     options.stagger = stagger;
     const RunResult speculative = run(requests, ngram(1, 3), options);
@@ -291,8 +295,7 @@ TEST(SpecDecodeEngineTest, PreemptionAndAbortMidRunKeepTheOutputAndTheBlocks) {
 
   // Aborted between steps with drafts pending: the others are unchanged.
   options.abort_after = {{1, 6}, {4, 9}};
-  const RunResult aborted =
-      run(requests, std::make_unique<TestProposer>(known, 0.2, 9), options);
+  const RunResult aborted = run(requests, std::make_unique<TestProposer>(known, 0.2, 9), options);
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i == 1 || i == 4) {
       EXPECT_EQ(aborted.outputs[i].error.code(), StatusCode::kCancelled);
@@ -363,7 +366,8 @@ TEST(SpecDecodeEngineTest, LogprobsAndPenaltiesSeeTheirOwnPosition) {
     ASSERT_EQ(actual.size(), expected.size()) << "request " << i;
     for (size_t t = 0; t < actual.size(); ++t) {
       EXPECT_EQ(actual[t].token, expected[t].token);
-      EXPECT_NEAR(actual[t].logprob, expected[t].logprob, 1e-5) << "request " << i << " token " << t;
+      EXPECT_NEAR(actual[t].logprob, expected[t].logprob, 1e-5)
+          << "request " << i << " token " << t;
       ASSERT_EQ(actual[t].top.size(), expected[t].top.size());
       for (size_t k = 0; k < actual[t].top.size(); ++k) {
         EXPECT_EQ(actual[t].top[k].token, expected[t].top[k].token);

@@ -212,9 +212,9 @@ struct SpecDecodeTotals {
     accepted_tokens += num_accepted;
   }
   double acceptance() const {
-    return draft_tokens == 0 ? 0.0
-                             : static_cast<double>(accepted_tokens) /
-                                   static_cast<double>(draft_tokens);
+    return draft_tokens == 0
+               ? 0.0
+               : static_cast<double>(accepted_tokens) / static_cast<double>(draft_tokens);
   }
 };
 
@@ -226,7 +226,9 @@ std::vector<int32_t> propose_drafts(Proposer& proposer, AdaptiveSpeculation& pol
   if (seq.is_prefilling() || seq.num_output_tokens() == 0) return {};
   const int room = seq.sampling_params().max_tokens - seq.num_output_tokens() - 1;
   const int max_proposals = std::min(k, room);
-  if (max_proposals < 1 || !policy.should_propose(seq.id())) return {};
+  const SamplingParams& params = seq.sampling_params();
+  const bool reproducible = params.seed.has_value() && params.temperature >= kGreedyTemperature;
+  if (max_proposals < 1 || !policy.should_propose(seq.id(), reproducible)) return {};
   const ProposalRequest request{seq.id(), seq.tokens(), max_proposals};
   std::vector<int32_t> drafts;
   const Status proposed =
@@ -411,7 +413,8 @@ Status run(const Options& options) {
   Clock::time_point first_token_time;
   // Appends a token and streams its text; true when it ends the sequence.
   const auto append = [&](int32_t token, std::span<const float> row) -> Result<bool> {
-    if (!options.logits_out.empty()) sampled_logits.insert(sampled_logits.end(), row.begin(), row.end());
+    if (!options.logits_out.empty())
+      sampled_logits.insert(sampled_logits.end(), row.begin(), row.end());
     const FinishReason finish = seq.append_output_token(token);
     if (seq.num_output_tokens() == 1) first_token_time = Clock::now();
     if (!options.print_ids) {
@@ -436,16 +439,15 @@ Status run(const Options& options) {
     if (!drafts.empty()) {
       const auto verify_start = Clock::now();
       PDS_ASSIGN_OR_RETURN(const VerifiedRun run,
-                           verify_step(*runner, entry, drafts, step, verifier, rng,
-                                       verify_logits));
+                           verify_step(*runner, entry, drafts, step, verifier, rng, verify_logits));
       policy->record_verify(seq.id(), run.num_accepted);
       spec_totals.add(static_cast<int>(drafts.size()), run.num_accepted);
       bool finished = false;
       int appended = 0;
       const size_t vocab = static_cast<size_t>(config.vocab_size);
       for (const SampleResult& token : run.tokens) {
-        const std::span<const float> row(verify_logits.data() + static_cast<size_t>(appended) * vocab,
-                                         vocab);
+        const std::span<const float> row(
+            verify_logits.data() + static_cast<size_t>(appended) * vocab, vocab);
         ++appended;
         PDS_ASSIGN_OR_RETURN(finished, append(token.token, row));
         if (finished) break;

@@ -1,7 +1,15 @@
 #include "common/engine/spec_decode/adaptive_speculation.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace pdserve {
 namespace {
+
+// Below this many accepted drafts per verify step no measured cost ratio is trusted: the
+// ratio comes from noisy step times, and a ratio measured at 1 would keep drafts that are
+// never accepted.
+constexpr double kMinMeanAccepted = 0.25;
 
 double blend(double average, double sample, double weight) {
   return average == 0.0 ? sample : (1.0 - weight) * average + weight * sample;
@@ -17,19 +25,28 @@ double AdaptiveSpeculation::cost_ratio() const {
   return verify_seconds_per_row_ / plain_seconds_per_row_;
 }
 
+int AdaptiveSpeculation::probe_interval() const {
+  const double steps = std::ceil((cost_ratio() - 1.0) / kProbeBudget);
+  return std::max(kMinProbeInterval, static_cast<int>(std::min(steps, 1e6)));
+}
+
 double AdaptiveSpeculation::mean_accepted(SeqId seq_id) const {
   auto it = sequences_.find(seq_id);
   return it == sequences_.end() ? initial_acceptance_ : it->second.mean_accepted;
 }
 
-bool AdaptiveSpeculation::should_propose(SeqId seq_id) {
+bool AdaptiveSpeculation::should_propose(SeqId seq_id, bool reproducible) {
+  // Without a timed plain step the cost of speculating is unknown: decode plainly first.
+  if (plain_seconds_per_row_ <= 0.0 && !reproducible) return false;
   SequenceState& state =
       sequences_.try_emplace(seq_id, SequenceState{initial_acceptance_}).first->second;
-  if (1.0 + state.mean_accepted >= cost_ratio() * (1.0 + kMargin)) {
+  const double ratio = reproducible ? 1.0 : cost_ratio();
+  if (state.mean_accepted >= kMinMeanAccepted &&
+      1.0 + state.mean_accepted >= ratio * (1.0 + kMargin)) {
     state.steps_off = 0;
     return true;
   }
-  if (++state.steps_off < kProbeInterval) return false;
+  if (++state.steps_off < (reproducible ? kMinProbeInterval : probe_interval())) return false;
   state.steps_off = 0;
   return true;
 }
@@ -40,8 +57,8 @@ void AdaptiveSpeculation::record_verify(SeqId seq_id, int accepted) {
   state.mean_accepted = (1.0 - kAcceptanceWeight) * state.mean_accepted +
                         kAcceptanceWeight * static_cast<double>(accepted);
   // New sequences start from what this engine's drafts have recently achieved.
-  initial_acceptance_ = (1.0 - kPriorWeight) * initial_acceptance_ +
-                        kPriorWeight * static_cast<double>(accepted);
+  initial_acceptance_ =
+      (1.0 - kPriorWeight) * initial_acceptance_ + kPriorWeight * static_cast<double>(accepted);
 }
 
 void AdaptiveSpeculation::record_step(int num_rows, int verify_rows,

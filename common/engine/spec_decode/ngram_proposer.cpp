@@ -28,8 +28,8 @@ NgramProposer::NgramProposer(const SpeculativeConfig& config)
 Status NgramProposer::propose(std::span<const ProposalRequest> requests,
                               std::span<std::vector<int32_t>> proposals) {
   if (requests.size() != proposals.size()) {
-    return invalid_argument("ngram proposer: " + std::to_string(requests.size()) +
-                            " requests, " + std::to_string(proposals.size()) + " proposal slots");
+    return invalid_argument("ngram proposer: " + std::to_string(requests.size()) + " requests, " +
+                            std::to_string(proposals.size()) + " proposal slots");
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     proposals[i] = ngram_lookup(requests[i].tokens, min_n_, max_n_, requests[i].max_proposals);

@@ -36,9 +36,8 @@ Result<VerifiedRun> RejectionSampler::verify(const Sequence& seq, std::span<cons
       run.tokens.push_back(std::move(bonus));
       return run;
     }
-    PDS_ASSIGN_OR_RETURN(
-        std::vector<TokenProbability> distribution,
-        sampler_.distribution(row, params, seq.prompt_tokens(), output_, banned));
+    PDS_ASSIGN_OR_RETURN(std::vector<TokenProbability> distribution,
+                         sampler_.distribution(row, params, seq.prompt_tokens(), output_, banned));
     const int32_t draft = drafts[j];
     double draft_probability = 0.0;
     for (const TokenProbability& entry : distribution) {

@@ -40,21 +40,20 @@ void SpecDecoder::propose(Scheduler& scheduler, std::span<const Candidate> candi
   for (const Candidate& candidate : candidates) {
     const Sequence& seq = *candidate.sequence;
     const SamplingParams& params = seq.sampling_params();
-    if (candidate.constrained || seq.status() != SequenceStatus::kRunning ||
-        seq.is_prefilling() ||
+    if (candidate.constrained || seq.status() != SequenceStatus::kRunning || seq.is_prefilling() ||
         static_cast<size_t>(seq.num_output_tokens()) < params.scripted_output.size()) {
       continue;
     }
     // The bonus token must still fit max_tokens.
     const int room = params.max_tokens - seq.num_output_tokens() - 1;
     const int max_proposals = std::min(num_speculative_tokens_, room);
-    if (max_proposals < 1 || !policy_.should_propose(seq.id())) continue;
+    const bool reproducible = params.seed.has_value() && params.temperature >= kGreedyTemperature;
+    if (max_proposals < 1 || !policy_.should_propose(seq.id(), reproducible)) continue;
     requests.push_back({seq.id(), seq.tokens(), max_proposals});
   }
   if (requests.empty()) return;
   std::vector<std::vector<int32_t>> proposals(requests.size());
-  const Status proposed =
-      capture_status([&] { return proposer_->propose(requests, proposals); });
+  const Status proposed = capture_status([&] { return proposer_->propose(requests, proposals); });
   if (!proposed.ok()) {
     PDS_LOG_WARN("speculative decoding: the " + std::string(proposer_->method()) +
                  " proposer failed; decoding this step without drafts: " + proposed.to_string());

@@ -65,8 +65,7 @@ class SpecDecoder {
     std::vector<std::pair<SeqId, Status>> failures;  // rows whose logits or sampling failed
   };
   // After the forward of `batch`: every verify row of a sequence that is not aborted.
-  Verification verify(const ScheduledBatch& batch,
-                      const std::function<SamplerRng&(SeqId)>& rng_of);
+  Verification verify(const ScheduledBatch& batch, const std::function<SamplerRng&(SeqId)>& rng_of);
 
   // The step's time from the forward's start to the end of verification.
   void record_step(const ScheduledBatch& batch, std::chrono::duration<double> elapsed);

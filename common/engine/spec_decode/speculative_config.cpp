@@ -28,7 +28,8 @@ Result<std::optional<int>> optional_int(const nlohmann::json& object, const char
 Result<std::optional<std::string>> optional_string(const nlohmann::json& object, const char* key) {
   const auto it = object.find(key);
   if (it == object.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return bad(std::string("'") + key + "' must be a string, got " + it->dump());
+  if (!it->is_string())
+    return bad(std::string("'") + key + "' must be a string, got " + it->dump());
   return std::optional<std::string>(it->get<std::string>());
 }
 
