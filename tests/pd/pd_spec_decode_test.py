@@ -94,16 +94,21 @@ def main():
         target.stop()
 
     def generate():
+        # The draft model is the target itself: every draft is the greedy continuation.
+        self_draft = json.dumps({"method": "draft_model", "model": model, "num_speculative_tokens": 3})
         for prompt in PROMPTS[:3]:
             plain = t.generate_greedy(model, prompt, MAX_TOKENS)
             speculative = t.generate_greedy(model, prompt, MAX_TOKENS, extra=("--speculative-config", SPEC))
             t.expect_equal(speculative, plain, f"pdserve-generate with speculation on {prompt!r}")
+        drafted = t.generate_greedy(model, PROMPTS[0], MAX_TOKENS, extra=("--speculative-config", self_draft))
+        t.expect_equal(drafted, t.generate_greedy(model, PROMPTS[0], MAX_TOKENS),
+                       "pdserve-generate with a draft model (the target itself)")
 
     def bad_configs():
         for config, expected in [('{"method": "ngram"}', "num_speculative_tokens"),
                                  ('{"method": "ngram", "num_speculative_tokens": 2, "typo": 1}', "typo"),
-                                 ('{"method": "draft_model", "model": "x", "num_speculative_tokens": 2}',
-                                  "draft_model")]:
+                                 ('{"method": "draft_model", "model": "/nonexistent/draft", '
+                                  '"num_speculative_tokens": 2}', "/nonexistent/draft")]:
             for binary, args in [("decode", ["--port", "0", *t.DEFAULT_NODE_ARGS]),
                                  ("generate", ["--prompt", "hi", "--max-new-tokens", "2", "--threads", "1"])]:
                 result = subprocess.run([t.BINARIES[binary], "--model", model, *args,
