@@ -174,10 +174,12 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   if (config.kv_offload_host_gib > 0) {
     PDS_ASSIGN_OR_RETURN(tiers, make_kv_tier_store(runner->kv_cache(), model.model_dir, config));
   }
+  LlmEngineParts parts;
+  parts.connector = std::move(connector);
+  parts.tiers = std::move(tiers);
+  parts.proposer = std::move(proposer);
   return LlmEngine::create(std::move(runner), std::move(tokenizer), std::move(engine_config),
-                           {.connector = std::move(connector),
-                            .tiers = std::move(tiers),
-                            .proposer = std::move(proposer)});
+                           std::move(parts));
 }
 
 }  // namespace pdserve

@@ -128,9 +128,10 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
     PDS_ASSIGN_OR_RETURN(spec, SpecDecoder::create(spec_config, std::move(proposer), *runner));
   }
   PDS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_model_dir(model.model_dir));
+  EngineCoreParts parts;
+  parts.spec_decoder = std::move(spec);
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                       EngineCore::create(config, *runner, std::move(tokenizer),
-                                          {.spec_decoder = std::move(spec)}));
+                       EngineCore::create(config, *runner, std::move(tokenizer), std::move(parts)));
   // Warm-up, as on a node that has been serving: the same prompts, fewer tokens, so that the
   // adaptive rule has measured the verify cost and the engine's acceptance.
   for (size_t i = 0; i < prompts.size() && options.warmup_tokens > 0; ++i) {

@@ -39,12 +39,14 @@ Result<std::unique_ptr<LlmEngine>> LlmEngine::create(std::unique_ptr<ModelExecut
     PDS_ASSIGN_OR_RETURN(spec_decoder,
                          SpecDecoder::create(*config.speculative, std::move(parts.proposer), *executor));
   }
+  EngineCoreParts core_parts;
+  core_parts.connector = parts.connector.get();
+  core_parts.tiers = parts.tiers.get();
+  core_parts.tier_policy = config.kv_tier_policy;
+  core_parts.spec_decoder = std::move(spec_decoder);
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                        EngineCore::create(config.scheduler, *executor, std::move(tokenizer),
-                                          {.connector = parts.connector.get(),
-                                           .tiers = parts.tiers.get(),
-                                           .tier_policy = config.kv_tier_policy,
-                                           .spec_decoder = std::move(spec_decoder)}));
+                                          std::move(core_parts)));
   std::unique_ptr<LlmEngine> engine(new LlmEngine(std::move(executor), std::move(parts.connector),
                                                   std::move(parts.tiers), std::move(core),
                                                   std::move(config)));

@@ -139,9 +139,11 @@ class EngineCoreKvTest : public ::testing::Test {
     config.eos_token_ids = {kImEnd};
     KvTierPolicy policy;
     policy.reload = KvTierPolicy::Reload::kAlways;
-    core_ = EngineCore::create(config, executor_, tokenizer(),
-                               {.connector = &connector_, .tiers = tiers, .tier_policy = policy})
-                .value();
+    EngineCoreParts parts;
+    parts.connector = &connector_;
+    parts.tiers = tiers;
+    parts.tier_policy = policy;
+    core_ = EngineCore::create(config, executor_, tokenizer(), std::move(parts)).value();
   }
 
   // A prefill node's request: max_tokens 1, its KV sent to a decode node.

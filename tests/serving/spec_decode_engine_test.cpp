@@ -125,9 +125,10 @@ RunResult run(const std::vector<InferenceRequest>& requests, std::unique_ptr<Pro
     spec_config.num_speculative_tokens = options.num_speculative_tokens;
     spec = SpecDecoder::create(spec_config, std::move(proposer), *runner).value();
   }
+  EngineCoreParts parts;
+  parts.spec_decoder = std::move(spec);
   std::unique_ptr<EngineCore> core =
-      EngineCore::create(config, *runner, *model.tokenizer, {.spec_decoder = std::move(spec)})
-          .value();
+      EngineCore::create(config, *runner, *model.tokenizer, std::move(parts)).value();
 
   RunResult result;
   result.outputs.resize(requests.size());
