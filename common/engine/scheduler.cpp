@@ -187,17 +187,32 @@ Result<SeqId> Scheduler::requeue_failed_import(SeqId seq_id) {
   if (it == sequences_.end() || it->second->status() != SequenceStatus::kAwaitingKv) {
     return failed_precondition(seq_name(seq_id) + " is not awaiting KV");
   }
-  Sequence& seq = *it->second;
+  --num_awaiting_kv_;
+  return requeue_with_fresh_blocks(*it->second);
+}
+
+SeqId Scheduler::requeue_with_fresh_blocks(Sequence& seq) {
   // Holder ids come from the sequence ids, so they never name a sequence.
   const SeqId holder = next_seq_id_++;
-  const Status handed = block_manager_.hand_over(seq_id, holder);
+  const Status handed = block_manager_.hand_over(seq.id(), holder);
   PDS_CHECK(handed.ok(), handed.to_string());
   block_manager_.free(holder);
-  --num_awaiting_kv_;
   seq.set_num_computed_tokens(0);
   seq.set_status(SequenceStatus::kWaiting);
   waiting_.push_front(&seq);
   return holder;
+}
+
+Status Scheduler::count_loaded_tokens(Sequence& seq, int loaded_tokens) {
+  const int computed = seq.num_computed_tokens() + loaded_tokens;
+  if (loaded_tokens < 0 || loaded_tokens % config_.block_size != 0 ||
+      computed >= seq.num_tokens()) {
+    return invalid_argument(seq_name(seq.id()) + ": " + std::to_string(loaded_tokens) +
+                            " loaded tokens are not whole blocks before its last token");
+  }
+  seq.set_num_computed_tokens(computed);
+  block_manager_.cache_computed_blocks(seq);
+  return Status::ok_status();
 }
 
 Status Scheduler::complete_load(SeqId seq_id, int loaded_tokens) {
@@ -206,15 +221,8 @@ Status Scheduler::complete_load(SeqId seq_id, int loaded_tokens) {
     return failed_precondition(seq_name(seq_id) + " is not loading KV");
   }
   Sequence& seq = *it->second;
-  const int computed = seq.num_computed_tokens() + loaded_tokens;
-  if (loaded_tokens < 0 || loaded_tokens % config_.block_size != 0 ||
-      computed >= seq.num_tokens()) {
-    return invalid_argument(seq_name(seq_id) + ": " + std::to_string(loaded_tokens) +
-                            " loaded tokens are not whole blocks before its last token");
-  }
+  PDS_RETURN_IF_ERROR(count_loaded_tokens(seq, loaded_tokens));
   --num_loading_;
-  seq.set_num_computed_tokens(computed);
-  block_manager_.cache_computed_blocks(seq);
   seq.set_status(SequenceStatus::kRunning);
   insert_running(seq);
   return Status::ok_status();
@@ -226,16 +234,7 @@ Status Scheduler::add_loaded_tokens(SeqId seq_id, int loaded_tokens) {
       it->second->num_output_tokens() != 0) {
     return failed_precondition(seq_name(seq_id) + " is not awaiting its import");
   }
-  Sequence& seq = *it->second;
-  const int computed = seq.num_computed_tokens() + loaded_tokens;
-  if (loaded_tokens < 0 || loaded_tokens % config_.block_size != 0 ||
-      computed >= seq.num_tokens()) {
-    return invalid_argument(seq_name(seq_id) + ": " + std::to_string(loaded_tokens) +
-                            " loaded tokens are not whole blocks before its last token");
-  }
-  seq.set_num_computed_tokens(computed);
-  block_manager_.cache_computed_blocks(seq);
-  return Status::ok_status();
+  return count_loaded_tokens(*it->second, loaded_tokens);
 }
 
 Result<SeqId> Scheduler::abandon_load(SeqId seq_id) {
@@ -243,16 +242,8 @@ Result<SeqId> Scheduler::abandon_load(SeqId seq_id) {
   if (it == sequences_.end() || it->second->status() != SequenceStatus::kLoadingKv) {
     return failed_precondition(seq_name(seq_id) + " is not loading KV");
   }
-  Sequence& seq = *it->second;
-  const SeqId holder = next_seq_id_++;
-  const Status handed = block_manager_.hand_over(seq_id, holder);
-  PDS_CHECK(handed.ok(), handed.to_string());
-  block_manager_.free(holder);
   --num_loading_;
-  seq.set_num_computed_tokens(0);
-  seq.set_status(SequenceStatus::kWaiting);
-  waiting_.push_front(&seq);
-  return holder;
+  return requeue_with_fresh_blocks(*it->second);
 }
 
 ScheduledBatch Scheduler::schedule() {

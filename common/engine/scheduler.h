@@ -231,6 +231,12 @@ class Scheduler {
                                                   SamplingParams params,
                                                   std::span<const int32_t> output_tokens = {});
   void insert_running(Sequence& seq);
+  // Counts `loaded_tokens` more of seq's tokens as computed (KV loaded from a tier) and caches
+  // their blocks; InvalidArgument unless they are whole blocks before its last token.
+  Status count_loaded_tokens(Sequence& seq, int loaded_tokens);
+  // Moves seq's table, which a copy may still write into, to a new holder id whose free is
+  // requested, and queues seq first to be computed with fresh blocks. Returns the holder.
+  SeqId requeue_with_fresh_blocks(Sequence& seq);
 
   SchedulerConfig config_;
   BlockManager block_manager_;

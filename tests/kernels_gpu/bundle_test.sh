@@ -12,7 +12,7 @@
 set -uo pipefail
 build_dir=$1
 source_dir=$2
-limit_mib=28
+limit_mib=32
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export TMPDIR=$work  # where run.sh and run-gpu-tests.sh unpack the bundle: gone with the test
