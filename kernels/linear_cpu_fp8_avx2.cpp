@@ -1,31 +1,21 @@
 // AVX2 + FMA + F16C tiles for FP8 (E4M3) weights: the same reduction order as
-// linear_cpu_fp8_columns_portable, lane for lane. An E4M3 code becomes an f16 bit pattern by a
-// shift (exponent bias 7 vs 15, so the f16 value is 2^-8 times the E4M3 one, subnormals
-// included) which F16C widens exactly; NaN codes (0x7F, 0xFF) are made f16 NaN. Compiled with
-// -mavx2 -mfma -mf16c and only entered after a run-time CPU check.
+// linear_cpu_fp8_columns_portable, lane for lane, with the codes widened by fp8_avx2.h. Compiled
+// with -mavx2 -mfma -mf16c and only entered after a run-time CPU check.
 #include <immintrin.h>
 
+#include "kernels/fp8_avx2.h"
 #include "kernels/linear_problem.h"
 
 namespace pdserve {
 namespace {
 
-inline __m256 decode8(__m128i codes16) {
-  const __m128i magnitude = _mm_and_si128(codes16, _mm_set1_epi16(0x7F));
-  __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(codes16, _mm_set1_epi16(0x80)), 8),
-                              _mm_slli_epi16(magnitude, 7));
-  const __m128i nan = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7F));
-  half = _mm_or_si128(half, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
-  return _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
-}
-
 inline __m256 load_codes8(const uint8_t* p) {
-  return decode8(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  return fp8_e4m3x8_to_float(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 inline float decode1(uint8_t code) {
   alignas(32) float out[8];
-  _mm256_store_ps(out, decode8(_mm_cvtsi32_si128(code)));
+  _mm256_store_ps(out, fp8_e4m3x8_to_float(_mm_cvtsi32_si128(code)));
   return out[0];
 }
 

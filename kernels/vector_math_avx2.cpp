@@ -2,23 +2,11 @@
 // those flags, entered only after the run-time CPU check.
 #include <immintrin.h>
 
+#include "kernels/fp8_avx2.h"
 #include "kernels/vector_math.h"
 
 namespace pdserve::avx2 {
 namespace {
-
-// FP8 E4M3 codes widened exactly as in avx512_common.h: the magnitude bits in a float16's
-// place are the value times 2^-8 (subnormals included); NaN codes set apart.
-inline __m256 fp8_e4m3x8_to_float(__m128i codes) {
-  const __m128i bytes = _mm_cvtepu8_epi16(codes);
-  const __m128i magnitude = _mm_and_si128(bytes, _mm_set1_epi16(0x7f));
-  const __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(bytes, _mm_set1_epi16(0x80)), 8),
-                                    _mm_slli_epi16(magnitude, 7));
-  const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(half), _mm256_set1_ps(256.0f));
-  const __m256 nan =
-      _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f))));
-  return _mm256_blendv_ps(value, _mm256_set1_ps(__builtin_nanf("")), nan);
-}
 
 inline __m256 load8(const void* base, DType dtype, int64_t index) {
   if (dtype == DType::kF8E4M3) {
