@@ -175,7 +175,8 @@ void copy_context(const KvCache& cache, int context, int blocks_per_seq, int bat
   for (int s = 1; s < batch; ++s) {
     for (int layer = 0; layer < layout.num_layers; ++layer) {
       for (bool value_half : {false, true}) {
-        std::memcpy(base + layout.offset(layer, s * blocks_per_seq, value_half), base + layout.offset(layer, 0, value_half),
+        std::memcpy(base + layout.offset(layer, s * blocks_per_seq, value_half),
+                    base + layout.offset(layer, 0, value_half),
                     static_cast<size_t>(blocks) * layout.layer_block_bytes());
       }
     }
@@ -295,7 +296,9 @@ Status run(const Options& options) {
   int prompt_in_seq0 = prefill_lengths.empty() ? 0 : prefill_lengths.back();
   for (DecodePoint point : decode_points) {
     if (point.context > prompt_in_seq0) {
-      SequenceSlice fill{std::span<const int32_t>(prompt).subspan(0, static_cast<size_t>(point.context)), 0, tables[0]};
+      SequenceSlice fill{
+          std::span<const int32_t>(prompt).subspan(0, static_cast<size_t>(point.context)), 0,
+          tables[0]};
       PDS_RETURN_IF_ERROR(model->forward({&fill, 1}, cache, context, logits));
     }
     copy_context(cache, point.context, blocks_per_seq, point.batch);
