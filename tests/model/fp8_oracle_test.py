@@ -3,7 +3,8 @@ dequantized weights (tests/reference/fp8_reference.py: ml_dtypes' float8_e4m3fn 
 scale), at each depth (a model cut to its first L layers: pdserve-make-model generates every
 tensor from its name, so the cut models share those layers), plus the FP8 model's greedy
 agreement with its bf16 source, measured and printed (not asserted: quantization may flip a
-near tie).
+near tie). Then the FP8 KV cache with a checkpoint's per-layer k_scale / v_scale, against the
+same reference reading K and V back through e4m3 (fp8_kv_scales_check.py, which states its bound).
 
 Stated bounds (pdserve-generate's logits rows, teacher-forced on pdserve's own greedy ids),
 max |logit - reference| / max |reference logit| at every depth: 1e-5 at a float32 level (avx2,
