@@ -93,11 +93,14 @@ def main():
     parser.add_argument("--contexts", default="0,512,2048", help="decode contexts of the weights rows")
     parser.add_argument("--kv-contexts", default="2048", help="decode contexts of the KV rows")
     parser.add_argument("--prefill", type=int, default=512, help="prompt length of the prefill row")
+    parser.add_argument("--prefill-repeats", type=int, default=3, help="timed prefills per run (the best counts)")
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--isa", default="auto")
     args = parser.parse_args()
-    if args.repeats < 1 or args.threads < 0 or args.prefill < 1 or (args.layers is not None and args.layers < 1):
-        fail("--repeats, --prefill and --layers must be positive, --threads non-negative")
+    if (min(args.repeats, args.prefill, args.prefill_repeats, args.decode_steps) < 1 or args.threads < 0
+            or (args.layers is not None and args.layers < 1)):
+        fail("--repeats, --prefill, --prefill-repeats, --decode-steps and --layers must be positive, "
+             "--threads non-negative")
     batches = csv_ints(args.batches, "--batches")
     contexts = sorted(csv_ints(args.contexts, "--contexts"))
     kv_contexts = sorted(csv_ints(args.kv_contexts, "--kv-contexts"))
@@ -122,7 +125,8 @@ def main():
             points = [f"{b}:{c}" for c in kv_contexts for b in batches]
             return argv + ["--prefill", "none", "--decode", ",".join(points)]
         points = [f"{b}:{c}" for c in sorted(set(contexts + kv_contexts)) for b in batches]
-        return argv + ["--prefill", str(args.prefill), "--prefill-repeats", "3", "--decode", ",".join(points)]
+        return argv + ["--prefill", str(args.prefill), "--prefill-repeats", str(args.prefill_repeats),
+                       "--decode", ",".join(points)]
 
     # Each checkpoint written once, outside the timed runs.
     for fp8, folder in dirs.items():
@@ -169,8 +173,8 @@ def render(runs, ceilings, args, shape, started, batches, contexts, kv_contexts)
         return f"{record['tok_s']:.2f} ({share}; load {record['load']:.1f})"
 
     def table(title, first, second, rows):
-        lines = ["", title, "", f"| row | {VARIANTS[first]['label']} tok/s | {VARIANTS[second]['label']} tok/s | ratio |",
-                 "| --- | --- | --- | --- |"]
+        header = f"| row | {VARIANTS[first]['label']} tok/s | {VARIANTS[second]['label']} tok/s | ratio |"
+        lines = ["", title, "", header, "| --- | --- | --- | --- |"]
         for name, kind, match in rows:
             a, b = best(runs, first, kind, **match), best(runs, second, kind, **match)
             if a and b:

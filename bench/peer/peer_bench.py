@@ -325,7 +325,8 @@ def main():
 
     if not args.llama_bin:
         fail("--llama-bin is required for the benchmark rows")
-    model_dir, gguf_path = make_model(tools, args.config, os.path.join(args.work_dir, f"{shape_name(args.config)}-bf16"),
+    model_dir, gguf_path = make_model(tools, args.config,
+                                      os.path.join(args.work_dir, f"{shape_name(args.config)}-bf16"),
                                       "bfloat16", fp8=args.weights == "fp8")
     report["weights"] = WEIGHTS[args.weights]
 

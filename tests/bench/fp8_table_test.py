@@ -27,7 +27,8 @@ def main():
         print(done.stdout)
         if done.returncode != 0:
             sys.exit(f"FAIL: fp8_table.py exited {done.returncode}: {done.stderr[-1000:]}")
-        expected_rows = ["| prefill 32 |"] + [f"| decode batch {b}, context {c} |" for b in (1, 8) for c in (0, 32, 128)]
+        expected_rows = ["| prefill 32 |"] + [f"| decode batch {b}, context {c} |"
+                                               for b in (1, 8) for c in (0, 32, 128)]
         for row in expected_rows:
             if row not in done.stdout:
                 failures.append(f"no row {row!r}")
