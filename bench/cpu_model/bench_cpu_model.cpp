@@ -5,7 +5,7 @@
 //    with AVX512_BF16, the peak of a register-only vdpbf16ps loop on all threads;
 //  * prefill of one prompt per --prefill length: time vs the sgemm time of the same GEMMs;
 //  * decode of --decode batch:context pairs: time per step vs (weight bytes + KV bytes read) /
-//    read bandwidth.
+//    read bandwidth. The context is prefilled once and copied into every sequence's own blocks.
 // --json prints one JSON object per line instead of the tables (for bench/peer).
 #include <cblas.h>
 #include <omp.h>
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -164,6 +165,24 @@ Result<std::vector<DecodePoint>> parse_decode_points(const std::vector<std::stri
   return points;
 }
 
+// Gives sequences 1..batch-1 their own copy of sequence 0's KV for `context` tokens (the same
+// prompt gives the same K and V): one prefill instead of `batch` before a decode point, each
+// sequence still reading its own blocks. Sequence s owns blocks [s * blocks_per_seq, ...).
+void copy_context(const KvCache& cache, int context, int blocks_per_seq, int batch) {
+  const KvLayout& layout = cache.layout();
+  const int blocks = (context + layout.block_size - 1) / layout.block_size;
+  auto* base = static_cast<std::byte*>(cache.data());
+  for (int s = 1; s < batch; ++s) {
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      for (bool value_half : {false, true}) {
+        std::memcpy(base + layout.offset(layer, s * blocks_per_seq, value_half),
+                    base + layout.offset(layer, 0, value_half),
+                    static_cast<size_t>(blocks) * layout.layer_block_bytes());
+      }
+    }
+  }
+}
+
 Status run(const Options& options) {
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   PDS_ASSIGN_OR_RETURN(const CpuIsa requested_isa, parse_cpu_isa(options.isa));
@@ -271,11 +290,19 @@ Status run(const Options& options) {
     }
   }
 
+  // Sequence 0 holds the KV of the prompt's first `prompt_in_seq0` tokens (a prefill above
+  // left its prompt; a decode point overwrites from its context on): a decode point at a
+  // context it covers reuses it rather than prefilling again.
+  int prompt_in_seq0 = prefill_lengths.empty() ? 0 : prefill_lengths.back();
   for (DecodePoint point : decode_points) {
-    for (int s = 0; s < point.batch && point.context > 0; ++s) {
-      SequenceSlice fill{std::span<const int32_t>(prompt).subspan(0, static_cast<size_t>(point.context)), 0, tables[s]};
+    if (point.context > prompt_in_seq0) {
+      SequenceSlice fill{
+          std::span<const int32_t>(prompt).subspan(0, static_cast<size_t>(point.context)), 0,
+          tables[0]};
       PDS_RETURN_IF_ERROR(model->forward({&fill, 1}, cache, context, logits));
     }
+    copy_context(cache, point.context, blocks_per_seq, point.batch);
+    prompt_in_seq0 = point.context;
     std::vector<int32_t> next(static_cast<size_t>(point.batch), 42);
     std::vector<SequenceSlice> slices;
     const auto step = [&](int index) {

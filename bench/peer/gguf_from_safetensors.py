@@ -3,11 +3,15 @@
 pdserve-make-model writes them) to a GGUF file that llama.cpp loads, with the `gguf` package
 only: no transformers, no PyTorch.
 
-  gguf_from_safetensors.py CHECKPOINT_DIR OUT.gguf [--outtype bf16|f32]
+  gguf_from_safetensors.py CHECKPOINT_DIR OUT.gguf [--outtype bf16|f32|q8_0]
 
 Matrices are written in the chosen type (bf16: the checkpoint's bf16 bits unchanged, or
 float32 rounded to nearest even; f32: exact widening), 1-D norm weights in float32 as
-llama.cpp's own converter does. A tied checkpoint writes no output.weight (llama.cpp then
+llama.cpp's own converter does. q8_0 (llama.cpp's 8-bit format, the closest to FP8: int8 codes
+with an f16 scale per 32 values, quantized by the gguf package) quantizes the decoder layers'
+projections only and keeps the embeddings and lm_head in bf16: the tensors Qwen's -FP8
+checkpoints (and pdserve-make-model --fp8) store in FP8, so both engines read the same bytes
+per step. A tied checkpoint writes no output.weight (llama.cpp then
 uses token_embd). The tokenizer is the byte-level BPE of tokenizer.json ("gpt2" model, "qwen2"
 pre-tokenizer), padded with unused [PADn] tokens up to the model's vocab_size.
 """
@@ -153,22 +157,26 @@ def convert(checkpoint_dir, out_path, outtype):
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(config["rope_theta"]))
     writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if outtype == "bf16" else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type({"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f32": gguf.LlamaFileType.ALL_F32,
+                          "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype])
     add_tokenizer(writer, checkpoint_dir, config)
 
-    def add(gguf_name, hf_name):
+    def add(gguf_name, hf_name, projection=False):
         if hf_name not in tensors:
             fail(f"{checkpoint_dir}: tensor {hf_name} is missing")
         dtype, shape, values = tensors.pop(hf_name)
         if len(shape) == 1 or outtype == "f32":
             writer.add_tensor(gguf_name, np.ascontiguousarray(to_float32(dtype, values)))
+        elif outtype == "q8_0" and projection:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(gguf_name, gguf.quants.quantize(to_float32(dtype, values), q8), raw_dtype=q8)
         else:
             writer.add_tensor(gguf_name, to_bf16_bits(dtype, values), raw_dtype=gguf.GGMLQuantizationType.BF16)
 
     add("token_embd.weight", "model.embed_tokens.weight")
     for layer in range(layers):
         for hf, short in HF_TO_GGUF.items():
-            add(f"blk.{layer}.{short}.weight", f"model.layers.{layer}.{hf}.weight")
+            add(f"blk.{layer}.{short}.weight", f"model.layers.{layer}.{hf}.weight", projection=True)
     add("output_norm.weight", "model.norm.weight")
     if "lm_head.weight" in tensors:
         if config.get("tie_word_embeddings", False):
@@ -190,7 +198,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint_dir")
     parser.add_argument("out")
-    parser.add_argument("--outtype", choices=["bf16", "f32"], default="bf16")
+    parser.add_argument("--outtype", choices=["bf16", "f32", "q8_0"], default="bf16")
     args = parser.parse_args()
     if not os.path.isdir(args.checkpoint_dir):
         fail(f"{args.checkpoint_dir} is not a directory")

@@ -16,6 +16,10 @@ What it does:
      (llama-cpp-python; pdserve-generate), KV caches in float32 on both sides;
   5. with --serving: pdserve-decode against llama-server under pdserve-bench-serving at 1, 8
      and 32 concurrent streams, servers alternating.
+--weights fp8 (issue #31): pdserve reads the FP8 checkpoint of the same seed (pdserve-make-model
+--fp8: Qwen's block-FP8 layout) and llama.cpp a Q8_0 GGUF of the same bf16 weights, its closest
+format (gguf_from_safetensors.py --outtype q8_0: the same projections quantized, embeddings and
+lm_head bf16 on both sides).
 It prints markdown tables (and writes them with the raw measurements to --out).
 Exit status: 0, or 1 when the greedy tokens disagree, 2 on bad usage or a failed command.
 """
@@ -42,6 +46,9 @@ ROWS = [
     {"name": "decode, batch 8, context 512", "kind": "decode", "batch": 8, "context": 512},
 ]
 DECODE_TOKENS = 32
+# What each engine reads for --weights (the decoder projections; embeddings and lm_head stay bf16).
+WEIGHTS = {"bf16": {"pdserve": "bf16", "llama.cpp": "BF16"},
+           "fp8": {"pdserve": "FP8 E4M3, 128x128 block scales", "llama.cpp": "Q8_0"}}
 
 
 def fail(message):
@@ -103,19 +110,23 @@ class Tools:
         return path
 
 
-def make_model(tools, config, out, dtype, layers=None):
-    """A synthetic checkpoint (pdserve-make-model, seed 1) and its GGUF of the same dtype."""
-    if not os.path.exists(os.path.join(out, "config.json")):
-        extra = ["--layers", str(layers)] if layers else []
-        run([tools.make_model, "--config", config, "--out", out, "--seed", "1", "--dtype", dtype,
-             "--tokenizer-dir", TOKENIZER_DIR] + extra, timeout=1800)
+def make_model(tools, config, out, dtype, layers=None, fp8=False):
+    """A synthetic checkpoint (pdserve-make-model, seed 1) and its GGUF of the same dtype; with
+    `fp8`, its FP8 twin (`out`-fp8, --fp8: quantized from the same weights) for pdserve and a
+    Q8_0 GGUF of `out` for llama.cpp. Returns (pdserve's checkpoint, llama.cpp's GGUF)."""
+    folders = [(out, [])] + ([(out + "-fp8", ["--fp8"])] if fp8 else [])
+    for folder, flags in folders:
+        if not os.path.exists(os.path.join(folder, "config.json")):
+            extra = ["--layers", str(layers)] if layers else []
+            run([tools.make_model, "--config", config, "--out", folder, "--seed", "1", "--dtype", dtype,
+                 "--tokenizer-dir", TOKENIZER_DIR] + extra + flags, timeout=1800)
     converter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gguf_from_safetensors.py")
-    outtype = "bf16" if dtype == "bfloat16" else "f32"
+    outtype = "q8_0" if fp8 else "bf16" if dtype == "bfloat16" else "f32"
     gguf_path = f"{out}-{outtype}.gguf"
     if not os.path.exists(gguf_path):
         run([sys.executable, converter, out, gguf_path + ".tmp", "--outtype", outtype], timeout=1800)
         os.replace(gguf_path + ".tmp", gguf_path)
-    return out, gguf_path
+    return folders[-1][0], gguf_path
 
 
 def measure_ceilings(tools, model_dir):
@@ -253,6 +264,13 @@ def serving(tools, model_dir, gguf_path, work, args):
     return results
 
 
+def shape_name(config):
+    """qwen3-0.6b for configs/models/qwen3-0.6b/config.json, tiny for .../tiny.json."""
+    path = os.path.abspath(config)
+    return (os.path.basename(os.path.dirname(path)) if os.path.basename(path) == "config.json"
+            else os.path.splitext(os.path.basename(path))[0])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build-cpu"))
@@ -262,6 +280,9 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--repeats", type=int, default=2, help="alternations per row")
     parser.add_argument("--rows", default="all", help="comma-separated row numbers (1-6), all or none")
+    parser.add_argument("--config", default=CONFIG_06B, help="config.json of the benchmarked shape")
+    parser.add_argument("--weights", choices=sorted(WEIGHTS), default="bf16",
+                        help="bf16: both engines read bf16; fp8: pdserve FP8 (block 128x128) vs llama.cpp Q8_0")
     parser.add_argument("--agreement-config", default=CONFIG_06B, help="config.json of the agreement model")
     parser.add_argument("--agreement-layers", type=int, default=4)
     parser.add_argument("--agreement-only", action="store_true", help="only the greedy-token agreement check")
@@ -286,9 +307,7 @@ def main():
     started = time.strftime("%Y-%m-%d %H:%M %Z")
     report = {"started": started, "threads": tools.threads, "cpu": cpu_name(), "rows": [], "serving": []}
 
-    config_path = os.path.abspath(args.agreement_config)
-    shape = (os.path.basename(os.path.dirname(config_path)) if os.path.basename(config_path) == "config.json"
-             else os.path.splitext(os.path.basename(config_path))[0])
+    shape = shape_name(args.agreement_config)
     f32_dir, f32_gguf = make_model(tools, args.agreement_config,
                                    os.path.join(args.work_dir, f"{shape}-{args.agreement_layers}layers-f32"),
                                    "float32", args.agreement_layers)
@@ -306,24 +325,26 @@ def main():
 
     if not args.llama_bin:
         fail("--llama-bin is required for the benchmark rows")
-    bf16_dir, bf16_gguf = make_model(tools, CONFIG_06B, os.path.join(args.work_dir, "qwen3-0.6b-bf16"), "bfloat16")
-    ggufs = {"bf16": bf16_gguf}
+    model_dir, gguf_path = make_model(tools, args.config,
+                                      os.path.join(args.work_dir, f"{shape_name(args.config)}-bf16"),
+                                      "bfloat16", fp8=args.weights == "fp8")
+    report["weights"] = WEIGHTS[args.weights]
 
-    report["ceilings_before"] = measure_ceilings(tools, bf16_dir)
+    report["ceilings_before"] = measure_ceilings(tools, model_dir)
     for repeat in range(args.repeats if rows else 0):
         for row in rows:
             order = ["llama.cpp", "pdserve"] if repeat % 2 == 0 else ["pdserve", "llama.cpp"]
             for engine in order:
                 if engine == "pdserve":
-                    measured = pdserve_row(tools, bf16_dir, row)
+                    measured = pdserve_row(tools, model_dir, row)
                 else:
-                    measured = llama_row(tools, ggufs["bf16"], row)
+                    measured = llama_row(tools, gguf_path, row)
                 measured.update(engine=engine, row=row["name"], repeat=repeat)
                 report["rows"].append(measured)
                 log(f"{engine}: {row['name']}: {measured['tok_s']:.2f} tok/s")
-    report["ceilings_after"] = measure_ceilings(tools, bf16_dir)
+    report["ceilings_after"] = measure_ceilings(tools, model_dir)
     if args.serving:
-        report["serving"] = serving(tools, bf16_dir, ggufs["bf16"], args.work_dir, args)
+        report["serving"] = serving(tools, model_dir, gguf_path, args.work_dir, args)
     report["finished"] = time.strftime("%Y-%m-%d %H:%M %Z")
 
     text = render(report, rows, agreement_line, args)
@@ -357,6 +378,9 @@ def render(report, rows, agreement_line, args):
     lines = [
         f"pdserve vs llama.cpp, {report['started']} to {report['finished']}, {report['cpu']}, "
         f"{report['threads']} threads, best of {args.repeats} alternating runs per engine",
+        "",
+        f"Model: {shape_name(args.config)} shape; projections in {report['weights']['llama.cpp']} for llama.cpp, "
+        f"{report['weights']['pdserve']} for pdserve",
         "",
         "Ceilings (measured before / after the rows): read bandwidth "
         + " / ".join(f"{c['read_gbs']:.1f}" for c in ceilings) + " GB/s; OpenBLAS sgemm on the model's GEMMs "

@@ -3,7 +3,8 @@ dequantized weights (tests/reference/fp8_reference.py: ml_dtypes' float8_e4m3fn 
 scale), at each depth (a model cut to its first L layers: pdserve-make-model generates every
 tensor from its name, so the cut models share those layers), plus the FP8 model's greedy
 agreement with its bf16 source, measured and printed (not asserted: quantization may flip a
-near tie).
+near tie). Then the FP8 KV cache with a checkpoint's per-layer k_scale / v_scale, against the
+same reference reading K and V back through e4m3 (fp8_kv_scales_check.py, which states its bound).
 
 Stated bounds (pdserve-generate's logits rows, teacher-forced on pdserve's own greedy ids),
 max |logit - reference| / max |reference logit| at every depth: 1e-5 at a float32 level (avx2,
@@ -24,6 +25,9 @@ BUILD = os.environ["PDSERVE_BUILD_DIR"]
 SOURCE = os.environ["PDSERVE_SOURCE_DIR"]
 sys.path.insert(0, os.path.join(SOURCE, "tests/reference"))
 import fp8_reference  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fp8_kv_scales_check as kv_scales  # noqa: E402
 
 CONFIG = os.path.join(SOURCE, "tests/data/reference/configs/hd64_gqa4.json")
 MAKE_MODEL = os.path.join(BUILD, "tools/make_model/pdserve-make-model")
@@ -64,17 +68,29 @@ def make_model(work, layers, fp8):
     return out
 
 
-def generate(model, work, level):
+def generate_args(model, *extra):
+    return [GENERATE, "--model", model, "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens",
+            str(NEW_TOKENS), "--temperature", "0", "--ignore-eos", "--print-ids", "--threads", "2", *extra]
+
+
+def generate(model, work, level, *extra):
     logits_path = os.path.join(work, "logits.npy")
     os.environ["PDSERVE_CPU_ISA"] = level
-    stdout = run(GENERATE, "--model", model, "--prompt-ids", ",".join(map(str, PROMPT)),
-                 "--max-new-tokens", str(NEW_TOKENS), "--temperature", "0", "--ignore-eos",
-                 "--print-ids", "--threads", "2", "--logits-out", logits_path)
+    stdout = run(*generate_args(model, "--logits-out", logits_path, *extra))
     return json.loads(stdout.strip().splitlines()[-1]), np.load(logits_path).astype(np.float64)
+
+
+def relative_error(logits, reference):
+    return np.abs(logits - reference).max() / np.abs(reference).max()
 
 
 def main():
     failures = []
+    with tempfile.TemporaryDirectory(prefix="pdserve-fp8-kv-scales-") as work:
+        level = levels()[0][0]  # the float32 level: the bf16 one's rounding would hide the scales
+        failures += kv_scales.check(work, make_model(work, 3, True), PROMPT,
+                                    lambda model, *extra: generate(model, work, level, *extra), relative_error)
+        failures += kv_scales.check_refusals(work, make_model(work, 1, True), generate_args)
     with tempfile.TemporaryDirectory(prefix="pdserve-fp8-oracle-") as work:
         for layers in (1, 3):
             fp8_dir = make_model(work, layers, True)

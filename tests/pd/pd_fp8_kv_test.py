@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""End to end, issue #31 item 4: an FP8 KV cache (--kv-cache-dtype fp8) across disaggregation,
-on real processes (pdserve-proxy, pdserve-prefill, pdserve-decode over UCX tcp on loopback).
+"""End to end, issue #31's done-when run: an FP8-weight checkpoint (pdserve-make-model --fp8,
+Qwen's official block-FP8 layout) with an FP8 KV cache (--kv-cache-dtype fp8) across
+disaggregation, on real processes (pdserve-proxy, pdserve-prefill, pdserve-decode over UCX tcp
+on loopback).
 
-1. A 1P1D cluster with --kv-cache-dtype fp8 on both nodes: greedy outputs equal those of a
-   colocated FP8-KV engine (pdserve-generate --kv-cache-dtype fp8, the oracle), the FP8 blocks
-   travel (KV bytes sent) and every block's checksum verifies (no mismatch, no fallback).
+1. A 1P1D cluster serving the FP8 checkpoint (F8_E4M3 projections with 128x128 block scales)
+   with --kv-cache-dtype fp8 on both nodes: greedy outputs equal those of a colocated FP8-KV
+   engine on the same checkpoint (pdserve-generate --kv-cache-dtype fp8, the oracle), the FP8 blocks travel
+   (KV bytes sent) and every block's checksum verifies (no mismatch, no fallback).
 2. A mismatched pair (fp8 prefill node, auto decode node): the prefill node refuses every work
    with 400 kv_layout_mismatch naming both dtypes, counted in pdserve:kv_layout_refused_total;
    the decode node prefills each request itself (its outputs equal pdserve-generate's with the
@@ -59,7 +62,13 @@ def complete_all(target, prompts):
 def main():
     global MODEL
     t.set_deadline(420)
-    MODEL = t.make_model()
+    MODEL = t.make_model("tiny-fp8", fp8=True)
+    with open(os.path.join(MODEL, "config.json"), encoding="utf-8") as handle:
+        quantization = json.load(handle)["quantization_config"]
+    t.expect_equal(quantization["weight_block_size"], [128, 128], "the checkpoint's FP8 block size")
+    with open(os.path.join(MODEL, "model.safetensors"), "rb") as handle:
+        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+    t.expect_equal(header["model.layers.0.self_attn.q_proj.weight"]["dtype"], "F8_E4M3", "a projection's dtype")
     rng = random.Random(31)
     # Under one block, one and a bit, several with a partial last block.
     prompts = [[rng.randrange(1000, 100000) for _ in range(n)] for n in (5, 17, 75)]

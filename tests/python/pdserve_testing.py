@@ -100,16 +100,19 @@ def run(argv, timeout=120):
     return result.stdout.decode("utf-8")
 
 
-def make_model(name="model", config=TINY_CONFIG, seed=7, layers=None, untie=True):
+def make_model(name="model", config=TINY_CONFIG, seed=7, layers=None, untie=True, fp8=False):
     """A synthetic checkpoint. The tiny one has an untied lm_head by default: with tied
     embeddings a random model's greedy output just repeats the last prompt token, which makes
-    text comparisons between prompts far less telling."""
+    text comparisons between prompts far less telling. `fp8`: Qwen's block-FP8 layout
+    (pdserve-make-model --fp8)."""
     out = os.path.join(_work_dir, name)
     argv = [BINARIES["make-model"], "--config", config, "--out", out, "--seed", str(seed)]
     if layers is not None:
         argv += ["--layers", str(layers)]
     if untie:
         argv.append("--untie")
+    if fp8:
+        argv.append("--fp8")
     run(argv, timeout=300)
     return out
 

@@ -6,7 +6,8 @@ of each code times the float32 value of its `weight_scale_inv` (one per block of
 quantization_config's weight_block_size) or `weight_scale` (a scalar or one per output row).
 Everything else is upcast exactly; the forward pass follows qwen3_model.py (Hugging Face
 semantics) in numpy float64. Runs with the project venv's python (numpy, ml_dtypes); the
-Debian torch 1.13 of qwen3_model.py has no float8 dtype.
+Debian torch 1.13 of qwen3_model.py has no float8 dtype. With per-layer KV scales, forward
+also reads K and V back through an FP8 E4M3 KV cache (fp8_kv_roundtrip).
 """
 
 import json
@@ -96,8 +97,19 @@ def rope(x, positions, head_dim, theta):
     return x * np.cos(angles) + rotated * np.sin(angles)
 
 
-def forward(config: dict, weights: dict, token_ids: list) -> np.ndarray:
-    """Logits [len(token_ids), vocab] of the whole sequence fed from position 0."""
+def fp8_kv_roundtrip(x: np.ndarray, scale: float) -> np.ndarray:
+    """What an FP8 KV cache (vLLM's fp8_e4m3 with a per-layer scale) gives back for x: x / scale
+    saturated to +-448 (vLLM's quantizer clips), rounded to the nearest float8_e4m3fn by
+    ml_dtypes, times scale."""
+    codes = np.clip(x / scale, -448.0, 448.0).astype(ml_dtypes.float8_e4m3fn)
+    return codes.astype(np.float64) * scale
+
+
+def forward(config: dict, weights: dict, token_ids: list, kv_scales=None) -> np.ndarray:
+    """Logits [len(token_ids), vocab] of the whole sequence fed from position 0. `kv_scales`:
+    (k scales, v scales), one per layer, for an FP8 KV cache: every token's K (after its norm
+    and RoPE) and V are read back through fp8_kv_roundtrip, the current token's too (the cache
+    is written before attention reads it)."""
     heads = config["num_attention_heads"]
     kv_heads = config["num_key_value_heads"]
     head_dim = config.get("head_dim", config["hidden_size"] // heads)
@@ -114,6 +126,9 @@ def forward(config: dict, weights: dict, token_ids: list) -> np.ndarray:
         v = (x @ w("self_attn.v_proj.weight").T).reshape(tokens, kv_heads, head_dim)
         q = rope(rms_norm(q, w("self_attn.q_norm.weight"), eps), positions, head_dim, theta)
         k = rope(rms_norm(k, w("self_attn.k_norm.weight"), eps), positions, head_dim, theta)
+        if kv_scales is not None:
+            k = fp8_kv_roundtrip(k, kv_scales[0][layer])
+            v = fp8_kv_roundtrip(v, kv_scales[1][layer])
         group = heads // kv_heads
         out = np.empty((tokens, heads, head_dim))
         causal = np.triu(np.ones((tokens, tokens), dtype=bool), 1)
