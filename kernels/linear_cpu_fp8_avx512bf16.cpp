@@ -87,9 +87,8 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) part[i][j] = _mm512_setzero_ps();
     }
-    for (int64_t kk = 0; kk < len; kk += 32) {
-      const __mmask32 mask =
-          len - kk >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1);
+    // Whole steps with every lane loaded, then the block's tail masked to zero.
+    const auto step = [&](int64_t kk, __mmask32 mask) {
       __m512bh wv[NR];
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) wv[j] = weights.load32(j0 + j, b0 + kk, mask);
@@ -99,7 +98,11 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
 #pragma GCC unroll 32
         for (int j = 0; j < NR; ++j) part[i][j] = _mm512_dpbf16_ps(part[i][j], x, wv[j]);
       }
-    }
+    };
+    int64_t kk = 0;
+    for (; kk + 32 <= len; kk += 32) step(kk, ~__mmask32{0});
+    if (kk < len) step(kk, static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1));
+
 #pragma GCC unroll 32
     for (int j = 0; j < NR; ++j) {
       const __m512 scale = _mm512_set1_ps(scales[j][b]);
