@@ -20,6 +20,15 @@ constexpr int64_t kWeightBlockBytes = 384 * 1024;
 constexpr int64_t kGemvItemsPerThread = 8;
 constexpr int64_t kGemvMinColumns = 64;
 
+// Bytes per weight of the block a batch keeps in L2: FP8 codes from kFp8DecodeOnceMinRows rows
+// on are held decoded (bf16 at avx512_bf16, float32 in the avx2 kernel the avx512 level runs).
+int64_t weight_block_element_bytes(const LinearProblem& p, CpuIsa isa) {
+  if (p.w_dtype != DType::kF8E4M3 || p.m < kFp8DecodeOnceMinRows) {
+    return static_cast<int64_t>(dtype_size(p.w_dtype));
+  }
+  return isa == CpuIsa::kAvx512Bf16 ? 2 : 4;
+}
+
 // Columns per block. A lone activation row (decode) reads every weight once from memory: each
 // thread gets about kGemvItemsPerThread long contiguous blocks, so that its stream (and the
 // kernels' next-tile prefetch) stays sequential (64-column blocks handed out alternately made
@@ -35,7 +44,7 @@ int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
     if (p.k > kLinearActivationChunk) rows = std::min(rows, kMaxLinearColumnBlock);
     return rows;
   }
-  const int64_t row_bytes = std::max<int64_t>(1, p.k * static_cast<int64_t>(dtype_size(p.w_dtype)));
+  const int64_t row_bytes = std::max<int64_t>(1, p.k * weight_block_element_bytes(p, isa));
   const int64_t budget_rows =
       std::clamp<int64_t>(kWeightBlockBytes / row_bytes, 24, kMaxLinearColumnBlock);
   int64_t blocks = (p.n + budget_rows - 1) / budget_rows;
@@ -44,19 +53,34 @@ int64_t column_block(const LinearProblem& p, CpuIsa isa, int num_threads) {
   return std::min<int64_t>(kMaxLinearColumnBlock, (rows + 23) / 24 * 24);
 }
 
+// Per-thread buffers (the kernel files, compiled for their instruction sets, instantiate no
+// library code), grown to the largest problem seen and then reused by every call.
+template <typename T>
+T* thread_buffer(std::vector<T>& buffer, int64_t elements) {
+  if (buffer.size() < static_cast<size_t>(elements)) buffer.resize(static_cast<size_t>(elements));
+  return buffer.data();
+}
+
 void fp8_columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa) {
+  const bool decode_once = p.m >= kFp8DecodeOnceMinRows;
   switch (isa) {
     case CpuIsa::kAvx512Bf16: {
-      // Per thread, so that the kernel file (compiled for AVX-512) instantiates no library code.
-      thread_local std::vector<uint16_t> scratch;
-      scratch.resize(static_cast<size_t>(kLinearRowTile * fp8_activation_row(p.k)));
-      linear_cpu_fp8_columns_avx512_bf16(p, begin, end, scratch.data());
+      thread_local std::vector<uint16_t> activations, decoded;
+      const int64_t row = fp8_activation_row(p.k);
+      linear_cpu_fp8_columns_avx512_bf16(
+          p, begin, end, thread_buffer(activations, kLinearRowTile * row),
+          decode_once ? thread_buffer(decoded, (end - begin) * row) : nullptr);
       return;
     }
     case CpuIsa::kAvx512:  // no bf16 dot products: the float32 products of the AVX2 kernel
-    case CpuIsa::kAvx2:
-      linear_cpu_fp8_columns_avx2(p, begin, end);
+    case CpuIsa::kAvx2: {
+      thread_local std::vector<float> decoded;
+      linear_cpu_fp8_columns_avx2(
+          p, begin, end,
+          decode_once ? thread_buffer(decoded, (end - begin) * fp8_decoded_row_avx2(p.k))
+                      : nullptr);
       return;
+    }
     case CpuIsa::kAuto:
     case CpuIsa::kPortable:
       linear_cpu_fp8_columns_portable(p, begin, end);

@@ -4,6 +4,11 @@
 // activations in vdpbf16ps. Each k block's partial sums are multiplied by its scale into the
 // running lanes (order: linear_problem.h). Compiled with the AVX-512 and AVX512_BF16 flags
 // and only entered after the run-time CPU check.
+//
+// Two weight sources feed the same tile: a few rows (decode) look the codes up for every row
+// tile, reading 1 byte a weight; from kFp8DecodeOnceMinRows rows on (prefill) the column block
+// is looked up once into the caller's bf16 buffer and every row tile loads that, so the
+// lookups no longer outnumber the dot products. Same bf16 values, same sums, bit for bit.
 #include "kernels/avx512_common.h"
 #include "kernels/linear_problem.h"
 
@@ -39,10 +44,30 @@ inline void convert_row(const float* x, int64_t count, uint16_t* out) {
   }
 }
 
-template <int MR, int NR>
-inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int64_t i0, int64_t j0,
-                 const DecodeTable& table) {
-  const auto* w = static_cast<const uint8_t*>(p.w);
+// The weights as codes, looked up at every use.
+struct CodeWeights {
+  const uint8_t* w;
+  int64_t stride;
+  const DecodeTable& table;
+  __m512bh load32(int64_t column, int64_t kk, __mmask32 mask) const {
+    return decode32(_mm256_maskz_loadu_epi8(mask, w + column * stride + kk), table);
+  }
+};
+
+// The weights of columns [first_column, ...) as bf16, looked up once (row stride
+// fp8_activation_row(k), zero-padded).
+struct DecodedWeights {
+  const uint16_t* w;
+  int64_t stride;
+  int64_t first_column;
+  __m512bh load32(int64_t column, int64_t kk, __mmask32 mask) const {
+    return (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (column - first_column) * stride + kk);
+  }
+};
+
+template <int MR, int NR, typename Weights>
+inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t* xb, int64_t x_row,
+                 int64_t i0, int64_t j0) {
   const int64_t block_k = p.scale_block_k;
   const int64_t scale_cols = (p.k + block_k - 1) / block_k;
   const float* scales[NR];
@@ -62,21 +87,22 @@ inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int6
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) part[i][j] = _mm512_setzero_ps();
     }
-    for (int64_t kk = 0; kk < len; kk += 32) {
-      const __mmask32 mask =
-          len - kk >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1);
+    // Whole steps with every lane loaded, then the block's tail masked to zero.
+    const auto step = [&](int64_t kk, __mmask32 mask) {
       __m512bh wv[NR];
 #pragma GCC unroll 32
-      for (int j = 0; j < NR; ++j) {
-        wv[j] = decode32(_mm256_maskz_loadu_epi8(mask, w + (j0 + j) * p.w_stride + b0 + kk), table);
-      }
+      for (int j = 0; j < NR; ++j) wv[j] = weights.load32(j0 + j, b0 + kk, mask);
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
         const __m512bh x = (__m512bh)_mm512_maskz_loadu_epi16(mask, xb + i * x_row + b0 + kk);
 #pragma GCC unroll 32
         for (int j = 0; j < NR; ++j) part[i][j] = _mm512_dpbf16_ps(part[i][j], x, wv[j]);
       }
-    }
+    };
+    int64_t kk = 0;
+    for (; kk + 32 <= len; kk += 32) step(kk, ~__mmask32{0});
+    if (kk < len) step(kk, static_cast<__mmask32>((uint64_t{1} << (len - kk)) - 1));
+
 #pragma GCC unroll 32
     for (int j = 0; j < NR; ++j) {
       const __m512 scale = _mm512_set1_ps(scales[j][b]);
@@ -87,26 +113,56 @@ inline void tile(const LinearProblem& p, const uint16_t* xb, int64_t x_row, int6
   reduce_store<MR, NR>(acc, p.y + i0 * p.y_stride + j0, p.y_stride);
 }
 
-template <int MR>
-void row_tile(const LinearProblem& p, int64_t i0, int64_t n_begin, int64_t n_end, uint16_t* xb,
-              const DecodeTable& table) {
+template <int MR, typename Weights>
+void row_tile(const LinearProblem& p, const Weights& weights, int64_t i0, int64_t n_begin,
+              int64_t n_end, uint16_t* xb) {
   constexpr int kNr = MR == 1 ? 6 : MR == 2 ? 4 : 2;
   const int64_t x_row = fp8_activation_row(p.k);
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i) convert_row(p.x + (i0 + i) * p.x_stride, p.k, xb + i * x_row);
   int64_t j = n_begin;
-  for (; j + kNr <= n_end; j += kNr) tile<MR, kNr>(p, xb, x_row, i0, j, table);
-  for (; j < n_end; ++j) tile<MR, 1>(p, xb, x_row, i0, j, table);
+  for (; j + kNr <= n_end; j += kNr) tile<MR, kNr>(p, weights, xb, x_row, i0, j);
+  for (; j < n_end; ++j) tile<MR, 1>(p, weights, xb, x_row, i0, j);
+}
+
+template <typename Weights>
+void all_rows(const LinearProblem& p, const Weights& weights, int64_t n_begin, int64_t n_end,
+              uint16_t* xb) {
+  for_each_row_tile(p.m, [&](auto rows, int64_t i) {
+    row_tile<decltype(rows)::value>(p, weights, i, n_begin, n_end, xb);
+  });
+}
+
+// Columns [n_begin, n_end) as bf16 into `decoded`, rows fp8_activation_row(k) apart, the
+// padding zero.
+void decode_columns(const LinearProblem& p, int64_t n_begin, int64_t n_end,
+                    const DecodeTable& table, uint16_t* decoded) {
+  const auto* w = static_cast<const uint8_t*>(p.w);
+  const int64_t stride = fp8_activation_row(p.k);
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const uint8_t* codes = w + j * p.w_stride;
+    uint16_t* out = decoded + (j - n_begin) * stride;
+    for (int64_t kk = 0; kk < p.k; kk += 32) {
+      const __mmask32 mask =
+          p.k - kk >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (p.k - kk)) - 1);
+      _mm512_storeu_si512(out + kk,
+                          (__m512i)decode32(_mm256_maskz_loadu_epi8(mask, codes + kk), table));
+    }
+  }
 }
 
 }  // namespace
 
 void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& p, int64_t n_begin, int64_t n_end,
-                                        uint16_t* scratch) {
+                                        uint16_t* scratch, uint16_t* decoded) {
   const DecodeTable table(fp8_e4m3_magnitudes_bf16());
-  for_each_row_tile(p.m, [&](auto rows, int64_t i) {
-    row_tile<decltype(rows)::value>(p, i, n_begin, n_end, scratch, table);
-  });
+  if (p.m < kFp8DecodeOnceMinRows) {
+    all_rows(p, CodeWeights{static_cast<const uint8_t*>(p.w), p.w_stride, table}, n_begin, n_end,
+             scratch);
+    return;
+  }
+  decode_columns(p, n_begin, n_end, table, decoded);
+  all_rows(p, DecodedWeights{decoded, fp8_activation_row(p.k), n_begin}, n_begin, n_end, scratch);
 }
 
 }  // namespace pdserve

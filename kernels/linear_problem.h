@@ -85,22 +85,38 @@ void linear_cpu_columns_avx512(const LinearProblem& problem, int64_t n_begin, in
 // bf16 weights only.
 void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
 
-// FP8 E4M3 weights (w_dtype kF8E4M3 with w_scale): each code is decoded in registers, never a
-// whole matrix. portable and avx2 (the same order, bitwise): for every k block of
-// scale_block_k, eight interleaved fused multiply-add partial sums over its multiple-of-8
-// part and one serial sum over the rest; the block's scale then multiplies each partial sum
-// into eight running sums (fma) and the rest into a running tail; finally the portable
-// pairwise combine of the eight plus the tail. avx512_bf16: the activations rounded to bf16,
-// the codes looked up as bf16 (exact), vdpbf16ps over 32 k at a time within each block (its
+// FP8 E4M3 weights (w_dtype kF8E4M3 with w_scale): portable and avx2 (the same order, bitwise):
+// for every k block of scale_block_k, eight interleaved fused multiply-add partial sums over
+// its multiple-of-8 part and one serial sum over the rest; the block's scale then multiplies
+// each partial sum into eight running sums (fma) and the rest into a running tail; finally the
+// portable pairwise combine of the eight plus the tail. avx512_bf16: the activations rounded
+// to bf16, the codes as bf16 (exact), vdpbf16ps over 32 k at a time within each block (its
 // tail masked to zero), the block's partial sums times its scale added into sixteen running
 // lanes (fma), summed with sum_lanes16's tree. The avx512 level (no bf16 dot products) runs
 // the avx2 kernel.
+//
+// Below kFp8DecodeOnceMinRows activation rows (decode steps: bound by reading the weights) the
+// avx2 and avx512_bf16 kernels decode the codes in registers for every row tile, reading one
+// byte a weight from memory; from it on (prefill chunks: bound by arithmetic) each call first
+// decodes its column block once, exactly, into the caller's per-thread `decoded` buffer (L2
+// sized: linear_cpu's column blocks count its bytes) and every row tile reads that. The block
+// scales stay applied to the partial sums in both, so every element's sum is the same, bit
+// for bit, whatever the batch.
+constexpr int64_t kFp8DecodeOnceMinRows = 16;
 void linear_cpu_fp8_columns_portable(const LinearProblem& problem, int64_t n_begin,
                                      int64_t n_end);
-void linear_cpu_fp8_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end);
-// `scratch`: kLinearRowTile * fp8_activation_row(k) elements for the bf16 activations.
+// `decoded`: (n_end - n_begin) * fp8_decoded_row_avx2(k) floats when m >= kFp8DecodeOnceMinRows
+// (else unused).
+void linear_cpu_fp8_columns_avx2(const LinearProblem& problem, int64_t n_begin, int64_t n_end,
+                                 float* decoded);
+constexpr int64_t fp8_decoded_row_avx2(int64_t k) {
+  return (k + 7) / 8 * 8;
+}
+// `scratch`: kLinearRowTile * fp8_activation_row(k) elements for the bf16 activations;
+// `decoded`: (n_end - n_begin) * fp8_activation_row(k) bf16 when m >= kFp8DecodeOnceMinRows
+// (else unused).
 void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin,
-                                        int64_t n_end, uint16_t* scratch);
+                                        int64_t n_end, uint16_t* scratch, uint16_t* decoded);
 constexpr int64_t fp8_activation_row(int64_t k) {
   return (k + 31) / 32 * 32;
 }

@@ -1,6 +1,7 @@
 // The CPU linear layer with FP8 (E4M3) weights at every instruction-set level: against a
 // float64 product of the dequantized weights (code x block scale), the portable order that the
-// avx2 kernel reproduces bit for bit, results independent of batch and threads, NaN codes.
+// avx2 kernel reproduces bit for bit, results independent of batch and threads (also across the
+// switch to decoding each column block once for prefill-sized batches), NaN codes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,6 +144,98 @@ TEST_P(LinearFp8, RowsAreBitwiseIndependentOfBatchAndThreads) {
     q.y = portable.data();
     linear_cpu_fp8_columns_portable(q, 0, n);
     EXPECT_EQ(portable, batched);
+  }
+}
+
+// float64 sum of x_i . w_j over the dequantized weights (x rounded to bf16 at avx512_bf16),
+// and the sum of the products' magnitudes for the float32 rounding bound.
+struct Float64Dot {
+  double sum = 0, magnitude = 0;
+};
+Float64Dot float64_dot(const float* x, const Fp8Weight& w, int64_t j, bool round_x) {
+  Float64Dot dot;
+  for (int64_t kk = 0; kk < w.k; ++kk) {
+    const double product = double{round_x ? round_bf16(x[kk]) : x[kk]} * w.value(j, kk);
+    dot.sum += product;
+    dot.magnitude += std::fabs(product);
+  }
+  return dot;
+}
+
+// Batches from kFp8DecodeOnceMinRows rows on decode each column block once into a per-thread
+// buffer; below it every row tile decodes the codes itself. Rows just below, at and above the
+// switch and a prefill chunk, odd n and k (column and k tails, partial scale blocks), per
+// tensor and per channel scales, strided activations and outputs, on two threads: every row
+// equals the same row computed alone (the in-register path) bit for bit, and the float64
+// product of the dequantized weights within float32 rounding. The buffers grow and are reused
+// from shape to shape.
+TEST_P(LinearFp8, PrefillBatchesDecodedOnceEqualLoneRowsBitwise) {
+  struct Shape {
+    int64_t m, n, k, block_n, block_k;
+  };
+  const int64_t at = kFp8DecodeOnceMinRows;
+  for (Shape s : {Shape{at - 1, 130, 300, 128, 128}, Shape{at, 130, 300, 128, 128},
+                  Shape{at + 1, 257, 1000, 128, 128}, Shape{67, 130, 77, 130, 77},
+                  Shape{at + 3, 61, 200, 1, 200}, Shape{130, 389, 1100, 128, 128},
+                  Shape{at, 40, 40, 128, 128}}) {
+    Fp8Weight w = make_fp8(s.n, s.k, s.block_n, s.block_k, 71);
+    const int64_t x_stride = s.k + 3, y_stride = s.n + 5;
+    std::vector<float> x = random_floats(static_cast<size_t>(s.m * x_stride), 72, 1.0f);
+    std::vector<float> batched(static_cast<size_t>(s.m * y_stride),
+                               std::numeric_limits<float>::quiet_NaN());
+    LinearProblem p{x.data(),
+                    x_stride,
+                    w.codes.data(),
+                    DType::kF8E4M3,
+                    s.k,
+                    batched.data(),
+                    y_stride,
+                    s.m,
+                    s.n,
+                    s.k,
+                    w.scales.data(),
+                    s.block_n,
+                    s.block_k};
+    CpuThreadPool one_thread(1), two_threads(2);
+    ASSERT_TRUE(linear_cpu(p, two_threads, GetParam()).ok());
+    const bool rounded = GetParam() == CpuIsa::kAvx512Bf16;
+    std::vector<float> alone(static_cast<size_t>(s.n));
+    for (int64_t i = 0; i < s.m; ++i) {
+      LinearProblem one = p;
+      one.x = x.data() + i * x_stride;
+      one.y = alone.data();
+      one.m = 1;
+      ASSERT_TRUE(linear_cpu(one, one_thread, GetParam()).ok());
+      for (int64_t j = 0; j < s.n; ++j) {
+        const float y = batched[i * y_stride + j];
+        ASSERT_EQ(alone[j], y) << "m " << s.m << " n " << s.n << " k " << s.k << " at " << i << ","
+                               << j;
+        const Float64Dot dot = float64_dot(x.data() + i * x_stride, w, j, rounded);
+        ASSERT_NEAR(y, dot.sum, 2e-7 * std::sqrt(double(s.k)) * dot.magnitude + 1e-30)
+            << "m " << s.m << " n " << s.n << " k " << s.k << " at " << i << "," << j;
+      }
+      for (int64_t j = s.n; j < y_stride; ++j) {
+        ASSERT_TRUE(std::isnan(batched[i * y_stride + j])) << "wrote past column " << s.n;
+      }
+    }
+  }
+}
+
+TEST_P(LinearFp8, NanCodesGiveNanInEveryRowOfAPrefillBatch) {
+  const int64_t m = kFp8DecodeOnceMinRows + 2, n = 7, k = 100;
+  Fp8Weight w = make_fp8(n, k, 128, 128, 81);
+  w.codes[2 * k + 99] = 0x7F;
+  w.codes[5 * k + 3] = 0xFF;
+  std::vector<float> x = random_floats(static_cast<size_t>(m * k), 82, 1.0f);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  ASSERT_TRUE(backend_
+                  ->linear(MatrixView::dense(x.data(), DType::kF32, m, k), w.view(),
+                           MatrixView::dense(y.data(), DType::kF32, m, n))
+                  .ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_EQ(std::isnan(y[i * n + j]), j == 2 || j == 5) << i << "," << j;
+    }
   }
 }
 
