@@ -45,8 +45,8 @@ struct GpuMemoryInputs {
 struct GpuMemoryPlan {
   size_t budget_bytes = 0;           // total * utilization
   size_t other_processes_bytes = 0;  // in use now and kept: total - free - profiling pool
-  size_t kv_bytes = 0;           // the target's pool
-  size_t draft_bytes = 0;        // the draft's weights, workspace and a pool of num_blocks
+  size_t kv_bytes = 0;               // the target's pool
+  size_t draft_bytes = 0;            // the draft's weights, workspace and a pool of num_blocks
   int num_blocks = 0;  // the pool's, reserved blocks included
 };
 
