@@ -1,22 +1,18 @@
 #include "serving/draft_proposer_factory.h"
 
 #include <algorithm>
-#include <filesystem>
 
-#include "common/model/model_path.h"
+#include "kernels/model/draft_model_load.h"
 
 namespace pdserve {
 
 Result<DraftMemory> draft_device_memory(const std::string& model, const Backend& backend,
                                         const EngineConfig& engine, const ForwardLimits& limits) {
-  Result<std::filesystem::path> dir = resolve_model_path(model);
-  if (!dir.ok()) return dir.status().with_context("draft model " + model);
-  Result<ModelConfig> draft = load_model_config(*dir / "config.json");
-  if (!draft.ok()) return draft.status().with_context("draft model " + model);
+  PDS_ASSIGN_OR_RETURN(const ModelConfig draft, read_draft_model_config(model));
   // As load_draft_model places it on a device, and as DraftModelProposer sizes its pool.
   const DType weights = backend.activation_dtype();
   const DType kv = engine.kv_cache_dtype.value_or(backend.default_kv_dtype(weights));
-  return draft_memory(*draft, weights, kv, limits, engine.block_size);
+  return draft_memory(draft, weights, kv, limits, engine.block_size);
 }
 
 Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target,
