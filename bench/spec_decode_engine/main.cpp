@@ -244,11 +244,11 @@ Status run(const Options& options) {
             config.prompt_lookup_max = 3;
             proposer = std::make_unique<NgramProposer>(config);
           } else if (mode == "oracle") {
-            if (known.empty()) return failed_precondition("--modes must list off before oracle");
+            if (known.empty()) return invalid_argument("--modes must list off before oracle");
             proposer = std::make_unique<ReplayProposer>(known);
           } else if (mode == "profile") {
-            if (profile == nullptr) return failed_precondition("mode profile needs --profile");
-            if (known.empty()) return failed_precondition("--modes must list off before profile");
+            if (profile == nullptr) return invalid_argument("mode profile needs --profile");
+            if (known.empty()) return invalid_argument("--modes must list off before profile");
             proposer = std::make_unique<ProfileReplayProposer>(
                 known, prompts.front().size(), *profile, model.model->config().vocab_size);
           } else if (mode == "wrong") {

@@ -4,7 +4,8 @@ checked against an independent simulation written here from the rule's words (fo
 the longest suffix n-gram, earliest earlier occurrence), and copying text must be mostly
 accepted. Then the bench replays those profiles on a tiny model (batch 1 and 3): the replayed
 drafts must be verified, partly accepted and not all accepted (the profile's wrong tokens are
-rejected), and every speculative run's output must equal the run without speculation.
+rejected), and every speculative run's output must equal the run without speculation; misuse
+(profile mode without a profile or an "off" run, an inconsistent profile) exits 2.
 """
 import json
 import os
@@ -73,6 +74,17 @@ def check_replay(path):
     # The right tokens are accepted, the wrong ones (a_i < p_i somewhere) rejected.
     t.expect(0 < accepted < drafts, f"replayed profiles: {accepted} of {drafts} draft tokens accepted")
     t.expect(len(re.findall(r"offline_ngram_acceptance=0\.\d+", out)) == 3, "the offline acceptance is printed")
+    # Misuse exits 2 and says why.
+    bad = os.path.join(t.work_dir(), "bad-profile.json")
+    with open(bad, "w") as f:
+        json.dump({"workloads": [{"name": "x", "prompt_ids": [1], "proposed": [1], "accepted": [2],
+                                  "path": {"acceptance": 1.0}}]}, f)
+    for args, expected in [(["--modes", "off,profile"], "needs --profile"),
+                           (["--profile", path, "--modes", "profile"], "off before profile"),
+                           (["--profile", bad, "--modes", "off,profile"], "accepted[i] <= proposed[i]")]:
+        result = subprocess.run([BENCH, "--model", model, *args], capture_output=True, text=True, timeout=60)
+        t.expect_equal(result.returncode, 2, f"exit code of {args}")
+        t.expect(expected in result.stderr, f"{args}: {result.stderr[-300:]}")
 
 
 def main():
