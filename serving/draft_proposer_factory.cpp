@@ -2,7 +2,18 @@
 
 #include <algorithm>
 
+#include "kernels/model/draft_model_load.h"
+
 namespace pdserve {
+
+Result<DraftMemory> draft_device_memory(const std::string& model, const Backend& backend,
+                                        const EngineConfig& engine, const ForwardLimits& limits) {
+  PDS_ASSIGN_OR_RETURN(const ModelConfig draft, read_draft_model_config(model));
+  // As load_draft_model places it on a device, and as DraftModelProposer sizes its pool.
+  const DType weights = backend.activation_dtype();
+  const DType kv = engine.kv_cache_dtype.value_or(backend.default_kv_dtype(weights));
+  return draft_memory(draft, weights, kv, limits, engine.block_size);
+}
 
 Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target,
                                                        const EngineConfig& engine,

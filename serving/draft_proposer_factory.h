@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/model/draft_model_proposer.h"
+#include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/model_loader.h"
 #include "serving/engine_assembly.h"
 
@@ -22,6 +23,12 @@ struct DraftProposerSettings {
   int target_pool_tokens = 0;            // the target's KV pool: blocks x block size
   std::optional<int> draft_pool_tokens;  // unset: target_pool_tokens
 };
+
+// What the draft model `model` will take on `backend` (a device: weights in its activation
+// dtype, KV in the engine's --kv-cache-dtype or the backend's default), for a target pool sized
+// by --gpu-memory-utilization to leave room for it. The loader's errors, naming the draft.
+Result<DraftMemory> draft_device_memory(const std::string& model, const Backend& backend,
+                                        const EngineConfig& engine, const ForwardLimits& limits);
 
 // InvalidArgument when a pool size is below one block.
 Result<DraftModelProposerConfig> draft_proposer_config(const LoadedModel& target,

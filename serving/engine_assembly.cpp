@@ -115,6 +115,12 @@ Result<std::unique_ptr<LlmEngine>> make_llm_engine(LoadedModel& model, Tokenizer
   runner_config.limits.max_model_len = max_model_len;
   if (on_device && !config.kv_cache_memory_gib) {
     runner_config.gpu_memory_utilization = config.gpu_memory_utilization;
+    // The draft's weights, workspace and pool come out of the same budget.
+    if (config.speculative && config.speculative->method == SpeculativeMethod::kDraftModel) {
+      PDS_ASSIGN_OR_RETURN(runner_config.draft,
+                           draft_device_memory(config.speculative->model, *model.backend, config,
+                                               runner_config.limits));
+    }
   } else {
     const double gib = config.kv_cache_memory_gib.value_or(kDefaultCpuKvCacheMemoryGib);
     const int num_blocks = kv_blocks_for_memory(

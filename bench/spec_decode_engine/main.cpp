@@ -6,7 +6,10 @@
 //   random: 64 random tokens: prompt lookup finds only what the output itself repeats.
 // Modes: off; ngram ({"method": "ngram", k, prompt_lookup 1..3}); oracle (a test proposer that
 // replays the output of the "off" run: acceptance 1.0, the upper bound of any proposer);
-// wrong (random tokens: acceptance about 0, what the adaptive auto-off must make cheap).
+// wrong (random tokens: acceptance about 0, what the adaptive auto-off must make cheap);
+// profile (with --profile FILE from copy_workload.py: the workloads are that file's prompt-
+// copying texts in real Qwen3 tokens, and the proposer replays n-gram's acceptance on them,
+// position by position: acceptance_profile.h; docs/SPECULATIVE.md "Measuring on copying text").
 // Each run's engine first serves the same prompts with --warmup-tokens tokens (as a node that
 // has been serving: the adaptive rule has timed verify steps and learnt the acceptance), then
 // the measured batch. Prints one line per run: tokens/s (generated tokens / wall time of the
@@ -14,6 +17,7 @@
 // measured batch's drafts and acceptance.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/spec_decode_engine/acceptance_profile.h"
 #include "common/core/cli.h"
 #include "common/engine/engine_core.h"
 #include "common/engine/spec_decode/ngram_proposer.h"
@@ -36,6 +41,7 @@ struct Options {
   std::string model;
   std::vector<int> batches = {1, 4, 16};
   std::vector<std::string> workloads = {"repeat", "random"};
+  std::string profile;  // copy_workload.py's file: its workloads replace the synthetic ones
   std::vector<std::string> modes = {"off", "ngram", "oracle", "wrong"};
   int max_tokens = 32;
   int warmup_tokens = 8;
@@ -82,6 +88,18 @@ struct RunFigures {
   std::vector<std::vector<int32_t>> outputs;
 };
 
+// The profile's prompt once per row, each row's made distinct by a first token of its own (so
+// that rows do not share prefix-cache blocks).
+std::vector<std::vector<int32_t>> profile_prompts(const AcceptanceProfile& profile, int batch) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < batch; ++b) {
+    prompts.push_back({1000 + b});
+    prompts.back().insert(prompts.back().end(), profile.prompt_ids.begin(),
+                          profile.prompt_ids.end());
+  }
+  return prompts;
+}
+
 std::vector<std::vector<int32_t>> make_prompts(const std::string& workload, int batch) {
   std::mt19937 random(static_cast<uint32_t>(batch * 131 + (workload == "repeat" ? 1 : 2)));
   std::uniform_int_distribution<int32_t> token(0, 150000);
@@ -100,17 +118,18 @@ std::vector<std::vector<int32_t>> make_prompts(const std::string& workload, int 
   return prompts;
 }
 
-Result<RunFigures> run_once(LoadedModel& model, const Options& options,
+Result<RunFigures> run_once(LoadedModel& model, const Options& options, int max_tokens,
                             const std::vector<std::vector<int32_t>>& prompts,
                             std::unique_ptr<Proposer> proposer) {
   const int batch = static_cast<int>(prompts.size());
+  const int prompt_length = static_cast<int>(prompts.front().size());
   ModelRunnerConfig runner_config;
   runner_config.block_size = 16;
-  runner_config.num_blocks = batch * ((64 + options.max_tokens + options.k) / 16 + 2);
+  runner_config.num_blocks = batch * ((prompt_length + max_tokens + options.k) / 16 + 2);
   runner_config.kv_dtype = model.backend->default_kv_dtype(model.model->weight_dtype());
-  runner_config.limits.max_num_tokens = std::max(64 * batch, 256);
+  runner_config.limits.max_num_tokens = std::max(prompt_length * batch, 256);
   runner_config.limits.max_num_seqs = std::max(batch, options.k + 1);
-  runner_config.limits.max_model_len = 64 + options.max_tokens + options.k + 1;
+  runner_config.limits.max_model_len = prompt_length + max_tokens + options.k + 1;
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3ModelRunner> runner,
                        Qwen3ModelRunner::create(*model.backend, *model.model, runner_config));
   SchedulerConfig config;
@@ -154,7 +173,7 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
     request.id = std::to_string(i);
     request.prompt_tokens = prompts[i];
     request.sampling.temperature = 0.0f;
-    request.sampling.max_tokens = options.max_tokens;
+    request.sampling.max_tokens = max_tokens;
     request.sampling.ignore_eos = true;
     PDS_RETURN_IF_ERROR(core->add(std::move(request), [&, i](SequenceDelta delta) {
       for (int32_t token : delta.token_ids) {
@@ -190,9 +209,31 @@ Result<RunFigures> run_once(LoadedModel& model, const Options& options,
 Status run(const Options& options) {
   PDS_ASSIGN_OR_RETURN(const ModelLoadOptions load, model_load_options("cpu", options.threads, ""));
   PDS_ASSIGN_OR_RETURN(LoadedModel model, load_model(options.model, load));
-  for (const std::string& workload : options.workloads) {
+  std::vector<AcceptanceProfile> profiles;
+  if (!options.profile.empty()) {
+    PDS_ASSIGN_OR_RETURN(profiles, read_acceptance_profiles(options.profile));
+  }
+  std::vector<std::string> workloads = options.workloads;
+  if (!profiles.empty()) {
+    workloads.clear();
+    for (const AcceptanceProfile& profile : profiles) workloads.push_back(profile.name);
+  }
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    const std::string& workload = workloads[w];
+    const AcceptanceProfile* profile = profiles.empty() ? nullptr : &profiles[w];
+    // A copying workload replays at most its reference's length.
+    const int max_tokens = profile != nullptr ? std::min(options.max_tokens,
+                                                         static_cast<int>(profile->proposed.size()))
+                                              : options.max_tokens;
+    if (profile != nullptr) {
+      std::printf(
+          "workload=%s prompt_tokens=%zu reference_tokens=%zu offline_ngram_acceptance=%.3f\n",
+          workload.c_str(), profile->prompt_ids.size(), profile->proposed.size(),
+          profile->offline_acceptance);
+    }
     for (const int batch : options.batches) {
-      const auto prompts = make_prompts(workload, batch);
+      const auto prompts =
+          profile != nullptr ? profile_prompts(*profile, batch) : make_prompts(workload, batch);
       std::vector<std::vector<int32_t>> known;
       for (int round = 0; round < options.rounds; ++round) {
         for (const std::string& mode : options.modes) {
@@ -203,15 +244,20 @@ Status run(const Options& options) {
             config.prompt_lookup_max = 3;
             proposer = std::make_unique<NgramProposer>(config);
           } else if (mode == "oracle") {
-            if (known.empty()) return failed_precondition("--modes must list off before oracle");
+            if (known.empty()) return invalid_argument("--modes must list off before oracle");
             proposer = std::make_unique<ReplayProposer>(known);
+          } else if (mode == "profile") {
+            if (profile == nullptr) return invalid_argument("mode profile needs --profile");
+            if (known.empty()) return invalid_argument("--modes must list off before profile");
+            proposer = std::make_unique<ProfileReplayProposer>(
+                known, prompts.front().size(), *profile, model.model->config().vocab_size);
           } else if (mode == "wrong") {
             proposer = std::make_unique<ReplayProposer>(std::vector<std::vector<int32_t>>{});
           } else if (mode != "off") {
             return invalid_argument("unknown mode '" + mode + "'");
           }
           PDS_ASSIGN_OR_RETURN(RunFigures figures,
-                               run_once(model, options, prompts, std::move(proposer)));
+                               run_once(model, options, max_tokens, prompts, std::move(proposer)));
           if (mode == "off" && known.empty()) {
             for (size_t i = 0; i < prompts.size(); ++i) {
               known.push_back(prompts[i]);
@@ -219,10 +265,18 @@ Status run(const Options& options) {
                                   figures.outputs[i].end());
             }
           }
+          // Greedy speculation must give the output of the run without it, token for token.
+          bool same_as_off = true;
+          for (size_t i = 0; i < prompts.size(); ++i) {
+            same_as_off =
+                same_as_off && known[i].size() == prompts[i].size() + figures.outputs[i].size() &&
+                std::equal(figures.outputs[i].begin(), figures.outputs[i].end(),
+                           known[i].begin() + static_cast<std::ptrdiff_t>(prompts[i].size()));
+          }
           const SpecDecodeCounts& c = figures.counts;
           std::printf(
               "workload=%s batch=%d mode=%s round=%d tokens_per_s=%.2f tpot_ms=%.1f "
-              "drafts=%lld draft_tokens=%lld accepted=%lld acceptance=%s\n",
+              "drafts=%lld draft_tokens=%lld accepted=%lld acceptance=%s same_as_off=%d\n",
               workload.c_str(), batch, mode.c_str(), round, figures.tokens_per_second,
               figures.tpot_ms, static_cast<long long>(c.num_drafts),
               static_cast<long long>(c.num_draft_tokens),
@@ -230,7 +284,8 @@ Status run(const Options& options) {
               c.num_draft_tokens > 0 ? std::to_string(static_cast<double>(c.num_accepted_tokens) /
                                                       static_cast<double>(c.num_draft_tokens))
                                            .c_str()
-                                     : "-");
+                                     : "-",
+              same_as_off ? 1 : 0);
           std::fflush(stdout);
         }
       }
@@ -248,7 +303,10 @@ int main(int argc, char** argv) {
   app.add_option("--model", options.model, "Model folder")->required();
   app.add_option("--batch", options.batches, "Batch sizes")->delimiter(',')->capture_default_str();
   app.add_option("--workloads", options.workloads, "repeat, random")->delimiter(',');
-  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong (off first)")->delimiter(',');
+  app.add_option("--modes", options.modes, "off, ngram, oracle, wrong, profile (off first)")
+      ->delimiter(',');
+  app.add_option("--profile", options.profile,
+                 "Acceptance profiles from copy_workload.py: its workloads replace --workloads");
   app.add_option("--max-tokens", options.max_tokens, "Tokens per request")->capture_default_str();
   app.add_option("--warmup-tokens", options.warmup_tokens,
                  "Tokens per request of the warm-up batch each engine serves first (0: none)")

@@ -3,6 +3,7 @@
 #include <system_error>
 
 #include "common/model/checkpoint.h"
+#include "common/model/model_config.h"
 #include "common/model/model_path.h"
 #include "common/model/qwen3_weights.h"
 #include "common/tokenizer/tokenizer_files.h"
@@ -57,6 +58,15 @@ Result<std::unique_ptr<Qwen3Model>> load_draft_model(const DraftModelSource& sou
   Result<std::unique_ptr<Qwen3Model>> model = load_checked(source, backend);
   if (!model.ok()) return model.status().with_context("draft model " + source.model);
   return model;
+}
+
+Result<ModelConfig> read_draft_model_config(const std::string& model) {
+  Result<ModelConfig> config = [&]() -> Result<ModelConfig> {
+    PDS_ASSIGN_OR_RETURN(const std::filesystem::path dir, resolve_model_path(model));
+    return load_model_config(dir / "config.json");
+  }();
+  if (!config.ok()) return config.status().with_context("draft model " + model);
+  return config;
 }
 
 }  // namespace pdserve

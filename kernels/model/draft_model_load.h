@@ -32,4 +32,8 @@ struct DraftModelSource {
 Result<std::unique_ptr<Qwen3Model>> load_draft_model(const DraftModelSource& source,
                                                      Backend& backend);
 
+// The draft's config.json only (nothing loaded), for sizing memory before it is loaded; the
+// same errors as load_draft_model's for a missing folder or a non-Qwen3 config.
+Result<ModelConfig> read_draft_model_config(const std::string& model);
+
 }  // namespace pdserve

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "kernels/model/kv_cache.h"
+
 namespace pdserve {
 namespace {
 
@@ -36,17 +38,23 @@ Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& in) {
   plan.budget_bytes =
       static_cast<size_t>(std::floor(static_cast<double>(in.total_bytes) * in.utilization));
   plan.other_processes_bytes = in.total_bytes - in.free_bytes - in.profiling_pool_bytes;
-  const size_t needed = plan.other_processes_bytes + in.weight_bytes + in.workspace_bytes;
+  const size_t needed =
+      plan.other_processes_bytes + in.weight_bytes + in.workspace_bytes + in.draft.fixed_bytes;
   if (needed >= plan.budget_bytes) {
     std::string parts;
     if (in.weight_bytes > 0) parts += "weights " + gib(in.weight_bytes) + " + ";
     if (in.workspace_bytes > 0) parts += "workspace " + gib(in.workspace_bytes) + " + ";
+    if (in.draft.fixed_bytes > 0) {
+      parts += "draft model " + gib(in.draft.fixed_bytes) + " + ";
+    }
     return resource_exhausted("model does not fit: " + parts + "memory in use " +
                               gib(plan.other_processes_bytes) + " exceed the budget of " +
                               gib(plan.budget_bytes) + " (--gpu-memory-utilization " +
                               std::to_string(in.utilization) + " of " + gib(in.total_bytes) + ")");
   }
-  const size_t blocks = (plan.budget_bytes - needed) / in.kv_bytes_per_block;
+  // Every target block brings the draft's KV for the same tokens.
+  const size_t blocks =
+      (plan.budget_bytes - needed) / (in.kv_bytes_per_block + in.draft.kv_bytes_per_block);
   const size_t blocks_needed =
       static_cast<size_t>(in.blocks_per_sequence) + static_cast<size_t>(in.reserved_blocks);
   if (blocks < blocks_needed) {
@@ -60,7 +68,21 @@ Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& in) {
   }
   plan.num_blocks = static_cast<int>(std::min<size_t>(blocks, 0x7fffffff));
   plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.kv_bytes_per_block;
+  if (in.draft.fixed_bytes > 0 || in.draft.kv_bytes_per_block > 0) {
+    plan.draft_bytes =
+        in.draft.fixed_bytes + static_cast<size_t>(plan.num_blocks) * in.draft.kv_bytes_per_block;
+  }
   return plan;
+}
+
+DraftMemory draft_memory(const ModelConfig& draft, DType weight_dtype, DType kv_dtype,
+                         ForwardLimits limits, int block_size) {
+  limits.max_model_len = std::min(limits.max_model_len, draft.max_position_embeddings);
+  DraftMemory memory;
+  memory.fixed_bytes = qwen3_weight_bytes(draft, weight_dtype) +
+                       forward_workspace_bytes(draft, limits, block_size, weight_dtype);
+  memory.kv_bytes_per_block = kv_layout_for(draft, 1, block_size, kv_dtype).total_bytes();
+  return memory;
 }
 
 size_t qwen3_weight_bytes(const ModelConfig& c, DType dtype) {

@@ -19,6 +19,14 @@ namespace pdserve {
 
 inline constexpr double kDefaultGpuMemoryUtilization = 0.90;
 
+// A speculative-decoding draft model on the same device (docs/SPECULATIVE_DRAFT.md): its
+// weights and workspace are allocated after the target's pool, and its KV pool holds as many
+// tokens as the target's, so the budget pays a fixed part and a part per target block.
+struct DraftMemory {
+  size_t fixed_bytes = 0;         // the draft's weights and forward workspace
+  size_t kv_bytes_per_block = 0;  // the draft's KV for one target block's tokens
+};
+
 struct GpuMemoryInputs {
   size_t total_bytes = 0;  // the device's memory
   size_t free_bytes = 0;   // free now
@@ -31,12 +39,14 @@ struct GpuMemoryInputs {
   size_t kv_bytes_per_block = 0;  // K and V of one block across all layers
   int blocks_per_sequence = 0;    // blocks one sequence of max_model_len needs
   int reserved_blocks = 0;        // blocks no sequence gets (the decode graphs' scratch block)
+  DraftMemory draft;              // all zero without a draft model
 };
 
 struct GpuMemoryPlan {
   size_t budget_bytes = 0;           // total * utilization
   size_t other_processes_bytes = 0;  // in use now and kept: total - free - profiling pool
-  size_t kv_bytes = 0;
+  size_t kv_bytes = 0;               // the target's pool
+  size_t draft_bytes = 0;            // the draft's weights, workspace and a pool of num_blocks
   int num_blocks = 0;  // the pool's, reserved blocks included
 };
 
@@ -48,6 +58,12 @@ Status check_gpu_memory_utilization(double utilization);
 // holds fewer blocks than one max_model_len sequence needs besides the reserved ones.
 // Messages give the GiB figures.
 Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& inputs);
+
+// What a draft model of `draft`'s shape will take on the device: weights in `weight_dtype`,
+// a workspace for `limits` (max_model_len capped at the draft's max_position_embeddings, as
+// the proposer does) and KV in `kv_dtype`, per target block of `block_size` tokens.
+DraftMemory draft_memory(const ModelConfig& draft, DType weight_dtype, DType kv_dtype,
+                         ForwardLimits limits, int block_size);
 
 // Bytes of a Qwen3 model's weights in `dtype` (tied embeddings counted once); an FP8 model's
 // projections (config.quantization) at one byte a weight plus their float32 scales.

@@ -71,6 +71,7 @@ Result<GpuMemoryReport> plan_pool_from_free_memory(Backend& backend, Qwen3Model&
         kv_layout_for(model.config(), 1, config.block_size, config.kv_dtype).total_bytes();
     inputs.blocks_per_sequence = blocks_for(limits.max_model_len, config.block_size);
     inputs.reserved_blocks = config.cuda_graphs ? 1 : 0;
+    inputs.draft = config.draft;
     PDS_ASSIGN_OR_RETURN(const GpuMemoryPlan plan, plan_gpu_memory(inputs));
     report.utilization = inputs.utilization;
     report.total_bytes = after.total_bytes;
@@ -81,6 +82,7 @@ Result<GpuMemoryReport> plan_pool_from_free_memory(Backend& backend, Qwen3Model&
                                 ? before.free_bytes - after.free_bytes - pool.size_bytes()
                                 : 0;
     report.kv_bytes = plan.kv_bytes;
+    report.draft_bytes = plan.draft_bytes;
     report.num_blocks = plan.num_blocks;
     report.block_size = config.block_size;
   }
@@ -103,7 +105,8 @@ std::string describe_gpu_memory(const GpuMemoryReport& r) {
          gib(r.profiled_bytes) + "); KV cache " + gib(r.kv_bytes) + " = " +
          std::to_string(r.num_blocks) +
          " blocks = " + std::to_string(static_cast<int64_t>(r.num_blocks) * r.block_size) +
-         " tokens";
+         " tokens" +
+         (r.draft_bytes > 0 ? "; draft model (weights, workspace, KV) " + gib(r.draft_bytes) : "");
 }
 
 Result<std::unique_ptr<Qwen3ModelRunner>> Qwen3ModelRunner::create(

@@ -20,6 +20,7 @@
 
 #include "common/engine/model_executor.h"
 #include "kernels/model/device_step_path.h"
+#include "kernels/model/gpu_memory_plan.h"
 #include "kernels/model/kv_cache.h"
 #include "kernels/model/qwen3_model.h"
 
@@ -37,6 +38,8 @@ struct ModelRunnerConfig {
   // weights, the workspace, the graphs and a profiling step at limits.max_num_tokens are in
   // place (vLLM's --gpu-memory-utilization). InvalidArgument on the CPU.
   std::optional<double> gpu_memory_utilization;
+  // With gpu_memory_utilization: what a draft model will take besides (gpu_memory_plan.h).
+  DraftMemory draft;
   // CUDA only: decode steps through CUDA graphs (false: every step eager, for comparisons).
   bool cuda_graphs = true;
 };
@@ -50,6 +53,7 @@ struct GpuMemoryReport {
   size_t weight_bytes = 0;    // the model's weights on the device (computed)
   size_t profiled_bytes = 0;  // what the workspace, graphs, sampler and profiling step took
   size_t kv_bytes = 0;
+  size_t draft_bytes = 0;  // a draft model's weights, workspace and pool, still to come
   int num_blocks = 0;
   int block_size = 0;
 };

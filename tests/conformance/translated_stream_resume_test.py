@@ -7,6 +7,12 @@ client must get exactly the text of the same stream run without the kill, with n
 and a complete event sequence (message_stop / response.completed or response.incomplete). The
 proxy's resume counter must have moved: the stream was continued, not restarted. A fresh decode
 node then joins, so that the next API's stream has a node to move to.
+
+With the argument `ngram` (issue #30) the decode nodes speculate (prompt lookup): the Messages
+stream runs first on a node without speculation (the reference), then that node leaves, two
+speculating nodes join, and the stream cut on one of them must end on the other with the
+reference's text; the node that finished it must have accepted drafts (the model has tied
+embeddings in this variant: a random model that repeats itself, which prompt lookup predicts).
 """
 import os
 import signal
@@ -19,11 +25,16 @@ import openai  # noqa: E402
 import pdserve_testing as t  # noqa: E402
 
 t.set_deadline(280)
+SPECULATING = sys.argv[1:] == ["ngram"]
+SPEC_ARGS = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, '
+             '"prompt_lookup_min": 1, "prompt_lookup_max": 3}']
 MAX_TOKENS = 80
 DELTAS_BEFORE_KILL = 4
 PROMPT = "Tell me a long story about a lighthouse keeper."
 
-model_dir = t.make_model(config=t.QWEN3_06B_CONFIG, layers=2)
+# Speculating: tied embeddings, so that the random model repeats tokens and prompt lookup's
+# drafts are accepted (an untied one rejects nearly all of them).
+model_dir = t.make_model(config=t.QWEN3_06B_CONFIG, layers=2, untie=not SPECULATING)
 token = {"PDSERVE_CLUSTER_TOKEN": t.CLUSTER_TOKEN}
 proxy = t.Process("proxy", [t.BINARIES["proxy"], "--port", "0"], r"pdserve-proxy: listening on (http://\S+)", env=token)
 proxy_url = proxy.match.group(1)
@@ -33,8 +44,8 @@ processes = [proxy, t.Process("prefill", [t.BINARIES["prefill"], *node_args],
 decodes = {}  # url -> Process
 
 
-def start_decode(name):
-    node = t.Process(name, [t.BINARIES["decode"], *node_args], t.SERVING_LINE, env=token)
+def start_decode(name, extra=()):
+    node = t.Process(name, [t.BINARIES["decode"], *node_args, *extra], t.SERVING_LINE, env=token)
     decodes[node.match.group(2)] = node
     processes.append(node)
     return node
@@ -50,8 +61,10 @@ def wait_for_decode_nodes(count):
 
 
 first = start_decode("decode-0")
-start_decode("decode-1")
-t.wait_until(lambda: sum(n["state"] == "up" for n in nodes()) == 3, 60, "three nodes registered")
+if not SPECULATING:
+    start_decode("decode-1")
+t.wait_until(lambda: sum(n["state"] == "up" for n in nodes()) == (2 if SPECULATING else 3), 60,
+             "the nodes registered")
 target = t.Target("1p2d", proxy_url, first.match.group(1), processes, first)
 oai = openai.OpenAI(base_url=proxy_url + "/v1", api_key="x", max_retries=0, timeout=120)
 claude = anthropic.Anthropic(base_url=proxy_url, api_key="x", max_retries=0, timeout=120)
@@ -118,6 +131,37 @@ def resumed_equals_uninterrupted(run, final_text):
         wait_for_decode_nodes(2)
     return check
 
+
+def speculating_stream_resumed_equals_plain():
+    reference, reference_final = messages_stream(kill=False)
+    t.expect(len(reference) > 0, "the reference stream has text")
+    first.stop()
+    killed.append(first.match.group(2))
+    t.wait_until(lambda: all(n["url"] != killed[-1] or n["state"] != "up" for n in nodes()), 60,
+                 "the plain decode node gone from the proxy's view")
+    for index in (1, 2):
+        start_decode(f"decode-spec-{index}", SPEC_ARGS)
+    wait_for_decode_nodes(2)
+    resumes_before = t.metric(proxy_url, "pdserve:proxy_stream_resumes_total")
+    cut_text, cut_final = messages_stream(kill=True)
+    t.expect_equal(cut_text, reference, "the resumed speculating stream's text deltas")
+    t.expect_equal([b.model_dump() for b in cut_final.content],
+                   [b.model_dump() for b in reference_final.content], "the client's final answer")
+    t.expect_equal(t.metric(proxy_url, "pdserve:proxy_stream_resumes_total") - resumes_before, 1.0,
+                   "streams the proxy resumed")
+    survivor = [url for url in decodes if url not in killed]
+    t.expect_equal(len(survivor), 1, f"one decode node left: {survivor}")
+    drafts = t.metric(survivor[0], "vllm:spec_decode_num_draft_tokens_total")
+    accepted = t.metric(survivor[0], "vllm:spec_decode_num_accepted_tokens_total")
+    t.expect(0 < accepted <= drafts, f"the node that resumed the stream accepted {accepted} of {drafts} drafts")
+    print(f"     resumed on a speculating node: {accepted:.0f} of {drafts:.0f} draft tokens accepted "
+          f"there; {len(reference)} characters, identical to the plain node's", flush=True)
+
+
+if SPECULATING:
+    failed = t.run_checks([("a speculating Messages stream continues on another speculating decode node "
+                            "with the plain node's text", speculating_stream_resumed_equals_plain)])
+    t.finish(failed, target, "speculating stream resumption checks")
 
 failed = t.run_checks([
     ("a Messages stream continues on another decode node after its node is killed",

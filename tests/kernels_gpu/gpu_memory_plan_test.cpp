@@ -102,6 +102,54 @@ TEST(GpuMemoryPlan, MeasuredUseCountsEverythingButTheProfilingPool) {
   EXPECT_EQ(plan_gpu_memory(in).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A draft model (speculative decoding) takes its weights and workspace off the top, and its
+// pool grows with the target's: every target block costs its own KV plus the draft's.
+TEST(GpuMemoryPlan, ADraftModelComesOutOfTheBudget) {
+  GpuMemoryInputs in = h100_like();
+  in.draft.fixed_bytes = 3 * kGiB;
+  in.draft.kv_bytes_per_block = 1024 * 1024;  // half the target's 2 MiB
+  const GpuMemoryPlan plan = plan_gpu_memory(in).value();
+  // 72 GiB budget - 1 other - 16 weights - 2 workspace - 3 draft = 50 GiB at 3 MiB a block.
+  EXPECT_EQ(plan.num_blocks, static_cast<int>((50 * kGiB) / (3 * 1024 * 1024)));
+  EXPECT_EQ(plan.kv_bytes, static_cast<size_t>(plan.num_blocks) * 2 * 1024 * 1024);
+  EXPECT_EQ(plan.draft_bytes, 3 * kGiB + static_cast<size_t>(plan.num_blocks) * 1024 * 1024);
+  // Everything fits the budget, and one more block of both pools would not.
+  const size_t used = plan.other_processes_bytes + in.weight_bytes + in.workspace_bytes;
+  EXPECT_LE(used + plan.kv_bytes + plan.draft_bytes, plan.budget_bytes);
+  EXPECT_GT(used + plan.kv_bytes + plan.draft_bytes + 3 * 1024 * 1024, plan.budget_bytes);
+  // Without the draft the target's pool is larger: 53 GiB of 2 MiB blocks.
+  EXPECT_EQ(plan_gpu_memory(h100_like()).value().draft_bytes, 0u);
+  EXPECT_GT(plan_gpu_memory(h100_like()).value().num_blocks, plan.num_blocks);
+  // A draft that does not fit beside the target is named.
+  in.draft.fixed_bytes = 60 * kGiB;
+  const Status status = plan_gpu_memory(in).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(status.message().find("draft model 60.00 GiB"), std::string::npos)
+      << status.to_string();
+}
+
+// Qwen3-0.6B as a draft in bf16: its published parameter count, the workspace ForwardContext
+// allocates for the draft's limits (max_model_len capped at its 40960 positions, as the
+// proposer caps it) and 28 layers x 8 KV heads x 128 x K,V x 2 B = 112 KiB a token.
+TEST(GpuMemoryPlan, DraftMemoryOfQwen3_0_6B) {
+  const ModelConfig config =
+      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
+          .value();
+  ForwardLimits limits;
+  limits.max_num_tokens = 512;
+  limits.max_num_seqs = 16;
+  limits.max_model_len = 131072;  // the target's, longer than the draft's positions
+  const DraftMemory draft = draft_memory(config, DType::kBF16, DType::kBF16, limits, 16);
+  ForwardLimits capped = limits;
+  capped.max_model_len = 40960;
+  EXPECT_EQ(draft.fixed_bytes,
+            size_t{596049920} * 2 + forward_workspace_bytes(config, capped, 16, DType::kBF16));
+  EXPECT_EQ(draft.kv_bytes_per_block, size_t{112} * 1024 * 16);
+  // An fp8 KV cache halves it.
+  EXPECT_EQ(draft_memory(config, DType::kBF16, DType::kF8E4M3, limits, 16).kv_bytes_per_block,
+            size_t{56} * 1024 * 16);
+}
+
 TEST(GpuMemoryPlan, BadUtilizationAndInputsAreInvalidArgument) {
   for (double utilization : {0.0, -0.5, 1.01, std::nan("")}) {
     GpuMemoryInputs in = h100_like();

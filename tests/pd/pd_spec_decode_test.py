@@ -5,7 +5,9 @@ prompts repeat text (so that drafts are proposed, accepted and rejected) must be
 (text, finish reason, usage) to a colocated node without speculation:
 1. a colocated node that speculates;
 2. a 1P1D cluster (proxy, prefill node, decode node over UCX tcp) whose decode node speculates
-   (the prefill node never does): the decode side proposes from the prompt it imported;
+   (the prefill node never does): the decode side proposes from the prompt it imported, by
+   n-gram, then with a draft model (a 1-layer model sharing the tokenizer, whose prompt KV the
+   decode node computes itself);
 3. pdserve-generate with and without the flag.
 The nodes that speculate export vLLM's spec-decode counters with drafts in them, and each
 request's timeline reports its drafts; a bad config or method exits 2 with its name.
@@ -83,15 +85,17 @@ def main():
         check_timeline(target)
         target.stop()
 
-    def disaggregated():
-        target = t.start_1p1d(model, decode_extra=("--speculative-config", SPEC))
-        state["1p1d"] = target
-        t.expect_equal(complete_all(target), reference, "1P1D outputs with a speculating decode node")
-        decode_url = target.decode.match.group(2)
-        expect_drafts(decode_url, "1P1D decode node")
-        t.expect_equal(t.metric(decode_url, "pdserve:remote_prefill_fallbacks_total"), 0.0,
-                       "remote prefill fallbacks (the prompts were prefilled remotely)")
-        target.stop()
+    def disaggregated(spec, what):
+        def check():
+            target = t.start_1p1d(model, decode_extra=("--speculative-config", spec))
+            state[what] = target
+            t.expect_equal(complete_all(target), reference, f"1P1D outputs with a decode node drafting by {what}")
+            decode_url = target.decode.match.group(2)
+            expect_drafts(decode_url, f"1P1D decode node, {what}")
+            t.expect_equal(t.metric(decode_url, "pdserve:remote_prefill_fallbacks_total"), 0.0,
+                           "remote prefill fallbacks (the prompts were prefilled remotely)")
+            target.stop()
+        return check
 
     def generate():
         # The draft model is the target itself: every draft is the greedy continuation.
@@ -116,8 +120,13 @@ def main():
                 t.expect_equal(result.returncode, 2, f"{binary} exit code for {config}")
                 t.expect(expected in result.stderr.decode(), f"{binary}: {result.stderr.decode()[:300]}")
 
+    # A smaller draft sharing the target's tokenizer and vocabulary: one layer, another seed.
+    draft = t.make_model("tiny-tied-draft", untie=False, layers=1, seed=11)
+    draft_spec = json.dumps({"method": "draft_model", "model": draft, "num_speculative_tokens": 3})
     failed = t.run_checks([("colocated node speculates, same outputs", colocated),
-                           ("1P1D decode node speculates, same outputs", disaggregated),
+                           ("1P1D decode node speculates by n-gram, same outputs", disaggregated(SPEC, "n-gram")),
+                           ("1P1D decode node speculates with a draft model, same outputs",
+                            disaggregated(draft_spec, "draft model")),
                            ("pdserve-generate speculates, same outputs", generate),
                            ("bad --speculative-config exits 2", bad_configs)])
     targets = [target for target in state.values()]
