@@ -48,11 +48,17 @@ def complete_all(target):
         return list(pool.map(one, PROMPTS))
 
 
-def expect_drafts(url, what):
+def expect_drafts(url, what, some_accepted):
+    """Drafts were verified; with some_accepted, some were accepted too. Prompt lookup's first
+    drafts on these prompts can all miss, and then the adaptive rule, timed on a loaded CI
+    machine, may stop proposing: its acceptance is printed, not asserted (the engine tests
+    cover accepted runs deterministically). The draft model's drafts (about 90 % accepted)
+    keep it proposing."""
     drafts = t.metric(url, DRAFT_TOKENS)
     accepted = t.metric(url, ACCEPTED_TOKENS)
     t.expect(drafts > 0, f"{what}: no draft tokens verified")
-    t.expect(0 < accepted <= drafts, f"{what}: {accepted} accepted of {drafts} drafts")
+    t.expect((accepted > 0 or not some_accepted) and accepted <= drafts,
+             f"{what}: {accepted} accepted of {drafts} drafts")
     print(f"{what}: {accepted:.0f} of {drafts:.0f} draft tokens accepted", flush=True)
 
 
@@ -81,7 +87,7 @@ def main():
         target = t.start_colocated(model, extra=("--speculative-config", SPEC), name="colocated-spec")
         state["colocated"] = target
         t.expect_equal(complete_all(target), reference, "colocated outputs with speculation")
-        expect_drafts(target.url, "colocated")
+        expect_drafts(target.url, "colocated", some_accepted=False)
         check_timeline(target)
         target.stop()
 
@@ -91,7 +97,7 @@ def main():
             state[what] = target
             t.expect_equal(complete_all(target), reference, f"1P1D outputs with a decode node drafting by {what}")
             decode_url = target.decode.match.group(2)
-            expect_drafts(decode_url, f"1P1D decode node, {what}")
+            expect_drafts(decode_url, f"1P1D decode node, {what}", some_accepted=spec != SPEC)
             t.expect_equal(t.metric(decode_url, "pdserve:remote_prefill_fallbacks_total"), 0.0,
                            "remote prefill fallbacks (the prompts were prefilled remotely)")
             target.stop()
