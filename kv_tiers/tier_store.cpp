@@ -623,18 +623,26 @@ KvTierStats TierStore::stats() const {
 
 PrefixCacheChanges TierStore::take_tiered_changes() {
   std::lock_guard lock(mutex_);
-  if (journal_.needs_snapshot()) {
-    std::vector<uint64_t> keys = host_->keys();
-    if (disk_) {
-      for (uint64_t key : disk_->keys()) keys.push_back(key);
-    }
-    journal_.set_snapshot(keys);
-  }
+  if (journal_.needs_snapshot()) journal_.set_snapshot(tiered_keys_locked());
   return journal_.take();
+}
+
+void TierStore::restore_tiered_changes(const PrefixCacheChanges& older) {
+  std::lock_guard lock(mutex_);
+  journal_.restore_older(older);
+}
+
+void TierStore::resync_tiered_keys() {
+  std::lock_guard lock(mutex_);
+  journal_.request_snapshot();
 }
 
 std::vector<uint64_t> TierStore::tiered_keys() const {
   std::lock_guard lock(mutex_);
+  return tiered_keys_locked();
+}
+
+std::vector<uint64_t> TierStore::tiered_keys_locked() const {
   std::vector<uint64_t> keys = host_->keys();
   if (disk_) {
     for (uint64_t key : disk_->keys()) keys.push_back(key);

@@ -1,7 +1,8 @@
 // The tier store against a host pool (HostPoolCopier): the bytes a reload puts back are the
 // bytes offloaded (the oracle: the pool's own copy), a hit must match key, tokens and parent,
-// LRU and capacity per tier, the disk tier across a reopen and its refusal for another layout,
-// and every injected disk fault costing the cache only.
+// LRU and capacity per tier, the heartbeats' journal of tier keys (resync, a lost heartbeat's
+// changes), the disk tier across a reopen and its refusal for another layout, and every
+// injected disk fault costing the cache only.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -222,6 +224,51 @@ TEST_F(TierStoreTest, TheHostTierEvictsItsLeastRecentlyUsedBlockForGoodWithoutAD
   EXPECT_EQ(changes.removed, std::vector<uint64_t>{b.key});
   EXPECT_EQ(changes.stored, std::vector<uint64_t>{c.key});
   EXPECT_EQ(store->tiered_keys(), (std::vector<uint64_t>{c.key, a.key}));
+}
+
+// The heartbeats' journal of tier keys is the store's own (TieredKeySource): a resync makes the
+// next take a snapshot of every key held; changes whose heartbeat was lost go back
+// under the newer ones (a newer eviction of the same key wins). Its bound and overflow (the most
+// recently used keys kept) are PrefixCacheJournal's (tests/engine/prefix_cache_journal_test).
+TEST_F(TierStoreTest, ItsKeyJournalResyncsAndTakesBackTheChangesOfALostHeartbeat) {
+  auto store = make_store(3, 0);
+  const TieredBlockId a = block_id(kRootBlockHash, 10);
+  const TieredBlockId b = block_id(kRootBlockHash, 20);
+  const TieredBlockId c = block_id(kRootBlockHash, 30);
+  const TieredBlockId d = block_id(kRootBlockHash, 40);
+  offload(*store, a, 1);
+  offload(*store, b, 2);
+  EXPECT_EQ(store->take_tiered_changes().stored.size(), 2u);
+  EXPECT_TRUE(store->take_tiered_changes().empty());
+  store->resync_tiered_keys();  // a proxy registered the node
+  PrefixCacheChanges snapshot = store->take_tiered_changes();
+  EXPECT_TRUE(snapshot.reset);
+  std::ranges::sort(snapshot.stored);
+  std::vector<uint64_t> held = {a.key, b.key};
+  std::ranges::sort(held);
+  EXPECT_EQ(snapshot.stored, held);
+  EXPECT_TRUE(store->take_tiered_changes().empty());
+
+  offload(*store, c, 3);
+  const PrefixCacheChanges lost = store->take_tiered_changes();  // its heartbeat fails
+  EXPECT_EQ(lost.stored, std::vector<uint64_t>{c.key});
+  offload(*store, d, 4);  // the host tier is full: a, the least recently used, leaves
+  store->restore_tiered_changes(lost);
+  PrefixCacheChanges again = store->take_tiered_changes();
+  std::ranges::sort(again.stored);
+  std::vector<uint64_t> expected = {c.key, d.key};
+  std::ranges::sort(expected);
+  EXPECT_FALSE(again.reset);
+  EXPECT_EQ(again.stored, expected);
+  EXPECT_EQ(again.removed, std::vector<uint64_t>{a.key});
+
+  // A lost "stored" under a newer removal of the same key: the removal wins.
+  const PrefixCacheChanges stale{false, {b.key}, {}};
+  offload(*store, a, 1);  // b is now the least recently used and leaves
+  store->restore_tiered_changes(stale);
+  const PrefixCacheChanges newest = store->take_tiered_changes();
+  EXPECT_EQ(newest.stored, std::vector<uint64_t>{a.key});
+  EXPECT_EQ(newest.removed, std::vector<uint64_t>{b.key});
 }
 
 TEST_F(TierStoreTest, AFullHostTierTakesAWholeNewBatchByEvictingTheOldOne) {
