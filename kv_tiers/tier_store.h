@@ -126,6 +126,9 @@ class TierStore final : public KvTierStore {
   void spill_ahead();
   void drop_host(int slot);  // with mutex_ held; journals the key's removal
   std::vector<uint64_t> tiered_keys_locked() const;
+  // At shutdown, with a disk tier: the host tier's blocks written to disk (within
+  // kShutdownFlushBudget), so that a restart finds them.
+  void flush_host_to_disk();
   void unpin(Job& job);      // with mutex_ held
   void post(Task task);
   void run_worker();
