@@ -1,9 +1,9 @@
 // A stand-in for a node's KV tier store in tests (the real one is kv_tiers/): keys enter
 // (offload) and leave (drop) its tiers as a test says, and it reports them as the
-// TieredKeySource contract asks: changes through a bounded journal (a snapshot, most recently
-// used key first, after an overflow or a resync), changes of a lost heartbeat given back. Counts its takes, so a test can wait for the
-// heartbeat after the one it cares about (an agent takes once per heartbeat, after the answer to
-// the one before).
+// TieredKeySource contract asks: changes through a bounded journal (a snapshot after an
+// overflow or a resync, the most recently used keys kept when cut), changes of a lost heartbeat
+// given back. Counts its takes, so a test can wait for the heartbeat after the one it cares
+// about (an agent takes once per heartbeat, after the answer to the one before).
 #pragma once
 
 #include <chrono>
