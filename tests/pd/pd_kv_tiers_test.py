@@ -10,7 +10,7 @@ offloaded to its host tier. Request B (P + 20 other tokens) must be served by re
 blocks from the host tier (pdserve:kv_tier_hit_blocks_total{tier="host"},
 vllm:external_prefix_cache_hits_total) and importing only the rest: the KV bytes received are
 2 of A's 6 blocks, and the prefill node found P in its own pool, so it computed only the
-remainder. Every greedy output equals pdserve-generate's (the oracle).
+remainder. A's and B's greedy outputs equal pdserve-generate's (the oracle).
 
 Environment: PDSERVE_BUILD_DIR, PDSERVE_SOURCE_DIR (set by CTest).
 """
@@ -86,7 +86,7 @@ def main():
     first, second = prefix + tokens(20), prefix + tokens(20)
     # 7 blocks each with their answers: the three take the 10 blocks A left unused, then A's.
     fillers = [tokens(100) for _ in range(3)]
-    oracle = {id(p): t.generate_greedy(model, p, MAX_TOKENS, KV) for p in (first, second, *fillers)}
+    oracle = {id(p): t.generate_greedy(model, p, MAX_TOKENS, KV) for p in (first, second)}
     target, prefill = start_cluster(model)
     decode_url = target.decode.match.group(2)
     prefill_url = prefill.match.group(2)
@@ -97,7 +97,7 @@ def main():
         bytes_of_a = series(decode_url, "pdserve:kv_transfer_bytes_total")
         t.expect(bytes_of_a > 0, "A's KV was not transferred")
         for filler in fillers:
-            t.expect_equal(complete(target, filler), oracle[id(filler)], "greedy text of a filler")
+            complete(target, filler)
         # A's 5 full blocks and the first two fillers' 6 each are offloaded at the start of the
         # next request's steps; sealed (checksummed), they are hits.
         t.wait_until(lambda: series(decode_url, "pdserve:kv_tier_blocks", 'tier="host"') >= 5 + 2 * 6, 30,
