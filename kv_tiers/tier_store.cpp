@@ -14,6 +14,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The most a shutdown waits for the host tier's blocks to reach the disk tier.
+constexpr auto kShutdownFlushBudget = std::chrono::seconds(10);
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -117,6 +120,35 @@ TierStore::~TierStore() {
       if (!done.ok() || *done) break;
       std::this_thread::yield();
     }
+  }
+  flush_host_to_disk();
+}
+
+void TierStore::flush_host_to_disk() {
+  if (!disk_) return;
+  // The worker has stopped and no copy runs: the host tier's blocks are written least recently
+  // used first, so that the disk tier's LRU keeps the most recent when it is full.
+  const auto deadline = Clock::now() + kShutdownFlushBudget;
+  int written = 0;
+  std::unique_lock lock(mutex_);
+  for (std::optional<int> slot = host_->lru_victim(); slot; slot = host_->lru_victim()) {
+    if (Clock::now() >= deadline) break;
+    if (disk_->find(host_->slot(*slot).id.key)) {
+      host_->release(*slot);
+      continue;
+    }
+    host_->start_spill(*slot);
+    lock.unlock();
+    spill(*slot);
+    lock.lock();
+    ++written;
+  }
+  const int left = host_->num_ready();
+  if (written + left > 0) {
+    PDS_LOG_INFO("KV tiers: wrote " + std::to_string(written) +
+                 " host-tier blocks to the disk tier at shutdown" +
+                 (left > 0 ? " (" + std::to_string(left) + " left out: past the time budget)"
+                           : std::string()));
   }
 }
 
@@ -623,18 +655,26 @@ KvTierStats TierStore::stats() const {
 
 PrefixCacheChanges TierStore::take_tiered_changes() {
   std::lock_guard lock(mutex_);
-  if (journal_.needs_snapshot()) {
-    std::vector<uint64_t> keys = host_->keys();
-    if (disk_) {
-      for (uint64_t key : disk_->keys()) keys.push_back(key);
-    }
-    journal_.set_snapshot(keys);
-  }
+  if (journal_.needs_snapshot()) journal_.set_snapshot(tiered_keys_locked());
   return journal_.take();
+}
+
+void TierStore::restore_tiered_changes(const PrefixCacheChanges& older) {
+  std::lock_guard lock(mutex_);
+  journal_.restore_older(older);
+}
+
+void TierStore::resync_tiered_keys() {
+  std::lock_guard lock(mutex_);
+  journal_.request_snapshot();
 }
 
 std::vector<uint64_t> TierStore::tiered_keys() const {
   std::lock_guard lock(mutex_);
+  return tiered_keys_locked();
+}
+
+std::vector<uint64_t> TierStore::tiered_keys_locked() const {
   std::vector<uint64_t> keys = host_->keys();
   if (disk_) {
     for (uint64_t key : disk_->keys()) keys.push_back(key);

@@ -85,7 +85,10 @@ class TierStore final : public KvTierStore {
   KvTierStats stats() const override;
 
   PrefixCacheChanges take_tiered_changes() override;
-  std::vector<uint64_t> tiered_keys() const override;
+  void restore_tiered_changes(const PrefixCacheChanges& older) override;
+  void resync_tiered_keys() override;
+  // Every key held (the host tier's, then the disk tier's), most recently used first.
+  std::vector<uint64_t> tiered_keys() const;
 
   // Tests: returns once the worker has nothing queued or running (spills, seals, checks).
   void wait_idle_for_tests();
@@ -122,6 +125,10 @@ class TierStore final : public KvTierStore {
   // way to the disk tier.
   void spill_ahead();
   void drop_host(int slot);  // with mutex_ held; journals the key's removal
+  std::vector<uint64_t> tiered_keys_locked() const;
+  // At shutdown, with a disk tier: the host tier's blocks written to disk (within
+  // kShutdownFlushBudget), so that a restart finds them.
+  void flush_host_to_disk();
   void unpin(Job& job);      // with mutex_ held
   void post(Task task);
   void run_worker();

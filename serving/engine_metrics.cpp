@@ -10,8 +10,9 @@ namespace {
 constexpr const char* kNodeStateHelp =
     "1 for the node's state: up (serving), draining (the proxy drained it: no new work).";
 
+// A counter that may not be registered (null).
 void advance(metrics::Counter* counter, int64_t now, int64_t before) {
-  if (counter != nullptr && now > before) counter->inc(static_cast<double>(now - before));
+  if (counter != nullptr) counter->advance(now, before);
 }
 
 }  // namespace

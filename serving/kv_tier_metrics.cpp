@@ -7,11 +7,6 @@
 namespace pdserve {
 namespace {
 
-template <typename T>
-void advance(metrics::Counter& counter, T now, T before) {
-  if (now > before) counter.inc(static_cast<double>(now - before));
-}
-
 constexpr const char* kReloadsHelp =
     "Prefix hits in the KV tiers beyond the pool's: reloaded (landed), recomputed because the "
     "reload was estimated slower (declined), or recomputed after a failed or overdue reload.";
@@ -79,24 +74,24 @@ void KvTierMetrics::publish(const KvTierStats& now, const KvTierStats& last) {
     series->blocks.set(static_cast<double>(usage->blocks));
     series->bytes.set(static_cast<double>(usage->bytes));
     series->capacity_bytes.set(static_cast<double>(usage->capacity_bytes));
-    advance(series->hit_blocks, usage->hit_blocks_total, before->hit_blocks_total);
+    series->hit_blocks.advance(usage->hit_blocks_total, before->hit_blocks_total);
   }
-  advance(store_bytes_, now.offloaded_bytes_total, last.offloaded_bytes_total);
-  advance(load_bytes_, now.reloaded_bytes_total, last.reloaded_bytes_total);
-  advance(external_queries_, now.queried_tokens_total, last.queried_tokens_total);
-  advance(external_hits_, now.reloaded_tokens_total, last.reloaded_tokens_total);
-  advance(offloaded_blocks_, now.offloaded_blocks_total, last.offloaded_blocks_total);
-  advance(reloaded_blocks_, now.reloaded_blocks_total, last.reloaded_blocks_total);
-  advance(offload_seconds_, now.offload_seconds_total, last.offload_seconds_total);
-  advance(reload_seconds_, now.reload_seconds_total, last.reload_seconds_total);
-  advance(offloads_skipped_, now.offloads_skipped_total, last.offloads_skipped_total);
-  advance(reloads_landed_, now.reloads_total - now.reloads_failed_total,
-          last.reloads_total - last.reloads_failed_total);
-  advance(reloads_declined_, now.reloads_declined_total, last.reloads_declined_total);
-  advance(reloads_failed_, now.reloads_failed_total, last.reloads_failed_total);
-  advance(disk_write_errors_, now.disk_write_errors_total, last.disk_write_errors_total);
-  advance(disk_read_errors_, now.disk_read_errors_total, last.disk_read_errors_total);
-  advance(checksum_mismatches_, now.checksum_mismatches_total, last.checksum_mismatches_total);
+  store_bytes_.advance(now.offloaded_bytes_total, last.offloaded_bytes_total);
+  load_bytes_.advance(now.reloaded_bytes_total, last.reloaded_bytes_total);
+  external_queries_.advance(now.queried_tokens_total, last.queried_tokens_total);
+  external_hits_.advance(now.reloaded_tokens_total, last.reloaded_tokens_total);
+  offloaded_blocks_.advance(now.offloaded_blocks_total, last.offloaded_blocks_total);
+  reloaded_blocks_.advance(now.reloaded_blocks_total, last.reloaded_blocks_total);
+  offload_seconds_.advance(now.offload_seconds_total, last.offload_seconds_total);
+  reload_seconds_.advance(now.reload_seconds_total, last.reload_seconds_total);
+  offloads_skipped_.advance(now.offloads_skipped_total, last.offloads_skipped_total);
+  reloads_landed_.advance(now.reloads_total - now.reloads_failed_total,
+                          last.reloads_total - last.reloads_failed_total);
+  reloads_declined_.advance(now.reloads_declined_total, last.reloads_declined_total);
+  reloads_failed_.advance(now.reloads_failed_total, last.reloads_failed_total);
+  disk_write_errors_.advance(now.disk_write_errors_total, last.disk_write_errors_total);
+  disk_read_errors_.advance(now.disk_read_errors_total, last.disk_read_errors_total);
+  checksum_mismatches_.advance(now.checksum_mismatches_total, last.checksum_mismatches_total);
 }
 
 }  // namespace pdserve

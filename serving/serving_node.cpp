@@ -19,8 +19,8 @@
 #include "common/http/openapi_route.h"
 #include "kv_transfer/pool_connector.h"
 #include "serving/prefix_cache_fanout.h"
+#include "serving/prefix_cache_feeds.h"
 #include "serving/stats_log.h"
-#include "serving/tiered_key_feed.h"
 
 namespace pdserve {
 
@@ -284,33 +284,9 @@ NodeLoad node_load(const ServiceStats& stats) {
   return load;
 }
 
-static_assert(kPrefixJournalCapacity == kMaxPrefixReportHashes,
-              "a journal's changes must fit in one heartbeat");
-
-PrefixCacheReport prefix_report(PrefixCacheChanges changes, int block_size) {
-  return {block_size, changes.reset, std::move(changes.stored), std::move(changes.removed)};
-}
-
-// The engine's prefix-cache journal as the fan-out reads it.
-PrefixCacheFeed prefix_cache_feed(LlmEngine* engine, int block_size) {
-  PrefixCacheFeed feed;
-  feed.take = [engine, block_size]() -> std::optional<PrefixCacheReport> {
-    PrefixCacheChanges changes = engine->take_prefix_cache_changes();
-    if (changes.empty()) return std::nullopt;
-    return prefix_report(std::move(changes), block_size);
-  };
-  feed.restore = [engine](PrefixCacheReport report) {
-    engine->restore_prefix_cache_changes(
-        {report.reset, std::move(report.stored), std::move(report.removed)});
-  };
-  feed.resync = [engine] { engine->resync_prefix_cache(); };
-  return feed;
-}
-
 // The node's registrations with its proxies; the fan-outs outlive the agents reading them.
 struct ClusterJoin {
   std::unique_ptr<PrefixCacheFanout> prefix_cache;
-  std::unique_ptr<TieredKeyFeed> tiered_keys;  // null without KV tiers
   std::unique_ptr<PrefixCacheFanout> tiered_cache;
   std::unique_ptr<ClusterMembership> membership;  // null: not in a cluster
 };
@@ -341,10 +317,9 @@ Result<ClusterJoin> join_cluster(const ServingNodeOptions& options, NodeRole rol
     return fanout->feed(index);
   };
   if (node.tiered_keys != nullptr) {
-    join.tiered_keys =
-        std::make_unique<TieredKeyFeed>(*node.tiered_keys, options.engine.block_size);
     join.tiered_cache = std::make_unique<PrefixCacheFanout>(
-        join.tiered_keys->feed(), options.engine.block_size, options.proxy_urls.size());
+        tiered_cache_feed(node.tiered_keys, options.engine.block_size), options.engine.block_size,
+        options.proxy_urls.size());
     membership.tiered_cache = [fanout = join.tiered_cache.get()](size_t index) {
       return fanout->feed(index);
     };

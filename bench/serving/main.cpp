@@ -40,6 +40,7 @@ struct Options {
   std::string backend;  // empty: the one vLLM uses for the endpoint
   std::string request_rate = "inf";
   double request_timeout_s = 600;
+  double retry_429_s = 0;
   std::string result_json;
   std::optional<double> slo_ttft_ms;
   std::optional<double> slo_tpot_ms;
@@ -124,6 +125,11 @@ Status run(Options& options) {
   }
   options.run.request_timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(options.request_timeout_s));
+  if (!(options.retry_429_s >= 0) || !std::isfinite(options.retry_429_s)) {
+    return invalid_argument("--retry-429 must be a number of seconds >= 0");
+  }
+  options.run.retry_429_for = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(options.retry_429_s));
   // As vLLM's benchmark: the API key comes from the environment, not the command line.
   if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr) options.run.api_key = key;
   PDS_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, make_workload(options.workload));
@@ -235,6 +241,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--request-timeout", options.request_timeout_s,
                  "Deadline of each request, seconds")
+      ->capture_default_str();
+  app.add_option("--retry-429", options.retry_429_s,
+                 "Send a request answered HTTP 429 again, after its Retry-After (else a backoff "
+                 "from 0.5 s doubling to 8 s), for up to this many seconds after its first send "
+                 "(counted as retries; TTFT and latency from the first send); 0: a 429 fails it")
       ->capture_default_str();
   app.add_flag("--ignore-eos")
       ->description(

@@ -57,12 +57,47 @@ std::vector<ChatMessage> conversation_so_far(const std::vector<BenchRequest>& re
   return history;
 }
 
+// Sends `request`; with `retry_for` > 0 a 429 answer is sent again after its Retry-After
+// (without one: OpenAI's client backoff, 0.5 s doubling up to 8 s) while the next send would
+// start within `retry_for` of the first. The outcome is the last answer's, timed from the first
+// send as its client saw it, with the retries counted.
+asio::awaitable<RequestOutcome> send_retrying_429(const Endpoint& endpoint,
+                                                  const StreamRequest& request,
+                                                  Clock::duration retry_for,
+                                                  Clock::time_point run_start) {
+  constexpr Clock::duration kMaxBackoff = std::chrono::seconds(8);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const Clock::time_point give_up = Clock::now() + retry_for;
+  Clock::duration backoff = std::chrono::milliseconds(500);
+  double first_start_s = -1;
+  for (int retries = 0;; ++retries) {
+    RequestOutcome outcome = co_await stream_completion(endpoint, request, run_start);
+    if (first_start_s < 0) first_start_s = outcome.start_s;
+    const Clock::duration wait = outcome.retry_after_s
+                                     ? std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(*outcome.retry_after_s))
+                                     : backoff;
+    if (outcome.http_status != 429 || Clock::now() + wait > give_up) {
+      const double waited = outcome.start_s - first_start_s;
+      outcome.start_s = first_start_s;
+      outcome.e2e_s += waited;
+      if (outcome.success) outcome.ttft_s += waited;
+      outcome.retries = retries;
+      co_return outcome;
+    }
+    backoff = std::min(2 * backoff, kMaxBackoff);
+    timer.expires_after(wait);
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+}
+
 // Takes the next conversation in arrival order (a request and the later turns that follow it;
 // one request without multi-turn), waits for its arrival time, runs its turns one after the
 // other; repeat. With N such workers at most N requests are in flight, and a conversation
 // starts at its arrival time or when a worker frees up, whichever is later (a FIFO semaphore).
 // A turn after a failed one is not sent: without the answer there is no conversation to go on.
 asio::awaitable<void> worker(const Endpoint& endpoint, const StreamRequest& prototype,
+                             Clock::duration retry_429_for,
                              const std::vector<BenchRequest>& requests, size_t& next,
                              Clock::time_point run_start, std::vector<RequestOutcome>& outcomes) {
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -85,7 +120,7 @@ asio::awaitable<void> worker(const Endpoint& endpoint, const StreamRequest& prot
       StreamRequest request = prototype;
       request.request = &requests[index];
       request.history = conversation_so_far(requests, outcomes, index);
-      outcomes[index] = co_await stream_completion(endpoint, request, run_start);
+      outcomes[index] = co_await send_retrying_429(endpoint, request, retry_429_for, run_start);
     }
   }
 }
@@ -132,9 +167,11 @@ struct LatencySamples {
 void summarize_outcomes(BenchmarkResult& result, const Slo& slo) {
   result.completed = result.failed = result.good = 0;
   result.total_input_tokens = result.total_output_tokens = 0;
+  result.retries_429 = 0;
   double last_end = 0;
   for (const RequestOutcome& outcome : result.outcomes) {
     last_end = std::max(last_end, outcome.start_s + outcome.e2e_s);
+    result.retries_429 += outcome.retries;
     if (!outcome.success) {
       ++result.failed;
       continue;
@@ -325,11 +362,12 @@ Result<BenchmarkResult> run_benchmark(const RunOptions& options,
     size_t next = 0;
     const Clock::time_point run_start = Clock::now();
     for (size_t i = 0; i < workers; ++i) {
-      asio::co_spawn(
-          io, worker(options.endpoint, prototype, requests, next, run_start, result.outcomes),
-          [](std::exception_ptr error) {
-            if (error) std::rethrow_exception(error);
-          });
+      asio::co_spawn(io,
+                     worker(options.endpoint, prototype, options.retry_429_for, requests, next,
+                            run_start, result.outcomes),
+                     [](std::exception_ptr error) {
+                       if (error) std::rethrow_exception(error);
+                     });
     }
     io.run();
     summarize_outcomes(result, options.slo);
@@ -342,6 +380,9 @@ std::string format_report(const BenchmarkResult& result, const Slo& slo) {
   out += format_line("Model:", result.model);
   out += format_line("Successful requests:", std::to_string(result.completed));
   out += format_line("Failed requests:", std::to_string(result.failed));
+  if (result.retries_429 > 0) {
+    out += format_line("Retried HTTP 429 answers:", std::to_string(result.retries_429));
+  }
   out += format_line("Benchmark duration (s):", number(result.duration_s, 2));
   out += format_line("Total input tokens:", std::to_string(result.total_input_tokens));
   out += format_line("Total generated tokens:", std::to_string(result.total_output_tokens));
@@ -465,12 +506,14 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
            {"max_concurrency",
             options.max_concurrency > 0 ? Json(options.max_concurrency) : Json(nullptr)},
            {"seed", workload.seed},
-           {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()}};
+           {"request_timeout_s", std::chrono::duration<double>(options.request_timeout).count()},
+           {"retry_429_s", std::chrono::duration<double>(options.retry_429_for).count()}};
   // Multi-turn: the records are conversation by conversation, turn r of each at r % num_turns.
   if (workload.num_turns > 0) json["config"]["num_turns"] = workload.num_turns;
   json["duration_s"] = result.duration_s;
   json["completed"] = result.completed;
   json["failed"] = result.failed;
+  json["retries_429"] = result.retries_429;
   json["total_input_tokens"] = result.total_input_tokens;
   json["total_output_tokens"] = result.total_output_tokens;
   json["request_throughput"] = result.request_throughput;
@@ -497,6 +540,7 @@ Json result_json(const BenchmarkResult& result, const WorkloadOptions& workload,
                 {"prompt_tokens", outcome.prompt_tokens},
                 {"output_tokens", outcome.output_tokens},
                 {"text_chunks", outcome.text_chunks},
+                {"retries", outcome.retries},
                 {"start_ms", outcome.start_s * 1e3},
                 {"ttft_ms", outcome.ttft_s * 1e3},
                 {"e2e_ms", outcome.e2e_s * 1e3},

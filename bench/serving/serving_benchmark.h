@@ -48,7 +48,10 @@ struct RunOptions {
   std::string model;        // empty: the first model of GET /v1/models
   std::string api_key;      // Authorization: Bearer (vLLM's bench reads $OPENAI_API_KEY)
   int max_concurrency = 0;  // 0: no limit
-  std::chrono::steady_clock::duration request_timeout = std::chrono::minutes(10);
+  std::chrono::steady_clock::duration request_timeout = std::chrono::minutes(10);  // per send
+  // > 0: a request answered 429 is sent again, honoring Retry-After, while the next send would
+  // start within this long of its first (send_retrying_429); 0: a 429 fails the request.
+  std::chrono::steady_clock::duration retry_429_for{};
   Slo slo;
   ApiRoute route = ApiRoute::kCompletions;
   std::string backend = "openai";  // vLLM's --backend, written to the JSON
@@ -63,6 +66,7 @@ struct BenchmarkResult {
   std::vector<RequestOutcome> outcomes;  // in workload order
   int completed = 0;
   int failed = 0;
+  int retries_429 = 0;                // 429 answers sent again, over all requests
   long total_input_tokens = 0;        // over completed requests
   long total_output_tokens = 0;       // over completed requests
   double request_throughput = 0;      // completed requests/s

@@ -1,8 +1,11 @@
 #include "bench/serving/stream_client.h"
 
+#include <charconv>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string_view>
+#include <system_error>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -198,6 +201,17 @@ std::string check_counts(const RequestOutcome& outcome, const BenchRequest& requ
   return {};
 }
 
+// Retry-After in its delay-seconds form (RFC 9110 10.2.3); an HTTP-date or garbage: none.
+std::optional<double> retry_after_seconds(const http::response<http::string_body>& response) {
+  const auto field = response.find(http::field::retry_after);
+  if (field == response.end()) return std::nullopt;
+  const std::string_view text(field->value().data(), field->value().size());
+  unsigned seconds = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return seconds;
+}
+
 }  // namespace
 
 Result<Endpoint> parse_base_url(const std::string& url) {
@@ -274,6 +288,8 @@ asio::awaitable<RequestOutcome> stream_completion(const Endpoint& endpoint,
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 
   const unsigned status = parser.get().result_int();
+  outcome.http_status = static_cast<int>(status);
+  if (status == 429) outcome.retry_after_s = retry_after_seconds(parser.get());
   if (status != 200) {
     co_return fail("HTTP " + std::to_string(status) + ": " + parser.get().body().substr(0, 300));
   }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <vector>
@@ -36,11 +37,16 @@ const char* api_route_path(ApiRoute route);
 struct RequestOutcome {
   bool success = false;
   std::string error;           // why it failed; empty on success
+  int http_status = 0;         // of the answer (0: none came)
+  // A 429's Retry-After in seconds (delay-seconds form), when it sent one.
+  std::optional<double> retry_after_s;
+  int retries = 0;  // HTTP 429 answers retried before this outcome (RunOptions::retry_429_for)
   int prompt_tokens = 0;       // from the usage chunk
   int output_tokens = 0;       // from the usage chunk, checked against the chunks
   int text_chunks = 0;         // streamed chunks that carried text
   std::string generated_text;  // the streamed text (chat: content and reasoning_content)
-  double start_s = 0;          // when the request was sent, from the start of the run
+  double start_s = 0;          // when the request was first sent, from the start of the run
+  // From start_s (so a retried request's includes its 429 answers and the waits after them).
   double ttft_s = 0;           // to the first chunk with text
   double e2e_s = 0;            // to the end of the stream
   std::vector<double> itl_s;   // between consecutive chunks with text

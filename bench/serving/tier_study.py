@@ -6,7 +6,8 @@ host memory only, and host memory + disk.
 Usage: .venv/bin/python bench/serving/tier_study.py MODEL OUT_DIR [--configs off,host,host+disk]
        [--topologies colocated,1p1d] [--repeats N] [--conversations 20] [--turns 8]
        [--system-words 256] [--input-words 32] [--output-len 16] [--pool-ratio 4]
-       [--block-size 16] [--host-gib G] [--disk-gib G] [--max-concurrency C] [--node-arg=FLAG ...]
+       [--block-size 16] [--host-gib G] [--disk-gib G] [--max-concurrency C] [--retry-429 S]
+       [--node-arg=FLAG ...]
 
 Workload: pdserve-bench-serving's `multiturn` dataset (bench/serving/README.md): CONVERSATIONS
 chat conversations of TURNS turns, every one starting with the same system message of
@@ -14,9 +15,15 @@ SYSTEM_WORDS words, each turn re-sending the whole history (earlier user message
 answers streamed to them) plus INPUT_WORDS new words, all conversations in flight at once (one
 request each; --max-concurrency C: C of them), so their turns interleave and each
 conversation's prefix must survive the others' between two of its turns. A request a node
-refuses (HTTP 429: a disaggregated decode node takes a prompt's KV only when its pool has room
-for it now) fails, and pdserve-bench-serving sends no later turn of that conversation: the
-failures are in each record. The KV pool of every node is sized (--kv-cache-memory-gib,
+refuses with HTTP 429 (a disaggregated decode node takes a prompt's KV only when its pool has
+room for it now, so the 1P1D runs meet it whenever the in-flight conversations outgrow the
+decode pool) is sent again as a real client does: pdserve-bench-serving --retry-429 honors the
+answer's Retry-After for up to --retry-429 seconds (default 300) after the first send, its TTFT
+counted from that first send, and the retries are in each record and the table. This, rather
+than a larger decode pool, keeps every node's pool at 1/POOL_RATIO of the working set, so the
+1P1D rows compare with the colocated ones and the decode node's tiers still matter. A request
+still refused at its deadline fails, and no later turn of its conversation is sent. The KV pool
+of every node is sized (--kv-cache-memory-gib,
 with --block-size and --kv-cache-dtype float32) to 1/POOL_RATIO of the workload's working set
 (the shared system prompt once plus every conversation's own tokens), counted with the model's
 real Qwen3 tokenizer and chat template (Hugging Face `transformers`, from MODEL's
@@ -161,7 +168,7 @@ def bench_command(proxy, args, result):
             "--output-len", str(args.output_len), "--request-rate", str(args.request_rate),
             "--max-concurrency", str(args.max_concurrency or args.conversations), "--seed", str(args.seed),
             "--slo-ttft-ms", str(SLO_TTFT_MS), "--slo-tpot-ms", str(SLO_TPOT_MS),
-            "--request-timeout", "900", "--result-json", result]
+            "--request-timeout", "900", "--retry-429", str(args.retry_429), "--result-json", result]
 
 
 def delta(before, after, role, series):
@@ -218,6 +225,7 @@ def summarize(run, result, before, after, args, bytes_per_token, system_tokens):
                 working_set_blocks=math.ceil((system_tokens + own) / args.block_size),
                 pool_blocks=pool_blocks, completed=result["completed"], failed=result["failed"],
                 good_requests=result["good_requests"], goodput=result["goodput"],
+                retries_429=result.get("retries_429", 0),
                 ttft_ms={k: result["ttft_ms"][k] for k in ("p50", "p90", "p99", "mean")},
                 tpot_ms={k: result["tpot_ms"][k] for k in ("p50", "p90")},
                 duration_s=result["duration_s"], total_input_tokens=result["total_input_tokens"])
@@ -225,8 +233,9 @@ def summarize(run, result, before, after, args, bytes_per_token, system_tokens):
 
 def table(records):
     print("| topology | tiers | pool hit rate | lower-tier hit rates | prefill tokens computed "
-          "| TTFT p50 / p90 (ms) | goodput (req/s) | good / done / failed | working set / pool (blocks) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| TTFT p50 / p90 (ms) | goodput (req/s) | good / done / failed | 429 retries "
+          "| working set / pool (blocks) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for record in records:
         tiers = ", ".join(f"{tier} {rate * 100:.0f} %" for tier, rate in sorted(record["tier_hit_rates"].items())
                           if rate is not None) or "-"
@@ -236,7 +245,7 @@ def table(records):
         print(f"| {where} | {record['config']} | {pool * 100 if pool is not None else 0:.0f} % | {tiers} "
               f"| {record['prefill_tokens_computed']} | {record['ttft_ms']['p50']:.0f} / {record['ttft_ms']['p90']:.0f} "
               f"| {record['goodput']:.2f} | {record['good_requests']} / {record['completed']} / {record['failed']} "
-              f"| {record['working_set_blocks']} / {record['pool_blocks']:.0f} |")
+              f"| {record.get('retries_429', 0)} | {record['working_set_blocks']} / {record['pool_blocks']:.0f} |")
 
 
 def main():
@@ -254,6 +263,8 @@ def main():
     parser.add_argument("--request-rate", type=float, default=2.0)
     parser.add_argument("--max-concurrency", type=int, default=0,
                         help="conversations in flight (default: all of them)")
+    parser.add_argument("--retry-429", type=float, default=300.0,
+                        help="seconds a request answered 429 is sent again for (0: a 429 fails it)")
     parser.add_argument("--pool-ratio", type=float, default=4.0, help="working set / KV pool")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--host-gib", type=float, default=0.0, help="host tier (default: 2x the pool)")
@@ -270,9 +281,9 @@ def main():
         if name not in TOPOLOGIES:
             fail_input(f"--topologies: '{name}' is not one of {', '.join(TOPOLOGIES)}")
     if min(args.conversations, args.turns, args.repeats, args.output_len, args.block_size) < 1 or \
-            args.pool_ratio <= 0 or args.max_concurrency < 0:
+            args.pool_ratio <= 0 or args.max_concurrency < 0 or not args.retry_429 >= 0:
         fail_input("--conversations, --turns, --repeats, --output-len and --block-size must be >= 1, "
-                   "--pool-ratio > 0, --max-concurrency >= 0")
+                   "--pool-ratio > 0, --max-concurrency and --retry-429 >= 0")
     if not os.path.exists(os.path.join(args.model, "tokenizer_config.json")):
         fail_input(f"{args.model} has no tokenizer_config.json (a model folder, e.g. from pdserve-make-model)")
     for name in configs:

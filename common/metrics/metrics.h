@@ -19,6 +19,12 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Counter {
  public:
   void inc(double amount = 1.0) { value_.fetch_add(amount, std::memory_order_relaxed); }
+  // Adds what a cumulative figure (e.g. an engine's stats) grew by since `before`; nothing when
+  // it did not grow.
+  template <typename T>
+  void advance(T now, T before) {
+    if (now > before) inc(static_cast<double>(now - before));
+  }
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:

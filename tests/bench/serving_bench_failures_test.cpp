@@ -1,5 +1,6 @@
 // pdserve-bench-serving against servers that fail: one that dies mid-stream, one that answers
-// with an error status, one that stalls; and a server's timeline copied into the JSON records.
+// with an error status, one that stalls; and a server's timeline copied into the JSON records;
+// 429 answers retried (--retry-429).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -78,6 +79,9 @@ TEST(Failures, ErrorStatusIsReportedWithItsBody) {
   EXPECT_NE(result->outcomes[0].error.find("HTTP 429"), std::string::npos);
   EXPECT_NE(result->outcomes[0].error.find("queue full"), std::string::npos)
       << result->outcomes[0].error;
+  EXPECT_EQ(result->outcomes[0].http_status, 429);
+  EXPECT_EQ(result->outcomes[0].retry_after_s, 1.0);
+  EXPECT_EQ(result->outcomes[0].retries, 0);  // without --retry-429 a 429 fails the request
 }
 
 TEST(Failures, StalledServerHitsTheDeadline) {
@@ -156,6 +160,84 @@ TEST(Timeline, UsageTimelineIsCopiedIntoTheRequestRecord) {
 
   options.label.clear();
   EXPECT_TRUE(result_json(*result, workload, options)["label"].is_null());
+}
+
+// A 429 answer with `retry_after` ("" for none) as its Retry-After header.
+std::string too_many_requests(const std::string& retry_after) {
+  const std::string body = "{\"error\":{\"message\":\"no KV room now\"}}";
+  return "HTTP/1.1 429 Too Many Requests\r\n" +
+         (retry_after.empty() ? "" : "Retry-After: " + retry_after + "\r\n") +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+// --retry-429: each request's first two sends get 429 (Retry-After: 0), the third its stream;
+// every request completes, the retries are counted per request and in total, and the reported
+// times start at the first send.
+TEST(Retry429, ARefusedRequestIsSentAgainAfterItsRetryAfter) {
+  std::atomic<int> connections = 0;
+  FakeServer server([&](tcp::socket& socket) {
+    const nlohmann::json usage = {
+        {"prompt_tokens", 8}, {"completion_tokens", 4}, {"total_tokens", 12}};
+    const std::string response =
+        connections++ % 3 < 2 ? too_many_requests("0") : complete_stream(4, usage);
+    boost::system::error_code ec;
+    boost::asio::write(socket, boost::asio::buffer(response), ec);
+  });
+  RunOptions options;
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.max_concurrency = 1;  // in order, so that every request meets the 429, 429, 200 cycle
+  options.request_timeout = std::chrono::seconds(20);
+  options.retry_429_for = std::chrono::seconds(30);
+  WorkloadOptions workload;
+  workload.num_prompts = 2;
+  workload.input_len = 8;
+  workload.output_len = 4;
+  workload.vocab_size = 1000;
+  const Result<BenchmarkResult> result = run_benchmark(options, make_workload(workload).value());
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  ASSERT_EQ(result->completed, 2) << format_report(*result);
+  EXPECT_EQ(connections.load(), 6);
+  for (const RequestOutcome& outcome : result->outcomes) {
+    EXPECT_EQ(outcome.retries, 2);
+    EXPECT_EQ(outcome.http_status, 200);
+    EXPECT_GE(outcome.e2e_s, outcome.ttft_s);
+  }
+  EXPECT_EQ(result->retries_429, 4);
+  EXPECT_NE(format_report(*result).find("Retried HTTP 429 answers:"), std::string::npos)
+      << format_report(*result);
+  const nlohmann::json json = nlohmann::json::parse(result_json(*result, workload, options).dump());
+  EXPECT_EQ(json["retries_429"], 4);
+  EXPECT_EQ(json["requests"][1]["retries"], 2);
+  EXPECT_EQ(json["config"]["retry_429_s"], 30.0);
+}
+
+// Without Retry-After the client backs off (0.5 s, then 1 s) and gives up when the next send
+// would start after --retry-429's window: the request fails with the last 429, retries counted.
+TEST(Retry429, ARequestStillRefusedAtItsRetryDeadlineFails) {
+  std::atomic<int> connections = 0;
+  FakeServer server([&](tcp::socket& socket) {
+    ++connections;
+    boost::system::error_code ec;
+    boost::asio::write(socket, boost::asio::buffer(too_many_requests("")), ec);
+  });
+  RunOptions options;
+  options.endpoint = server.endpoint();
+  options.model = "m";
+  options.request_timeout = std::chrono::seconds(20);
+  options.retry_429_for = std::chrono::milliseconds(1200);
+  const auto start = std::chrono::steady_clock::now();
+  const Result<BenchmarkResult> result = run_benchmark(options, small_workload(1));
+  ASSERT_TRUE(result.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(result->failed, 1);
+  const RequestOutcome& outcome = result->outcomes[0];
+  EXPECT_EQ(outcome.retries, 1);  // sent at 0 and 0.5 s; the next would be at 1.5 s
+  EXPECT_EQ(connections.load(), 2);
+  EXPECT_EQ(outcome.http_status, 429);
+  EXPECT_GE(outcome.e2e_s, 0.5);  // from the first send
+  EXPECT_NE(outcome.error.find("no KV room now"), std::string::npos) << outcome.error;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """Tests of bench/serving/tier_study.py's plumbing (the KV-tier workload study, issue #32): what
 it makes of the nodes' /metrics (pool and per-tier hit rates whatever the tier series are
 called, in tokens or blocks; prefill tokens computed; the working set from the server's
-prompt_tokens), and what it refuses before any run (exit 2): an unknown configuration or
+prompt_tokens; the 429 retries of the 1P1D runs), and what it refuses before any run (exit 2): an unknown configuration or
 topology, a model folder without tokenizer files, a build whose nodes lack a tier flag.
 No cluster is started: the study itself is docs/PERF.md's. Run by CTest (label bench)."""
 
@@ -66,6 +66,7 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(record["working_set_blocks"], -(-(400 + 216 + 316) // BLOCK))
         self.assertEqual(record["pool_blocks"], 200)
         self.assertEqual(record["ttft_ms"]["p90"], 200)
+        self.assertEqual(record["retries_429"], 0)
 
     def test_disaggregated_kv_received_is_not_computed_and_no_tier_series_means_none(self):
         before = {"prefill": {"vllm:prefix_cache_queries_total": 0, "vllm:prefix_cache_hits_total": 0},
@@ -74,17 +75,30 @@ class SummaryTest(unittest.TestCase):
         after = {"prefill": {"vllm:prefix_cache_queries_total": 900, "vllm:prefix_cache_hits_total": 300},
                  "decode": {"vllm:prefix_cache_queries_total": 1000, "vllm:prefix_cache_hits_total": 100,
                             "pdserve:kv_transfer_bytes_total": 600 * BYTES_PER_TOKEN}}
-        record = tier_study.summarize({"topology": "1p1d", "config": "off"}, result([request(10), request(20)]),
+        refused_twice = dict(result([request(10), request(20)]), retries_429=2)
+        record = tier_study.summarize({"topology": "1p1d", "config": "off"}, refused_twice,
                                       before, after, args(turns=1), BYTES_PER_TOKEN, 0)
+        self.assertEqual(record["retries_429"], 2)
         self.assertEqual(record["tier_hit_rates"], {})
         self.assertAlmostEqual(record["pool_hit_rate"], 400 / 1900)
         # The prefill node computed its 600 misses; the decode node received them, computing 300.
         self.assertEqual(record["prefill_tokens_computed"], 600 + 900 - 600)
 
+    def test_the_bench_client_retries_a_429_as_a_real_client_does(self):
+        # A disaggregated decode node answers 429 while its pool has no room for a prompt's KV:
+        # the 1P1D rows run only when pdserve-bench-serving sends such a request again.
+        study = args(system_words=8, input_words=4, output_len=4, request_rate=1.0, max_concurrency=0, seed=1,
+                     retry_429=300.0)
+        command = tier_study.bench_command("http://127.0.0.1:1", study, "bench.json")
+        self.assertEqual(command[command.index("--retry-429") + 1], "300.0")
+        self.assertIn("--retry-429", subprocess.run([command[0], "--help"], capture_output=True, text=True,
+                                                    timeout=30).stdout, "the bench client lacks --retry-429")
+
     def test_the_table_row_shows_every_figure(self):
         record = {"topology": "1p1d", "config": "host", "pool_hit_rate": 0.5, "tier_hit_rates": {"host": 0.25},
                   "prefill_tokens_computed": 1234, "ttft_ms": {"p50": 10.4, "p90": 20.6}, "goodput": 0.5,
-                  "good_requests": 3, "completed": 4, "failed": 1, "working_set_blocks": 800, "pool_blocks": 200}
+                  "good_requests": 3, "completed": 4, "failed": 1, "retries_429": 7, "working_set_blocks": 800,
+                  "pool_blocks": 200}
         with tempfile.TemporaryFile("w+") as sink:
             stdout, sys.stdout = sys.stdout, sink
             try:
@@ -93,7 +107,7 @@ class SummaryTest(unittest.TestCase):
                 sys.stdout = stdout
             sink.seek(0)
             row = sink.read().splitlines()[-1]
-        self.assertEqual(row, "| 1p1d | host | 50 % | host 25 % | 1234 | 10 / 21 | 0.50 | 3 / 4 / 1 | 800 / 200 |")
+        self.assertEqual(row, "| 1p1d | host | 50 % | host 25 % | 1234 | 10 / 21 | 0.50 | 3 / 4 / 1 | 7 | 800 / 200 |")
 
 
 class RefusalTest(unittest.TestCase):
@@ -126,7 +140,7 @@ class RefusalTest(unittest.TestCase):
     def test_bad_arguments_exit_2_naming_them(self):
         out = os.path.join(self.directory.name, "out")
         for extra, part in ((["--configs", "off,ssd"], "'ssd'"), (["--topologies", "2p2d"], "'2p2d'"),
-                            (["--pool-ratio", "0"], "--pool-ratio")):
+                            (["--pool-ratio", "0"], "--pool-ratio"), (["--retry-429", "-1"], "--retry-429")):
             completed = self.run_study(self.model, out, *extra)
             self.assertEqual(completed.returncode, 2, completed.stderr)
             self.assertIn(part, completed.stderr)

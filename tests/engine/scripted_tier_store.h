@@ -36,7 +36,8 @@ class ScriptedTierStore final : public KvTierStore {
   void set_wakeup(std::function<void()>) override {}
   KvTierStats stats() const override { return {}; }
   PrefixCacheChanges take_tiered_changes() override { return {}; }
-  std::vector<uint64_t> tiered_keys() const override { return {}; }
+  void restore_tiered_changes(const PrefixCacheChanges&) override {}
+  void resync_tiered_keys() override {}
 
   void finish(TierJobId job, Status status = Status::ok_status()) {
     int blocks = 0;

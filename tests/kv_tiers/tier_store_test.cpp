@@ -1,7 +1,8 @@
 // The tier store against a host pool (HostPoolCopier): the bytes a reload puts back are the
 // bytes offloaded (the oracle: the pool's own copy), a hit must match key, tokens and parent,
-// LRU and capacity per tier, the disk tier across a reopen and its refusal for another layout,
-// and every injected disk fault costing the cache only.
+// LRU and capacity per tier, the heartbeats' journal of tier keys (resync, a lost heartbeat's
+// changes), the disk tier across a reopen and its refusal for another layout, and every
+// injected disk fault costing the cache only.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -224,6 +226,51 @@ TEST_F(TierStoreTest, TheHostTierEvictsItsLeastRecentlyUsedBlockForGoodWithoutAD
   EXPECT_EQ(store->tiered_keys(), (std::vector<uint64_t>{c.key, a.key}));
 }
 
+// The heartbeats' journal of tier keys is the store's own (TieredKeySource): a resync makes the
+// next take a snapshot of every key held; changes whose heartbeat was lost go back
+// under the newer ones (a newer eviction of the same key wins). Its bound and overflow (the most
+// recently used keys kept) are PrefixCacheJournal's (tests/engine/prefix_cache_journal_test).
+TEST_F(TierStoreTest, ItsKeyJournalResyncsAndTakesBackTheChangesOfALostHeartbeat) {
+  auto store = make_store(3, 0);
+  const TieredBlockId a = block_id(kRootBlockHash, 10);
+  const TieredBlockId b = block_id(kRootBlockHash, 20);
+  const TieredBlockId c = block_id(kRootBlockHash, 30);
+  const TieredBlockId d = block_id(kRootBlockHash, 40);
+  offload(*store, a, 1);
+  offload(*store, b, 2);
+  EXPECT_EQ(store->take_tiered_changes().stored.size(), 2u);
+  EXPECT_TRUE(store->take_tiered_changes().empty());
+  store->resync_tiered_keys();  // a proxy registered the node
+  PrefixCacheChanges snapshot = store->take_tiered_changes();
+  EXPECT_TRUE(snapshot.reset);
+  std::ranges::sort(snapshot.stored);
+  std::vector<uint64_t> held = {a.key, b.key};
+  std::ranges::sort(held);
+  EXPECT_EQ(snapshot.stored, held);
+  EXPECT_TRUE(store->take_tiered_changes().empty());
+
+  offload(*store, c, 3);
+  const PrefixCacheChanges lost = store->take_tiered_changes();  // its heartbeat fails
+  EXPECT_EQ(lost.stored, std::vector<uint64_t>{c.key});
+  offload(*store, d, 4);  // the host tier is full: a, the least recently used, leaves
+  store->restore_tiered_changes(lost);
+  PrefixCacheChanges again = store->take_tiered_changes();
+  std::ranges::sort(again.stored);
+  std::vector<uint64_t> expected = {c.key, d.key};
+  std::ranges::sort(expected);
+  EXPECT_FALSE(again.reset);
+  EXPECT_EQ(again.stored, expected);
+  EXPECT_EQ(again.removed, std::vector<uint64_t>{a.key});
+
+  // A lost "stored" under a newer removal of the same key: the removal wins.
+  const PrefixCacheChanges stale{false, {b.key}, {}};
+  offload(*store, a, 1);  // b is now the least recently used and leaves
+  store->restore_tiered_changes(stale);
+  const PrefixCacheChanges newest = store->take_tiered_changes();
+  EXPECT_EQ(newest.stored, std::vector<uint64_t>{a.key});
+  EXPECT_EQ(newest.removed, std::vector<uint64_t>{b.key});
+}
+
 TEST_F(TierStoreTest, AFullHostTierTakesAWholeNewBatchByEvictingTheOldOne) {
   auto store = make_store(4, 0);
   std::vector<TierOffload> first;
@@ -278,23 +325,35 @@ TEST_F(TierStoreTest, TheDiskTierKeepsItsCapacityByEvictingItsOldestFile) {
   EXPECT_EQ(store->stats().disk.blocks, 2);
 }
 
+// a is spilled to disk while the store runs; b, still in host memory at shutdown, is written
+// out then: both reload their bytes after the reopen.
 TEST_F(TierStoreTest, TheDiskTierSurvivesAReopenForTheSameModelAndIsClearedForAnother) {
   const TieredBlockId a = block_id(kRootBlockHash, 10);
   const TieredBlockId b = block_id(kRootBlockHash, 20);
-  const std::vector<std::byte> expected = block_bytes(1);
+  const std::vector<std::byte> expected_a = block_bytes(1);
+  const std::vector<std::byte> expected_b = block_bytes(2);
   {
     auto store = make_store(2, 8);
     offload(*store, a, 1);
     offload(*store, b, 2);
+    ASSERT_EQ(store->match({&b, 1}), std::vector<KvTier>{KvTier::kHost});
+    ASSERT_EQ(store->stats().disk.blocks, 1);
   }
   {
     auto store = make_store(2, 8);
     ASSERT_EQ(store->match({&a, 1}), std::vector<KvTier>{KvTier::kDisk});
-    const TierJobResult result = reload(*store, a, 6);
+    ASSERT_EQ(store->match({&b, 1}), std::vector<KvTier>{KvTier::kDisk});
+    TierJobResult result = reload(*store, a, 6);
     ASSERT_TRUE(result.status.ok()) << result.status.to_string();
-    EXPECT_EQ(block_bytes(6), expected);
-    const PrefixCacheChanges changes = store->take_tiered_changes();
-    EXPECT_EQ(changes.stored, std::vector<uint64_t>{a.key});  // reported to the proxy again
+    EXPECT_EQ(block_bytes(6), expected_a);
+    result = reload(*store, b, 6);
+    ASSERT_TRUE(result.status.ok()) << result.status.to_string();
+    EXPECT_EQ(block_bytes(6), expected_b);
+    PrefixCacheChanges changes = store->take_tiered_changes();
+    std::ranges::sort(changes.stored);
+    std::vector<uint64_t> both = {a.key, b.key};
+    std::ranges::sort(both);
+    EXPECT_EQ(changes.stored, both);  // reported to the proxy again
   }
   auto store = make_store(2, 8, "model-b");
   EXPECT_TRUE(store->match({&a, 1}).empty());

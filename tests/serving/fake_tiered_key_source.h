@@ -1,12 +1,11 @@
 // A stand-in for a node's KV tier store in tests (the real one is kv_tiers/): keys enter
 // (offload) and leave (drop) its tiers as a test says, and it reports them as the
 // TieredKeySource contract asks: changes through a bounded journal (a snapshot after an
-// overflow), every key most recently used first. Counts its takes, so a test can wait for the
-// heartbeat after the one it cares about (an agent takes once per heartbeat, after the answer to
-// the one before).
+// overflow or a resync, the most recently used keys kept when cut), changes of a lost heartbeat
+// given back. Counts its takes, so a test can wait for the heartbeat after the one it cares
+// about (an agent takes once per heartbeat, after the answer to the one before).
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -22,8 +21,7 @@ namespace pdserve::testing {
 
 class FakeTieredKeySource : public TieredKeySource {
  public:
-  explicit FakeTieredKeySource(size_t journal_capacity = kPrefixJournalCapacity)
-      : journal_(journal_capacity) {}
+  FakeTieredKeySource() = default;
 
   void offload(uint64_t key) {
     std::lock_guard lock(mutex_);
@@ -44,9 +42,13 @@ class FakeTieredKeySource : public TieredKeySource {
     took_.notify_all();
     return journal_.take();
   }
-  std::vector<uint64_t> tiered_keys() const override {
+  void restore_tiered_changes(const PrefixCacheChanges& older) override {
     std::lock_guard lock(mutex_);
-    return {keys_.begin(), keys_.end()};
+    journal_.restore_older(older);
+  }
+  void resync_tiered_keys() override {
+    std::lock_guard lock(mutex_);
+    journal_.request_snapshot();
   }
 
   size_t takes() const {
@@ -63,7 +65,7 @@ class FakeTieredKeySource : public TieredKeySource {
   mutable std::mutex mutex_;
   std::condition_variable took_;
   std::list<uint64_t> keys_;  // front: most recent
-  PrefixCacheJournal journal_;
+  PrefixCacheJournal journal_{kPrefixJournalCapacity};
   size_t takes_ = 0;
 };
 

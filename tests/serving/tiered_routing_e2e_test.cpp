@@ -1,6 +1,6 @@
 // A node's KV-tier keys from its tier store to the proxy's placement, over HTTP (issue #32):
 // a fake tier store (the real one is kv_tiers/) feeds each node's real cluster membership
-// (TieredKeyFeed, PrefixCacheFanout, NodeAgent); a real ProxyServer applies their heartbeats;
+// (tiered_cache_feed, PrefixCacheFanout, NodeAgent); a real ProxyServer applies their heartbeats;
 // its registry then places a prompt on the node whose tiers hold it, sees a key leave, and drops
 // the node's tier index when the node leaves.
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "common/http/http_server.h"
 #include "proxy/proxy_server.h"
 #include "serving/prefix_cache_fanout.h"
-#include "serving/tiered_key_feed.h"
+#include "serving/prefix_cache_feeds.h"
 #include "tests/serving/fake_tiered_key_source.h"
 
 namespace pdserve {
@@ -31,7 +31,7 @@ constexpr int kBlockSize = 4;
 class TieredNode {
  public:
   TieredNode(const std::string& proxy_url, int port)
-      : feed_(source_, kBlockSize), fanout_(feed_.feed(), kBlockSize, 1) {
+      : fanout_(tiered_cache_feed(&source_, kBlockSize), kBlockSize, 1) {
     MembershipOptions options;
     options.proxy_urls = {proxy_url};
     options.cluster_token = kToken;
@@ -52,7 +52,6 @@ class TieredNode {
 
  private:
   FakeTieredKeySource source_;
-  TieredKeyFeed feed_;
   PrefixCacheFanout fanout_;
   std::unique_ptr<ClusterMembership> membership_;
 };

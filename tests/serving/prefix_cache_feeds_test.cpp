@@ -1,8 +1,9 @@
-// TieredKeyFeed: a node's KV-tier keys reach its heartbeats bounded and resynced as the pool's
-// do: a snapshot after registration (most recently used keys first, cut at the journal's
-// bound), changes after it, changes of a lost heartbeat given back, a snapshot again after an
-// overflow; and through a PrefixCacheFanout, each proxy gets them all.
-#include "serving/tiered_key_feed.h"
+// The tier store's key journal as a heartbeat feed (serving/prefix_cache_feeds.h, issue #32):
+// nothing until a key moves, then its changes labelled with the engine's block size; a resync
+// passed to the store gives a snapshot, changes of a lost heartbeat go back to the store under
+// newer ones, and through a PrefixCacheFanout each proxy gets every change. Against a fake
+// store; the real store's journal (bound, snapshot order) is tests/kv_tiers/tier_store_test.
+#include "serving/prefix_cache_feeds.h"
 
 #include <algorithm>
 #include <optional>
@@ -25,10 +26,9 @@ std::vector<uint64_t> sorted(std::vector<uint64_t> keys) {
   return keys;
 }
 
-TEST(TieredKeyFeed, NothingUntilAKeyMovesThenItsChanges) {
+TEST(TieredCacheFeed, NothingUntilAKeyMovesThenItsChanges) {
   FakeTieredKeySource source;
-  TieredKeyFeed tiers(source, kBlockSize);
-  PrefixCacheFeed feed = tiers.feed();
+  PrefixCacheFeed feed = tiered_cache_feed(&source, kBlockSize);
   EXPECT_FALSE(feed.take().has_value());
   source.offload(7);
   source.offload(8);
@@ -42,10 +42,9 @@ TEST(TieredKeyFeed, NothingUntilAKeyMovesThenItsChanges) {
   EXPECT_FALSE(feed.take().has_value());
 }
 
-TEST(TieredKeyFeed, AResyncSendsTheMostRecentKeysCutAtTheReportBound) {
+TEST(TieredCacheFeed, AResyncSendsTheMostRecentKeysCutAtTheReportBound) {
   FakeTieredKeySource source;
-  TieredKeyFeed tiers(source, kBlockSize);
-  PrefixCacheFeed feed = tiers.feed();
+  PrefixCacheFeed feed = tiered_cache_feed(&source, kBlockSize);
   const uint64_t total = kMaxPrefixReportHashes + 100;
   for (uint64_t key = 1; key <= total; ++key) source.offload(key);  // key `total` most recent
   (void)feed.take();
@@ -63,10 +62,9 @@ TEST(TieredKeyFeed, AResyncSendsTheMostRecentKeysCutAtTheReportBound) {
   EXPECT_EQ(feed.take()->removed, std::vector<uint64_t>{total});
 }
 
-TEST(TieredKeyFeed, ChangesOfALostHeartbeatComeBackUnderNewerOnes) {
+TEST(TieredCacheFeed, ChangesOfALostHeartbeatComeBackUnderNewerOnes) {
   FakeTieredKeySource source;
-  TieredKeyFeed tiers(source, kBlockSize);
-  PrefixCacheFeed feed = tiers.feed();
+  PrefixCacheFeed feed = tiered_cache_feed(&source, kBlockSize);
   source.offload(1);
   source.offload(2);
   PrefixCacheReport lost = feed.take().value();
@@ -77,25 +75,9 @@ TEST(TieredKeyFeed, ChangesOfALostHeartbeatComeBackUnderNewerOnes) {
   EXPECT_EQ(again.removed, std::vector<uint64_t>{2});
 }
 
-TEST(TieredKeyFeed, MoreChangesThanOneReportHoldsBecomeASnapshotOfTheMostRecentKeys) {
-  FakeTieredKeySource source(4 * kMaxPrefixReportHashes);  // its own journal holds them all
-  TieredKeyFeed tiers(source, kBlockSize);
-  PrefixCacheFeed feed = tiers.feed();
-  const uint64_t total = kMaxPrefixReportHashes + 1;
-  for (uint64_t key = 1; key <= total; ++key) source.offload(key);
-  const PrefixCacheReport report = feed.take().value();
-  EXPECT_TRUE(report.reset);
-  EXPECT_TRUE(report.removed.empty());
-  ASSERT_EQ(report.stored.size(), kMaxPrefixReportHashes);
-  EXPECT_EQ(std::count(report.stored.begin(), report.stored.end(), uint64_t{1}), 0);
-  EXPECT_EQ(std::count(report.stored.begin(), report.stored.end(), total), 1);
-  EXPECT_FALSE(feed.take().has_value());
-}
-
-TEST(TieredKeyFeed, EachProxyOfAFanOutGetsEveryChange) {
+TEST(TieredCacheFeed, EachProxyOfAFanOutGetsEveryChange) {
   FakeTieredKeySource source;
-  TieredKeyFeed tiers(source, kBlockSize);
-  PrefixCacheFanout fanout(tiers.feed(), kBlockSize, 2);
+  PrefixCacheFanout fanout(tiered_cache_feed(&source, kBlockSize), kBlockSize, 2);
   PrefixCacheFeed first = fanout.feed(0);
   PrefixCacheFeed second = fanout.feed(1);
   source.offload(5);
