@@ -95,6 +95,10 @@ class Tools:
         self.build = os.path.abspath(args.build_dir)
         self.llama_bin = os.path.abspath(args.llama_bin) if args.llama_bin else None
         self.threads = args.threads
+        # llama.cpp's weight repacking (its "extra buffer types": AMX tiles for Q8_0 on CPUs that
+        # advertise AMX) off, for hosts that advertise AMX but do not grant its tile state (a VM:
+        # SIGILL at tilezero). Applied to every llama.cpp run of the benchmark, so rows compare alike.
+        self.no_repack = args.llama_no_repack
 
     def __getattr__(self, key):
         if key in self.PDSERVE:
@@ -157,7 +161,8 @@ def llama_row(tools, gguf_path, row):
         context = row["batch"] * (row["context"] + DECODE_TOKENS) + 64
         out = run([tools.batched_bench, "-m", gguf_path, "-t", str(tools.threads), "-c", str(context),
                    "-b", "2048", "-ub", "512", "-npp", str(row["context"]), "-ntg", str(DECODE_TOKENS),
-                   "-npl", str(row["batch"]), "--output-format", "jsonl"], timeout=3600)
+                   "-npl", str(row["batch"]), "--output-format", "jsonl"]
+                  + (["--no-repack"] if tools.no_repack else []), timeout=3600)
         record = json_lines(out)[-1]
         tok_s = record["speed_tg"]
     else:
@@ -165,7 +170,8 @@ def llama_row(tools, gguf_path, row):
             shape = ["-p", str(row["tokens"]), "-n", "0"]
         else:
             shape = ["-p", "0", "-n", str(DECODE_TOKENS), "-d", str(row["context"])]
-        out = run([tools.llama_bench, "-m", gguf_path, "-t", str(tools.threads), "-r", "3", "-o", "jsonl"] + shape,
+        out = run([tools.llama_bench, "-m", gguf_path, "-t", str(tools.threads), "-r", "3", "-o", "jsonl"] + shape
+                  + (["--repack", "0"] if tools.no_repack else []),
                   timeout=3600)
         record = json_lines(out)[-1]
         tok_s = max(record["samples_ts"])  # the best repetition, as pdserve's best
@@ -241,6 +247,7 @@ def serving(tools, model_dir, gguf_path, work, args):
             else:
                 cmd = [tools.llama_server, "-m", gguf_path, "--port", str(port), "-t", str(tools.threads),
                        "-np", str(max(levels)), "-c", str(context), "--no-webui"]
+                cmd += ["--no-repack"] if tools.no_repack else []
                 ready = f"http://127.0.0.1:{port}/health"
             log("$ " + " ".join(cmd))
             with open(log_path, "w") as server_log:
@@ -283,6 +290,8 @@ def main():
     parser.add_argument("--config", default=CONFIG_06B, help="config.json of the benchmarked shape")
     parser.add_argument("--weights", choices=sorted(WEIGHTS), default="bf16",
                         help="bf16: both engines read bf16; fp8: pdserve FP8 (block 128x128) vs llama.cpp Q8_0")
+    parser.add_argument("--llama-no-repack", action="store_true",
+                        help="run llama.cpp without weight repacking (for hosts whose AMX is advertised but unusable)")
     parser.add_argument("--agreement-config", default=CONFIG_06B, help="config.json of the agreement model")
     parser.add_argument("--agreement-layers", type=int, default=4)
     parser.add_argument("--agreement-only", action="store_true", help="only the greedy-token agreement check")

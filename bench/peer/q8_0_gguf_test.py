@@ -64,6 +64,17 @@ def main():
         if not worst <= BOUND_STEPS:
             failures.append(f"Q8_0 round trip error {worst:.3f} steps > {BOUND_STEPS:.3f}")
         import llama_cpp  # the peer venv's; imported last so that the format checks run first
+        # Without llama.cpp's weight repacking (extra buffer types): on a host that advertises AMX
+        # but does not grant its tile state (a VM), its AMX Q8_0 kernel dies of SIGILL. Repacking
+        # changes the layout in memory, not what the file holds, which is what this checks.
+        bindings = llama_cpp.llama_cpp  # the module Llama reads its default parameters from
+        default_params = bindings.llama_model_default_params
+
+        def params_without_repacking():
+            params = default_params()
+            params.use_extra_bufts = False
+            return params
+        bindings.llama_model_default_params = params_without_repacking
         llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_threads=2, verbose=False)
         tokens = []
         for token in llm.generate([9707, 1879, 11, 419], temp=0.0):
