@@ -68,6 +68,20 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(record["ttft_ms"]["p90"], 200)
         self.assertEqual(record["retries_429"], 0)
 
+    def test_an_aggregate_hit_series_beside_the_per_tier_ones_is_not_counted_twice(self):
+        before = {"decode": {'vllm:prefix_cache_queries_total{model_name="m"}': 0,
+                             'vllm:prefix_cache_hits_total{model_name="m"}': 0}}
+        after = {"decode": {'vllm:prefix_cache_queries_total{model_name="m"}': 2000,
+                            'vllm:prefix_cache_hits_total{model_name="m"}': 800,
+                            'pdserve:kv_tier_hit_blocks_total{tier="host"}': 20,
+                            'pdserve:kv_tier_hit_blocks_total{tier="disk"}': 5,
+                            'vllm:external_prefix_cache_hits_total{model_name="m"}': 25 * BLOCK}}
+        requests = [request(500), request(600), request(520), request(700)]
+        record = tier_study.summarize({"topology": "colocated", "config": "host+disk"}, result(requests),
+                                      before, after, args(), BYTES_PER_TOKEN, 400)
+        self.assertEqual(record["prefill_tokens_computed"], 2000 - 800 - 25 * BLOCK)
+        self.assertAlmostEqual(record["tier_hit_rates"]["disk"], 5 * BLOCK / 2000)
+
     def test_disaggregated_kv_received_is_not_computed_and_no_tier_series_means_none(self):
         before = {"prefill": {"vllm:prefix_cache_queries_total": 0, "vllm:prefix_cache_hits_total": 0},
                   "decode": {"vllm:prefix_cache_queries_total": 0, "vllm:prefix_cache_hits_total": 0,
