@@ -95,14 +95,15 @@ void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begi
 // lanes (fma), summed with sum_lanes16's tree. The avx512 level (no bf16 dot products) runs
 // the avx2 kernel.
 //
-// Below kFp8DecodeOnceMinRows activation rows (decode steps: bound by reading the weights) the
-// avx2 and avx512_bf16 kernels decode the codes in registers for every row tile, reading one
-// byte a weight from memory; from it on (prefill chunks: bound by arithmetic) each call first
-// decodes its column block once, exactly, into the caller's per-thread `decoded` buffer (L2
-// sized: linear_cpu's column blocks count its bytes) and every row tile reads that. The block
-// scales stay applied to the partial sums in both, so every element's sum is the same, bit
-// for bit, whatever the batch.
-constexpr int64_t kFp8DecodeOnceMinRows = 16;
+// Below kFp8DecodeOnceMinRows activation rows (small decode batches: bound by reading the
+// weights) the avx2 and avx512_bf16 kernels decode the codes in registers for every row tile,
+// reading one byte a weight from memory; from it on (decode batches of 8 or more and prefill
+// chunks: bound by the widening, which the in-register path pays again for every 4-row tile)
+// each call first decodes its column block once, exactly, into the caller's per-thread
+// `decoded` buffer (L2 sized: linear_cpu's column blocks count its bytes) and every row tile
+// reads that. The block scales stay applied to the partial sums in both, so every element's
+// sum is the same, bit for bit, whatever the batch.
+constexpr int64_t kFp8DecodeOnceMinRows = 8;
 void linear_cpu_fp8_columns_portable(const LinearProblem& problem, int64_t n_begin,
                                      int64_t n_end);
 // `decoded`: (n_end - n_begin) * fp8_decoded_row_avx2(k) floats when m >= kFp8DecodeOnceMinRows
