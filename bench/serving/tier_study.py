@@ -206,18 +206,16 @@ def summarize(run, result, before, after, args, bytes_per_token, system_tokens):
     queries = delta(before, after, "", "vllm:prefix_cache_queries_total")
     hits = delta(before, after, "", "vllm:prefix_cache_hits_total")
     received = delta(before, after, "decode", "pdserve:kv_transfer_bytes_total")
-    tiers = {}
+    reloaded = {}  # tokens per tier
     for (tier, unit), count in tier_hits(before, after).items():
-        tokens = count * args.block_size if unit == "blocks" else count
-        tiers[tier] = tokens / queries if queries else None
+        reloaded[tier] = reloaded.get(tier, 0.0) + (count * args.block_size if unit == "blocks" else count)
+    tiers = {tier: tokens / queries if queries else None for tier, tokens in reloaded.items()}
     # The pool misses of every node, less what the decode node received from the prefill node:
     # the prompt tokens some node computed (a reload from a tier that the node does not count
     # as a pool hit is taken off by the tier hits). A series without a tier label (vLLM's
     # external_prefix_cache_hits_total) sums the per-tier ones where both exist: counted once.
-    reloads = {key: count for key, count in tier_hits(before, after).items()}
-    per_tier = {key: count for key, count in reloads.items() if ":" not in key[0]}
-    computed = queries - hits - received / bytes_per_token - sum(
-        count * (args.block_size if unit == "blocks" else 1) for (_, unit), count in (per_tier or reloads).items())
+    per_tier = [tokens for tier, tokens in reloaded.items() if ":" not in tier]
+    computed = queries - hits - received / bytes_per_token - sum(per_tier or reloaded.values())
     records = result.get("requests", [])
     last_turns = [records[i] for i in range(args.turns - 1, len(records), args.turns)]
     own = sum(max(0, r["prompt_tokens"] + r["output_tokens"] - system_tokens) for r in last_turns if r["success"])

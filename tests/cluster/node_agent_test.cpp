@@ -97,31 +97,41 @@ TEST(NodeAgent, AnUnansweredHeartbeatDoesNotHoldUpTheNext) {
   EXPECT_EQ(agent->node_id(), "decode-1");
 }
 
+// A key journal stand-in: every take reports one new key (1, 2, ...); what is given back and
+// the snapshots asked for are recorded.
+struct OneKeyPerTakeFeed {
+  std::mutex mutex;
+  uint64_t next_key = 1;
+  int resyncs = 0;
+  std::vector<uint64_t> restored;
+
+  PrefixCacheFeed feed() {
+    PrefixCacheFeed feed;
+    feed.take = [this]() -> std::optional<PrefixCacheReport> {
+      std::lock_guard lock(mutex);
+      return PrefixCacheReport{16, false, {next_key++}, {}};
+    };
+    feed.restore = [this](PrefixCacheReport report) {
+      std::lock_guard lock(mutex);
+      restored.insert(restored.end(), report.stored.begin(), report.stored.end());
+    };
+    feed.resync = [this] {
+      std::lock_guard lock(mutex);
+      ++resyncs;
+    };
+    return feed;
+  }
+};
+
 TEST(NodeAgent, PrefixChangesOfAnUnansweredHeartbeatAreGivenBackAndRegistrationAsksForASnapshot) {
   FakeProxy proxy;
-  std::mutex mutex;
-  int resyncs = 0;
-  uint64_t next_key = 1;
-  std::vector<uint64_t> restored;
+  OneKeyPerTakeFeed pool;
   NodeAgentOptions options;
   options.proxy_url = proxy.url();
   options.registration.role = NodeRole::kPrefill;
   options.registration.url = "http://127.0.0.1:1";
   options.heartbeat_interval = 200ms;
-  PrefixCacheFeed feed;
-  feed.take = [&]() -> std::optional<PrefixCacheReport> {
-    std::lock_guard lock(mutex);
-    return PrefixCacheReport{16, false, {next_key++}, {}};
-  };
-  feed.restore = [&](PrefixCacheReport report) {
-    std::lock_guard lock(mutex);
-    restored.insert(restored.end(), report.stored.begin(), report.stored.end());
-  };
-  feed.resync = [&] {
-    std::lock_guard lock(mutex);
-    ++resyncs;
-  };
-  options.prefix_cache = feed;
+  options.prefix_cache = pool.feed();
   std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
   proxy.wait_for_heartbeats(3);
   agent.reset();
@@ -132,18 +142,16 @@ TEST(NodeAgent, PrefixChangesOfAnUnansweredHeartbeatAreGivenBackAndRegistrationA
     ASSERT_TRUE(heartbeat.prefix_cache.has_value()) << bodies[index];
     EXPECT_EQ(heartbeat.prefix_cache->stored, std::vector<uint64_t>{index + 1});
   }
-  std::lock_guard lock(mutex);
-  EXPECT_EQ(resyncs, 1);  // after the one registration
-  EXPECT_EQ(restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
+  std::lock_guard lock(pool.mutex);
+  EXPECT_EQ(pool.resyncs, 1);  // after the one registration
+  EXPECT_EQ(pool.restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
 }
 
 TEST(NodeAgent, TieredChangesTravelBesideThePoolsByTheSameRules) {
   FakeProxy proxy;
   std::mutex mutex;
   int pool_resyncs = 0;
-  int tier_resyncs = 0;
-  uint64_t next_key = 1;
-  std::vector<uint64_t> restored;
+  OneKeyPerTakeFeed tiers;
   NodeAgentOptions options;
   options.proxy_url = proxy.url();
   options.registration.role = NodeRole::kDecode;
@@ -156,21 +164,8 @@ TEST(NodeAgent, TieredChangesTravelBesideThePoolsByTheSameRules) {
     std::lock_guard lock(mutex);
     ++pool_resyncs;
   };
-  PrefixCacheFeed tiers;
-  tiers.take = [&]() -> std::optional<PrefixCacheReport> {
-    std::lock_guard lock(mutex);
-    return PrefixCacheReport{16, false, {next_key++}, {}};
-  };
-  tiers.restore = [&](PrefixCacheReport report) {
-    std::lock_guard lock(mutex);
-    restored.insert(restored.end(), report.stored.begin(), report.stored.end());
-  };
-  tiers.resync = [&] {
-    std::lock_guard lock(mutex);
-    ++tier_resyncs;
-  };
   options.prefix_cache = pool;
-  options.tiered_cache = tiers;
+  options.tiered_cache = tiers.feed();
   std::unique_ptr<NodeAgent> agent = NodeAgent::start(options, [] { return NodeLoad{}; }).value();
   proxy.wait_for_heartbeats(3);
   agent.reset();
@@ -183,9 +178,10 @@ TEST(NodeAgent, TieredChangesTravelBesideThePoolsByTheSameRules) {
     EXPECT_EQ(heartbeat.tiered_cache->stored, std::vector<uint64_t>{index + 1});
   }
   std::lock_guard lock(mutex);
+  std::lock_guard tiers_lock(tiers.mutex);
   EXPECT_EQ(pool_resyncs, 1);  // both after the one registration
-  EXPECT_EQ(tier_resyncs, 1);
-  EXPECT_EQ(restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
+  EXPECT_EQ(tiers.resyncs, 1);
+  EXPECT_EQ(tiers.restored, std::vector<uint64_t>{1});  // only the unanswered first heartbeat's
 }
 
 }  // namespace

@@ -71,6 +71,17 @@ class KvTierCoordinatorTest : public ::testing::Test {
     policy.reload = KvTierPolicy::Reload::kAlways;
     return policy;
   }
+  // Reloads every tier hit and is past its deadline at the first look.
+  KvTierPolicy always_overdue() {
+    KvTierPolicy policy = always();
+    policy.min_deadline = std::chrono::milliseconds(0);
+    policy.deadline_factor = 0;
+    return policy;
+  }
+  // The greedy output of prompt_ for 3 tokens, from the reference (no tiers involved).
+  std::vector<int32_t> oracle_of_3_tokens() const {
+    return expected_output(prompt_, greedy_params(3), std::vector<int32_t>{kTestEos}, kTestVocab);
+  }
   // Runs `seq_id` to its end (stepping the coordinator first each step); its output.
   std::vector<int32_t> run_to_end(KvTierCoordinator& tiers, SeqId seq_id) {
     std::vector<int32_t> output;
@@ -143,8 +154,7 @@ TEST_F(KvTierCoordinatorTest, ALandedReloadCountsAsComputedAndTheRestIsPrefilled
 TEST_F(KvTierCoordinatorTest, AFailedReloadIsComputedInstead) {
   KvTierCoordinator tiers(&store_, scheduler_, always());
   for (uint64_t key : keys_of(prompt_, 3)) store_.keys.insert(key);
-  const std::vector<int32_t> oracle =
-      expected_output(prompt_, greedy_params(3), std::vector<int32_t>{kTestEos}, kTestVocab);
+  const std::vector<int32_t> oracle = oracle_of_3_tokens();
   const SeqId seq = scheduler_.add_request(prompt_, greedy_params(3)).value();
   run_step(scheduler_, runner_);
   store_.finish(store_.reloads.begin()->first, data_loss("checksum"));
@@ -163,13 +173,9 @@ TEST_F(KvTierCoordinatorTest, AFailedReloadIsComputedInstead) {
 }
 
 TEST_F(KvTierCoordinatorTest, AnOverdueReloadRestartsWithFreshBlocksAndTheOldOnesStayHeld) {
-  KvTierPolicy policy = always();
-  policy.min_deadline = std::chrono::milliseconds(0);
-  policy.deadline_factor = 0;
-  KvTierCoordinator tiers(&store_, scheduler_, policy);
+  KvTierCoordinator tiers(&store_, scheduler_, always_overdue());
   for (uint64_t key : keys_of(prompt_, 3)) store_.keys.insert(key);
-  const std::vector<int32_t> oracle =
-      expected_output(prompt_, greedy_params(3), std::vector<int32_t>{kTestEos}, kTestVocab);
+  const std::vector<int32_t> oracle = oracle_of_3_tokens();
   const SeqId seq = scheduler_.add_request(prompt_, greedy_params(3)).value();
   run_step(scheduler_, runner_);
   const std::vector<int32_t> old_table = table_of(scheduler_, seq);
@@ -249,13 +255,9 @@ TEST_F(KvTierCoordinatorTest, ADecodeNodeReloadsItsTierHitBeforeAskingForTheRest
 }
 
 TEST_F(KvTierCoordinatorTest, AnOverdueReloadBeforeAnImportFallsBackToALocalPrefill) {
-  KvTierPolicy policy = always();
-  policy.min_deadline = std::chrono::milliseconds(0);
-  policy.deadline_factor = 0;
-  KvTierCoordinator tiers(&store_, scheduler_, policy);
+  KvTierCoordinator tiers(&store_, scheduler_, always_overdue());
   for (uint64_t key : keys_of(prompt_, 3)) store_.keys.insert(key);
-  const std::vector<int32_t> oracle =
-      expected_output(prompt_, greedy_params(3), std::vector<int32_t>{kTestEos}, kTestVocab);
+  const std::vector<int32_t> oracle = oracle_of_3_tokens();
   const SeqId seq = scheduler_.add_imported_request(prompt_, greedy_params(3)).value();
   ASSERT_TRUE(tiers.start_import_load(*scheduler_.find(seq), table_of(scheduler_, seq)));
   const std::vector<FinishedReload> finished = tiers.step_begin();
