@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "registry_test_util.h"
+
 namespace pdserve::proxy {
 namespace {
 
@@ -15,27 +17,9 @@ using Json = nlohmann::json;
 using Clock = NodeRegistry::Clock;
 using std::chrono::milliseconds;
 
-RegistryOptions test_options() {
-  RegistryOptions options;
-  options.heartbeat_timeout = milliseconds(1'000);
-  options.static_down_cooldown = milliseconds(500);
-  return options;
-}
-
-Json registration(const std::string& role, int port) {
-  return {{"role", role},
-          {"url", "http://127.0.0.1:" + std::to_string(port)},
-          {"model", "m"},
-          {"kv_descriptor", "abc"},
-          {"kv_blocks_total", 100}};
-}
-
-std::string must_register(NodeRegistry& registry, const std::string& role, int port,
-                          Clock::time_point now) {
-  Result<std::string> id = registry.register_node(registration(role, port), now);
-  EXPECT_TRUE(id.ok()) << id.status().to_string();
-  return id.ok() ? *id : std::string();
-}
+using testing::must_register;
+using testing::registration;
+using testing::test_options;
 
 Json load(int running, int waiting, int kv_total, int kv_used) {
   return {{"load",

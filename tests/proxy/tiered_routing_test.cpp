@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "proxy/routing/node_registry.h"
+#include "registry_test_util.h"
 
 namespace pdserve::proxy {
 namespace {
@@ -19,22 +20,8 @@ using std::chrono::milliseconds;
 
 constexpr int kBlockSize = 4;
 
-RegistryOptions test_options() {
-  RegistryOptions options;
-  options.heartbeat_timeout = milliseconds(1'000);
-  return options;
-}
-
-std::string must_register(NodeRegistry& registry, const std::string& role, int port,
-                          Clock::time_point now) {
-  const Json body = {{"role", role},
-                     {"url", "http://127.0.0.1:" + std::to_string(port)},
-                     {"model", "m"},
-                     {"kv_blocks_total", 100}};
-  Result<std::string> id = registry.register_node(body, now);
-  EXPECT_TRUE(id.ok()) << id.status().to_string();
-  return id.ok() ? *id : std::string();
-}
+using testing::must_register;
+using testing::test_options;
 
 // An idle node's heartbeat reporting `pool` keys in its pool and `tiers` keys in its tiers.
 Json heartbeat(const std::vector<uint64_t>& pool, const std::vector<uint64_t>& tiers,
