@@ -66,7 +66,7 @@ void fp8_columns(const LinearProblem& p, int64_t begin, int64_t end, CpuIsa isa)
   switch (isa) {
     case CpuIsa::kAvx512Bf16: {
       thread_local std::vector<uint16_t> activations, decoded;
-      const int64_t row = fp8_activation_row(p.k);
+      const int64_t row = fp8_activation_row(p.k, p.scale_block_k);
       linear_cpu_fp8_columns_avx512_bf16(
           p, begin, end, thread_buffer(activations, kLinearRowTile * row),
           decode_once ? thread_buffer(decoded, (end - begin) * row) : nullptr);

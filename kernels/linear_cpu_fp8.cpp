@@ -1,5 +1,5 @@
-// FP8 (E4M3) weights for linear_cpu: the portable reference kernel and the decode table the
-// AVX-512 kernel looks codes up in. See linear_problem.h for the reduction order.
+// FP8 (E4M3) weights for linear_cpu: the portable reference kernel and the exact table the
+// AVX-512 kernel looks rare codes up in. See linear_problem.h for the reduction order.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -18,16 +18,19 @@ constexpr std::array<float, 256> kFp8Values = [] {
   return values;
 }();
 
-std::array<uint16_t, 128> make_bf16_magnitudes() {
+// Times 2^-8 is exact (the smallest subnormal, 2^-9, stays a normal bf16) and keeps NaN.
+std::array<uint16_t, 128> make_bf16_magnitudes_scaled() {
+  std::array<float, 128> scaled{};
+  for (size_t code = 0; code < scaled.size(); ++code) scaled[code] = kFp8Values[code] / 256.0f;
   std::array<uint16_t, 128> bits{};
-  convert_elements(kFp8Values.data(), DType::kF32, bits.data(), DType::kBF16, bits.size());
+  convert_elements(scaled.data(), DType::kF32, bits.data(), DType::kBF16, bits.size());
   return bits;
 }
 
 }  // namespace
 
-const uint16_t* fp8_e4m3_magnitudes_bf16() {
-  static const std::array<uint16_t, 128> table = make_bf16_magnitudes();
+const uint16_t* fp8_e4m3_magnitudes_bf16_scaled() {
+  static const std::array<uint16_t, 128> table = make_bf16_magnitudes_scaled();
   return table.data();
 }
 

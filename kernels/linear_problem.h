@@ -90,16 +90,16 @@ void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begi
 // its multiple-of-8 part and one serial sum over the rest; the block's scale then multiplies
 // each partial sum into eight running sums (fma) and the rest into a running tail; finally the
 // portable pairwise combine of the eight plus the tail. avx512_bf16: the activations rounded
-// to bf16, the codes as bf16 (exact), vdpbf16ps over 32 k at a time within each block (its
-// tail masked to zero), the block's partial sums times its scale added into sixteen running
-// lanes (fma), summed with sum_lanes16's tree. The avx512 level (no bf16 dot products) runs
-// the avx2 kernel.
+// to bf16, the codes as bf16 times 2^-8 (exact), vdpbf16ps over 64 k at a time within each
+// block (the even k, then the odd k; the block's tail zero-padded), the block's partial sums
+// times 2^8 times its scale added into sixteen running lanes (fma), summed with sum_lanes16's
+// tree. The avx512 level (no bf16 dot products) runs the avx2 kernel.
 //
 // Below kFp8DecodeOnceMinRows activation rows (small decode batches: bound by reading the
-// weights) the avx2 and avx512_bf16 kernels decode the codes in registers for every row tile,
+// weights) the avx2 and avx512_bf16 kernels widen the codes in registers for every row tile,
 // reading one byte a weight from memory; from it on (decode batches of 8 or more and prefill
 // chunks: bound by the widening, which the in-register path pays again for every 4-row tile)
-// each call first decodes its column block once, exactly, into the caller's per-thread
+// each call first widens its column block once, exactly, into the caller's per-thread
 // `decoded` buffer (L2 sized: linear_cpu's column blocks count its bytes) and every row tile
 // reads that. The block scales stay applied to the partial sums in both, so every element's
 // sum is the same, bit for bit, whatever the batch.
@@ -113,15 +113,22 @@ void linear_cpu_fp8_columns_avx2(const LinearProblem& problem, int64_t n_begin, 
 constexpr int64_t fp8_decoded_row_avx2(int64_t k) {
   return (k + 7) / 8 * 8;
 }
-// `scratch`: kLinearRowTile * fp8_activation_row(k) elements for the bf16 activations;
-// `decoded`: (n_end - n_begin) * fp8_activation_row(k) bf16 when m >= kFp8DecodeOnceMinRows
-// (else unused).
+// The avx512_bf16 FP8 kernel's layout of a row of k (activations, and widened weights): each
+// scale block zero-padded to a multiple of 64 positions, and every 64 of them as the 32 even
+// ones followed by the 32 odd ones (the order its widening of a 64-byte load gives).
+constexpr int64_t fp8_block_stride(int64_t k, int64_t block_k) {
+  return ((k < block_k ? k : block_k) + 63) / 64 * 64;
+}
+constexpr int64_t fp8_activation_row(int64_t k, int64_t block_k) {
+  return (k + block_k - 1) / block_k * fp8_block_stride(k, block_k);
+}
+// `scratch`: kLinearRowTile * fp8_activation_row(k, scale_block_k) elements for the bf16
+// activations; `decoded`: (n_end - n_begin) * fp8_activation_row(k, scale_block_k) bf16 when
+// m >= kFp8DecodeOnceMinRows (else unused).
 void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begin,
                                         int64_t n_end, uint16_t* scratch, uint16_t* decoded);
-constexpr int64_t fp8_activation_row(int64_t k) {
-  return (k + 31) / 32 * 32;
-}
-// The bf16 bits of the E4M3 magnitudes 0..127 (code & 0x7F; 0x7F is NaN), for table lookups.
-const uint16_t* fp8_e4m3_magnitudes_bf16();
+// The bf16 bits of the E4M3 magnitudes 0..127 (code & 0x7F; 0x7F is NaN) times 2^-8, exact,
+// for the avx512_bf16 kernel's lookups.
+const uint16_t* fp8_e4m3_magnitudes_bf16_scaled();
 
 }  // namespace pdserve
