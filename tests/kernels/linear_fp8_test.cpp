@@ -221,6 +221,62 @@ TEST_P(LinearFp8, PrefillBatchesDecodedOnceEqualLoneRowsBitwise) {
   }
 }
 
+// Every finite code, in every lane of a 64-code load (the avx512_bf16 kernel widens even and
+// odd positions apart) and in both of its widenings: the shift for loads of normal codes only,
+// the exact lookup for loads holding a zero, subnormal or smallest-exponent code. Columns mix
+// all codes, hold only normal ones, or one of the looked-up codes among normal ones; k has a
+// partial last block and a partial last load. One row, a small batch and a batch that widens
+// each column block once: float64 within float32 rounding, and bit for bit the same per row.
+TEST_P(LinearFp8, EveryCodeInEveryLaneMatchesFloat64) {
+  std::vector<uint8_t> finite, normal, looked_up;
+  for (int code = 0; code < 256; ++code) {
+    const int magnitude = code & 0x7F;
+    if (magnitude == 0x7F) continue;  // NaN: NanCodesGiveNan*
+    finite.push_back(static_cast<uint8_t>(code));
+    (magnitude < 15 ? looked_up : normal).push_back(static_cast<uint8_t>(code));
+  }
+  const int64_t k = 300, block = 128;
+  const int64_t mixed = 254, only_normal = 254;
+  const int64_t n = mixed + only_normal + static_cast<int64_t>(looked_up.size());
+  Fp8Weight w{n, k, block, block, std::vector<uint8_t>(static_cast<size_t>(n * k)), {}};
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      uint8_t& code = w.codes[j * k + kk];
+      if (j < mixed) {
+        code = finite[(j * 7 + kk) % finite.size()];
+      } else {
+        code = normal[(j * 5 + kk) % normal.size()];
+        const int64_t lone = j - mixed - only_normal;
+        if (lone >= 0 && kk == (lone * 37) % k) code = looked_up[lone];
+      }
+    }
+  }
+  for (int64_t b = 0; b < (n + block - 1) / block * w.scale_cols(); ++b) {
+    w.scales.push_back(std::ldexp(1.0f + 0.125f * static_cast<float>(b % 5), -static_cast<int>(b % 7)));
+  }
+  const bool rounded = GetParam() == CpuIsa::kAvx512Bf16;
+  const int64_t rows = kFp8DecodeOnceMinRows + 1;
+  std::vector<float> x = random_floats(static_cast<size_t>(rows * k), 91, 1.0f);
+  const auto product = [&](float* x_rows, int64_t m, float* y) {
+    return backend_->linear(MatrixView::dense(x_rows, DType::kF32, m, k), w.view(),
+                            MatrixView::dense(y, DType::kF32, m, n));
+  };
+  std::vector<float> alone(static_cast<size_t>(rows * n));
+  for (int64_t i = 0; i < rows; ++i) {
+    ASSERT_TRUE(product(x.data() + i * k, 1, alone.data() + i * n).ok());
+    for (int64_t j = 0; j < n; ++j) {
+      const Float64Dot dot = float64_dot(x.data() + i * k, w, j, rounded);
+      ASSERT_NEAR(alone[i * n + j], dot.sum, 2e-7 * std::sqrt(double(k)) * dot.magnitude + 1e-30)
+          << "row " << i << " column " << j << " code at 0: " << int{w.codes[j * k]};
+    }
+  }
+  for (int64_t m : {int64_t{3}, rows}) {
+    std::vector<float> batched(static_cast<size_t>(m * n));
+    ASSERT_TRUE(product(x.data(), m, batched.data()).ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(batched[i], alone[i]) << "m " << m << " at " << i;
+  }
+}
+
 TEST_P(LinearFp8, NanCodesGiveNanInEveryRowOfAPrefillBatch) {
   const int64_t m = kFp8DecodeOnceMinRows + 2, n = 7, k = 100;
   Fp8Weight w = make_fp8(n, k, 128, 128, 81);
