@@ -13,10 +13,10 @@
 // odd codes of a 64-byte load in separate vectors, so the activations are laid out the same way
 // (fp8_activation_row in linear_problem.h).
 //
-// Two weight sources feed the same tile: a few rows (decode) widen the codes for every row
-// tile, reading 1 byte a weight; from kFp8DecodeOnceMinRows rows on (prefill) the column block
-// is widened once into the caller's bf16 buffer and every row tile loads that. Same bf16
-// values, same sums, bit for bit.
+// Three weight sources feed the same tile: a few rows (decode) widen the codes for every row
+// tile, reading 1 byte a weight; from kFp8DecodeOnceMinRows rows on (larger decode batches,
+// prefill) the first row tile widens them and keeps the result in the caller's bf16 buffer,
+// and every other row tile loads that. Same bf16 values, same sums, bit for bit.
 #include <type_traits>
 
 #include "kernels/avx512_common.h"
@@ -132,6 +132,23 @@ struct WidenedWeights {
   }
 };
 
+// The codes widened at their first use, by the first row tile of a batch, and kept in the
+// activations' layout for the other row tiles (WidenedWeights), so that reading the codes from
+// memory overlaps that tile's dot products.
+struct WideningWeights {
+  CodeWeights codes;
+  uint16_t* w;
+  int64_t stride;
+  int64_t first_column;
+  Bf16Pair load64(int64_t column, int64_t k0, int64_t at, int64_t count) const {
+    const Bf16Pair pair = codes.load64(column, k0, at, count);
+    uint16_t* row = w + (column - first_column) * stride + at;
+    _mm512_storeu_si512(row, (__m512i)pair.even);
+    _mm512_storeu_si512(row + 32, (__m512i)pair.odd);
+    return pair;
+  }
+};
+
 template <int MR, int NR, typename Weights>
 inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t* xb, int64_t x_row,
                  int64_t i0, int64_t j0) {
@@ -161,16 +178,18 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
       Bf16Pair wv[NR];
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) wv[j] = weights.load64(j0 + j, b0 + kk, at, len - kk);
+      // All rows' even halves, then the odd ones: fewer registers live than both at once.
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
-        const uint16_t* x = xb + i * x_row + at;
-        const __m512bh x_even = (__m512bh)_mm512_loadu_si512(x);
-        const __m512bh x_odd = (__m512bh)_mm512_loadu_si512(x + 32);
+        const __m512bh x_even = (__m512bh)_mm512_loadu_si512(xb + i * x_row + at);
 #pragma GCC unroll 32
-        for (int j = 0; j < NR; ++j) {
-          part[i][j] = _mm512_dpbf16_ps(part[i][j], x_even, wv[j].even);
-          part[i][j] = _mm512_dpbf16_ps(part[i][j], x_odd, wv[j].odd);
-        }
+        for (int j = 0; j < NR; ++j) part[i][j] = _mm512_dpbf16_ps(part[i][j], x_even, wv[j].even);
+      }
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh x_odd = (__m512bh)_mm512_loadu_si512(xb + i * x_row + at + 32);
+#pragma GCC unroll 32
+        for (int j = 0; j < NR; ++j) part[i][j] = _mm512_dpbf16_ps(part[i][j], x_odd, wv[j].odd);
       }
     }
 #pragma GCC unroll 32
@@ -213,7 +232,9 @@ inline void lone_row(const LinearProblem& p, const CodeWeights& weights, const u
 template <int MR, typename Weights>
 void row_tile(const LinearProblem& p, const Weights& weights, int64_t i0, int64_t n_begin,
               int64_t n_end, uint16_t* xb) {
-  constexpr int kNr = MR == 1 ? 6 : MR == 2 ? 4 : 2;
+  // Widening in registers takes registers that reading widened weights leaves for a third column.
+  constexpr bool kWidened = std::is_same_v<Weights, WidenedWeights>;
+  constexpr int kNr = MR == 1 ? 6 : MR == 2 ? 4 : kWidened ? 3 : 2;
   const int64_t x_row = fp8_activation_row(p.k, p.scale_block_k);
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i) {
@@ -236,25 +257,6 @@ void all_rows(const LinearProblem& p, const Weights& weights, int64_t n_begin, i
   });
 }
 
-// Columns [n_begin, n_end) widened into `widened` in the activations' layout, rows
-// fp8_activation_row apart.
-void widen_columns(const LinearProblem& p, const CodeWeights& codes, int64_t n_begin,
-                   int64_t n_end, uint16_t* widened) {
-  const int64_t block_stride = fp8_block_stride(p.k, p.scale_block_k);
-  const int64_t row = fp8_activation_row(p.k, p.scale_block_k);
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    uint16_t* out = widened + (j - n_begin) * row;
-    for (int64_t b0 = 0; b0 < p.k; b0 += p.scale_block_k, out += block_stride) {
-      const int64_t len = p.k - b0 < p.scale_block_k ? p.k - b0 : p.scale_block_k;
-      for (int64_t kk = 0; kk < len; kk += 64) {
-        const Bf16Pair pair = codes.load64(j, b0 + kk, 0, len - kk);
-        _mm512_storeu_si512(out + kk, (__m512i)pair.even);
-        _mm512_storeu_si512(out + kk + 32, (__m512i)pair.odd);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& p, int64_t n_begin, int64_t n_end,
@@ -265,9 +267,16 @@ void linear_cpu_fp8_columns_avx512_bf16(const LinearProblem& p, int64_t n_begin,
     all_rows(p, codes, n_begin, n_end, scratch);
     return;
   }
-  widen_columns(p, codes, n_begin, n_end, decoded);
-  all_rows(p, WidenedWeights{decoded, fp8_activation_row(p.k, p.scale_block_k), n_begin}, n_begin,
-           n_end, scratch);
+  const int64_t row = fp8_activation_row(p.k, p.scale_block_k);
+  const WidenedWeights widened{decoded, row, n_begin};
+  for_each_row_tile(p.m, [&](auto rows, int64_t i) {
+    constexpr int kRows = decltype(rows)::value;
+    if (i == 0) {
+      row_tile<kRows>(p, WideningWeights{codes, decoded, row, n_begin}, i, n_begin, n_end, scratch);
+    } else {
+      row_tile<kRows>(p, widened, i, n_begin, n_end, scratch);
+    }
+  });
 }
 
 }  // namespace pdserve
