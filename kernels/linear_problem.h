@@ -99,9 +99,9 @@ void linear_cpu_columns_avx512_bf16(const LinearProblem& problem, int64_t n_begi
 // weights) the avx2 and avx512_bf16 kernels widen the codes in registers for every row tile,
 // reading one byte a weight from memory; from it on (decode batches of 8 or more and prefill
 // chunks: bound by the widening, which the in-register path pays again for every 4-row tile)
-// each call first widens its column block once, exactly, into the caller's per-thread
-// `decoded` buffer (L2 sized: linear_cpu's column blocks count its bytes) and every row tile
-// reads that. The block scales stay applied to the partial sums in both, so every element's
+// each call widens its column block once, exactly, into the caller's per-thread `decoded`
+// buffer (L2 sized: linear_cpu's column blocks count its bytes; at avx512_bf16 the first row
+// tile writes it as it goes) and every other row tile reads that. The block scales stay applied to the partial sums in both, so every element's
 // sum is the same, bit for bit, whatever the batch.
 constexpr int64_t kFp8DecodeOnceMinRows = 8;
 void linear_cpu_fp8_columns_portable(const LinearProblem& problem, int64_t n_begin,
