@@ -13,10 +13,10 @@
 // odd codes of a 64-byte load in separate vectors, so the activations are laid out the same way
 // (fp8_activation_row in linear_problem.h).
 //
-// Three weight sources feed the same tile: a few rows (decode) widen the codes for every row
-// tile, reading 1 byte a weight; from kFp8DecodeOnceMinRows rows on (larger decode batches,
-// prefill) the first row tile widens them and keeps the result in the caller's bf16 buffer,
-// and every other row tile loads that. Same bf16 values, same sums, bit for bit.
+// Below kFp8DecodeOnceMinRows rows (decode) every row tile widens the codes, column by column,
+// reading 1 byte a weight; from it on (larger decode batches, prefill) the first row tile
+// widens them and keeps the result in the caller's bf16 buffer, and every other row tile runs
+// tiles of several columns over that. Same bf16 values, same order, bit for bit.
 #include <type_traits>
 
 #include "kernels/avx512_common.h"
