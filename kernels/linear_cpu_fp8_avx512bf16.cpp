@@ -51,13 +51,14 @@ struct ExactTable {
 
 // Sign, magnitude under bf16's exponent and mantissa, exponent + 112: (x & 0x87F0) | 0x3800.
 inline __m512bh place(__m512i shifted) {
-  return (__m512bh)_mm512_ternarylogic_epi32(shifted, _mm512_set1_epi16(static_cast<int16_t>(0x87F0)),
-                                             _mm512_set1_epi16(0x3800), 0xEA);
+  return (__m512bh)_mm512_ternarylogic_epi32(
+      shifted, _mm512_set1_epi16(static_cast<int16_t>(0x87F0)), _mm512_set1_epi16(0x3800), 0xEA);
 }
 
 inline Bf16Pair widen64(__m512i codes, const ExactTable& table) {
-  // Zero, subnormal (exponent field 0) and NaN (magnitude 127) codes plus 1 are exactly the
-  // bytes whose bits 4-6 are clear (with exponent field 1, as rare as the subnormals).
+  // Zero, subnormal (exponent field 0) and NaN (magnitude 127) codes plus 1 have bits 4-6
+  // clear; so do most codes of exponent field 1, as rare as the subnormals, which the lookup
+  // widens just as exactly.
   const __mmask64 special =
       _mm512_testn_epi8_mask(_mm512_add_epi8(codes, _mm512_set1_epi8(1)), _mm512_set1_epi8(0x70));
   if (__builtin_expect(special != 0, 0)) {
@@ -77,9 +78,9 @@ inline __mmask64 first_lanes64(int64_t count) {
 // x[0, k) as bf16 into out in fp8_activation_row's layout: per scale block, 64 positions at a
 // time, the even ones and then the odd ones, zero-padded to a multiple of 64.
 inline void convert_row(const float* x, int64_t k, int64_t block_k, uint16_t* out) {
-  const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36,
-                                        34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
-                                        4, 2, 0);
+  const __m512i even =
+      _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26,
+                       24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
   const int64_t block_stride = fp8_block_stride(k, block_k);
   for (int64_t b0 = 0; b0 < k; b0 += block_k, out += block_stride) {
@@ -178,7 +179,7 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
       Bf16Pair wv[NR];
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) wv[j] = weights.load64(j0 + j, b0 + kk, at, len - kk);
-      // All rows' even halves, then the odd ones: fewer registers live than both at once.
+        // All rows' even halves, then the odd ones: fewer registers live than both at once.
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
         const __m512bh x_even = (__m512bh)_mm512_loadu_si512(xb + i * x_row + at);
