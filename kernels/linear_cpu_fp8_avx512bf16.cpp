@@ -176,10 +176,10 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
     // The padding past a block's end is zero on both sides.
     for (int64_t kk = 0; kk < len; kk += 64) {
       const int64_t at = b * block_stride + kk;
+      // All rows' even halves, then the odd ones: fewer registers live than both at once.
       Bf16Pair wv[NR];
 #pragma GCC unroll 32
       for (int j = 0; j < NR; ++j) wv[j] = weights.load64(j0 + j, b0 + kk, at, len - kk);
-        // All rows' even halves, then the odd ones: fewer registers live than both at once.
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
         const __m512bh x_even = (__m512bh)_mm512_loadu_si512(xb + i * x_row + at);
