@@ -275,6 +275,14 @@ TEST_P(LinearFp8, EveryCodeInEveryLaneMatchesFloat64) {
     ASSERT_TRUE(product(x.data(), m, batched.data()).ok());
     for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(batched[i], alone[i]) << "m " << m << " at " << i;
   }
+  if (GetParam() == CpuIsa::kAvx2) {  // its widening gives the portable kernel's floats
+    std::vector<float> portable(static_cast<size_t>(rows * n));
+    const LinearProblem p{x.data(), k,    w.codes.data(), DType::kF8E4M3, k,    portable.data(),
+                          n,        rows, n,              k,              w.scales.data(), block,
+                          block};
+    linear_cpu_fp8_columns_portable(p, 0, n);
+    EXPECT_EQ(portable, alone);
+  }
 }
 
 TEST_P(LinearFp8, NanCodesGiveNanInEveryRowOfAPrefillBatch) {
