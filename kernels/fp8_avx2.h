@@ -5,7 +5,8 @@
 // which a multiply by 2^120 makes the value exactly (with MXCSR's denormals-are-zero off, the
 // default, which nothing in pdserve changes). NaN codes (0x7F, 0xFF) are made NaN. Four vector
 // operations and the NaN test, where an f16 bit pattern widened by F16C took about twice as
-// many: at one activation row the avx2 FP8 kernel went from 0.94x to 1.42x bf16 weights.
+// many: at one activation row the avx2 FP8 kernel went from bf16 weights' speed to 1.42x
+// (docs/PERF.md, 2026-11-28 19:26).
 #pragma once
 
 #include <immintrin.h>
