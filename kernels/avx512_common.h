@@ -61,6 +61,14 @@ inline float sum_lanes(__m512 v) {
 template <int MR, int NR>
 inline void reduce_store(const __m512 (&acc)[MR][NR], float* y, int64_t y_stride) {
   constexpr int kCount = MR * NR;
+  if constexpr (kCount < 4) {  // a few sums: one vector at a time is cheaper, and the same tree
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < NR; ++j) y[i * y_stride + j] = sum_lanes(acc[i][j]);
+    }
+    return;
+  }
   alignas(64) float sums[(kCount + 15) / 16 * 16];
 #pragma GCC unroll 32
   for (int group = 0; group < kCount; group += 16) {

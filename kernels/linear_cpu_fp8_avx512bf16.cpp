@@ -101,12 +101,6 @@ inline void convert_row(const float* x, int64_t k, int64_t block_k, uint16_t* ou
   }
 }
 
-// How far ahead of its loads the code stream is fetched into L1. The hardware prefetchers alone
-// left the widening and the memory reads taking turns: 13 GB/s of codes from DRAM on two
-// threads, against 22-24 GB/s with this (bf16 weights stream at 24; pdserve-bench-linear
-// -n 131072 -k 4096 --rows 1, distances 1.5-3 KiB about equal).
-constexpr int64_t kPrefetchAhead = 2048;
-
 // The weights as codes, widened at every use.
 struct CodeWeights {
   const uint8_t* w;
@@ -115,7 +109,7 @@ struct CodeWeights {
   // Positions [k0, k0 + count) of a column; `at` is their place in the activations' layout.
   Bf16Pair load64(int64_t column, int64_t k0, int64_t /*at*/, int64_t count) const {
     const uint8_t* codes = w + column * stride + k0;
-    _mm_prefetch(reinterpret_cast<const char*>(codes) + kPrefetchAhead, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(codes) + kFp8PrefetchAhead, _MM_HINT_T0);
     return widen64(count >= 64 ? _mm512_loadu_si512(codes)
                                : _mm512_maskz_loadu_epi8(first_lanes64(count), codes),
                    table);
@@ -203,64 +197,24 @@ inline void tile(const LinearProblem& p, const Weights& weights, const uint16_t*
   reduce_store<MR, NR>(acc, p.y + i0 * p.y_stride + j0, p.y_stride);
 }
 
-// Columns one after another, each read in address order and widened once for all MR rows:
-// the hardware prefetchers see one sequential stream (tiles of 2-6 columns interleaved, each
-// 1-3 KiB long at Qwen3-0.6B's widths, read the codes about half as fast at one row and 15-25 %
-// slower at 2-8). The out-of-order window overlaps one column's chains of dot products with the
-// next one's. Same order per element as tile<MR, 1>.
-template <int MR, typename Weights>
-inline void column_by_column(const LinearProblem& p, const Weights& weights, const uint16_t* xb,
-                             int64_t x_row, int64_t i0, int64_t n_begin, int64_t n_end) {
-  const int64_t block_k = p.scale_block_k;
-  const int64_t block_stride = fp8_block_stride(p.k, block_k);
-  const int64_t scale_cols = (p.k + block_k - 1) / block_k;
-  for (int64_t j = n_begin; j < n_end; ++j) {
-    const float* scales = p.w_scale + (j / p.scale_block_n) * scale_cols;
-    __m512 acc[MR];
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t b0 = 0, b = 0; b0 < p.k; b0 += block_k, ++b) {
-      const int64_t len = p.k - b0 < block_k ? p.k - b0 : block_k;
-      __m512 part[MR];
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) part[i] = _mm512_setzero_ps();
-      for (int64_t kk = 0; kk < len; kk += 64) {
-        const int64_t at = b * block_stride + kk;
-        const Bf16Pair w = weights.load64(j, b0 + kk, at, len - kk);
-#pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i) {
-          const uint16_t* x = xb + i * x_row + at;
-          part[i] = _mm512_dpbf16_ps(part[i], (__m512bh)_mm512_loadu_si512(x), w.even);
-          part[i] = _mm512_dpbf16_ps(part[i], (__m512bh)_mm512_loadu_si512(x + 32), w.odd);
-        }
-      }
-      const __m512 scale = _mm512_set1_ps(scales[b] * 256.0f);  // the widening's 2^-8
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(part[i], scale, acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) p.y[(i0 + i) * p.y_stride + j] = sum_lanes(acc[i]);
-  }
-}
-
-// Codes (widened here) go column by column; widened weights, from L2, in tiles of several
-// columns, which reuse each activation load.
+// Codes (widened here) go one column at a time, each read in address order and widened once for
+// the tile's rows: the hardware prefetchers see one sequential stream (tiles of 2-6 columns
+// interleaved, each 1-3 KiB long at Qwen3-0.6B's widths, read the codes about half as fast at
+// one row and 15-25 % slower at 2-8), and the out-of-order window overlaps one column's chains of
+// dot products with the next one's. Widened weights, from L2, go in tiles of several columns,
+// which reuse each activation load.
 template <int MR, typename Weights>
 void row_tile(const LinearProblem& p, const Weights& weights, int64_t i0, int64_t n_begin,
               int64_t n_end, uint16_t* xb) {
+  constexpr int kNr = !std::is_same_v<Weights, WidenedWeights> ? 1 : MR == 1 ? 6 : 4;
   const int64_t x_row = fp8_activation_row(p.k, p.scale_block_k);
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i) {
     convert_row(p.x + (i0 + i) * p.x_stride, p.k, p.scale_block_k, xb + i * x_row);
   }
-  if constexpr (!std::is_same_v<Weights, WidenedWeights>) {
-    column_by_column<MR>(p, weights, xb, x_row, i0, n_begin, n_end);
-  } else {
-    constexpr int kNr = MR == 1 ? 6 : 4;
-    int64_t j = n_begin;
-    for (; j + kNr <= n_end; j += kNr) tile<MR, kNr>(p, weights, xb, x_row, i0, j);
-    for (; j < n_end; ++j) tile<MR, 1>(p, weights, xb, x_row, i0, j);
-  }
+  int64_t j = n_begin;
+  for (; j + kNr <= n_end; j += kNr) tile<MR, kNr>(p, weights, xb, x_row, i0, j);
+  for (; j < n_end; ++j) tile<MR, 1>(p, weights, xb, x_row, i0, j);
 }
 
 template <typename Weights>

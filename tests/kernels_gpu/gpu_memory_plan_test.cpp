@@ -21,6 +21,11 @@ namespace {
 
 constexpr size_t kGiB = size_t{1} << 30;
 
+ModelConfig qwen3_0_6b_config() {
+  return load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
+      .value();
+}
+
 GpuMemoryInputs h100_like() {
   GpuMemoryInputs in;
   in.total_bytes = 80 * kGiB;
@@ -132,9 +137,7 @@ TEST(GpuMemoryPlan, ADraftModelComesOutOfTheBudget) {
 // allocates for the draft's limits (max_model_len capped at its 40960 positions, as the
 // proposer caps it) and 28 layers x 8 KV heads x 128 x K,V x 2 B = 112 KiB a token.
 TEST(GpuMemoryPlan, DraftMemoryOfQwen3_0_6B) {
-  const ModelConfig config =
-      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
-          .value();
+  const ModelConfig config = qwen3_0_6b_config();
   ForwardLimits limits;
   limits.max_num_tokens = 512;
   limits.max_num_seqs = 16;
@@ -215,17 +218,13 @@ TEST(GpuMemoryPlan, WeightBytesOfAnFp8ModelAreWhatTheLoaderHolds) {
 }
 
 TEST(GpuMemoryPlan, WeightBytesOfQwen3_0_6BArePublishedParameterCount) {
-  const ModelConfig config =
-      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
-          .value();
+  const ModelConfig config = qwen3_0_6b_config();
   // Qwen3-0.6B: 596,049,920 parameters (tied embeddings), as the Hub's safetensors report.
   EXPECT_EQ(qwen3_weight_bytes(config, DType::kBF16), size_t{596049920} * 2);
 }
 
 TEST(GpuMemoryPlan, WorkspaceBytesMatchWhatForwardContextAllocates) {
-  const ModelConfig config =
-      load_model_config(std::filesystem::path(PDSERVE_ASSETS_DIR) / "qwen3-0.6b/config.json")
-          .value();
+  const ModelConfig config = qwen3_0_6b_config();
   ForwardLimits limits;
   limits.max_num_tokens = 64;
   limits.max_num_seqs = 8;
