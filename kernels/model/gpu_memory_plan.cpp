@@ -68,10 +68,8 @@ Result<GpuMemoryPlan> plan_gpu_memory(const GpuMemoryInputs& in) {
   }
   plan.num_blocks = static_cast<int>(std::min<size_t>(blocks, 0x7fffffff));
   plan.kv_bytes = static_cast<size_t>(plan.num_blocks) * in.kv_bytes_per_block;
-  if (in.draft.fixed_bytes > 0 || in.draft.kv_bytes_per_block > 0) {
-    plan.draft_bytes =
-        in.draft.fixed_bytes + static_cast<size_t>(plan.num_blocks) * in.draft.kv_bytes_per_block;
-  }
+  plan.draft_bytes =
+      in.draft.fixed_bytes + static_cast<size_t>(plan.num_blocks) * in.draft.kv_bytes_per_block;
   return plan;
 }
 
