@@ -11,8 +11,9 @@ node then joins, so that the next API's stream has a node to move to.
 With the argument `ngram` (issue #30) the decode nodes speculate (prompt lookup): the Messages
 stream runs first on a node without speculation (the reference), then that node leaves, two
 speculating nodes join, and the stream cut on one of them must end on the other with the
-reference's text; the node that finished it must have accepted drafts (the model has tied
-embeddings in this variant: a random model that repeats itself, which prompt lookup predicts).
+reference's text; the node that finished it must have proposed drafts, and how many it accepted
+is printed (the model has tied embeddings in this variant: a random model that repeats itself,
+which prompt lookup predicts).
 """
 import os
 import signal
@@ -153,7 +154,11 @@ def speculating_stream_resumed_equals_plain():
     t.expect_equal(len(survivor), 1, f"one decode node left: {survivor}")
     drafts = t.metric(survivor[0], "vllm:spec_decode_num_draft_tokens_total")
     accepted = t.metric(survivor[0], "vllm:spec_decode_num_accepted_tokens_total")
-    t.expect(0 < accepted <= drafts, f"the node that resumed the stream accepted {accepted} of {drafts} drafts")
+    # It speculated; how many drafts it accepted is printed, not asserted: prompt lookup's
+    # adaptive rule is timed, and on a loaded machine it accepted 0 of 9 once (pd_spec_decode
+    # prints its acceptance for the same reason; the engine tests cover accepted runs).
+    t.expect(0 < drafts and accepted <= drafts,
+             f"the node that resumed the stream proposed {drafts} drafts, accepted {accepted}")
     print(f"     resumed on a speculating node: {accepted:.0f} of {drafts:.0f} draft tokens accepted "
           f"there; {len(reference)} characters, identical to the plain node's", flush=True)
 
