@@ -86,9 +86,11 @@ def main():
     def colocated():
         target = t.start_colocated(model, extra=("--speculative-config", SPEC), name="colocated-spec")
         state["colocated"] = target
+        # First, on a fresh engine: its prior starts at k, so this request proposes. After
+        # drafts that all miss, the adaptive rule starts new sequences off (probing only).
+        check_timeline(target)
         t.expect_equal(complete_all(target), reference, "colocated outputs with speculation")
         expect_drafts(target.url, "colocated", some_accepted=False)
-        check_timeline(target)
         target.stop()
 
     def disaggregated(spec, what):
