@@ -1,12 +1,13 @@
 // pdserve-bench-gpu: the CUDA backend against its own rooflines, measured in the same run.
-// First the device's HBM bandwidth (device-to-device copy) and bf16 GEMM peak (the backend's
-// linear at 8192^3); then, for Qwen3 shapes with constant weights (throughput does not
-// depend on their values), decode tokens/s at several batch sizes over 1k-token contexts and
-// prefill tokens/s of one 4k prompt, each beside the bound those two peaks put on it. The steps
-// run through the engine's Qwen3ModelRunner (decode CUDA graphs, sampling on the GPU, one wait
-// per step), so the figures are the product's; an eager forward without sampling is shown
-// beside them. The KV pool is sized from the memory left free once the model is placed
-// (bench_kv_plan.h); a batch size that does not fit is reported as skipped.
+// First the device's HBM bandwidth (device-to-device copy) and GEMM peaks (the backend's
+// linear at 8192^3: bf16, and FP8 with --weights fp8); then, for Qwen3 shapes with constant
+// weights (bench_weights.h: throughput does not depend on their values), decode tokens/s at
+// several batch sizes over 1k-token contexts and prefill tokens/s of one 4k prompt, each beside
+// the bound those peaks put on it. The steps run through the engine's Qwen3ModelRunner (decode
+// CUDA graphs, sampling on the GPU, one wait per step), so the figures are the product's; an
+// eager forward without sampling is shown beside them. The KV pool is sized from the memory
+// left free once the model is placed (bench_kv_plan.h); a batch size that does not fit is
+// reported as skipped.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,12 +20,12 @@
 #include <vector>
 
 #include "bench/gpu/bench_kv_plan.h"
+#include "bench/gpu/bench_weights.h"
 #include "common/core/cli.h"
 #include "common/core/dtype.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
 #include "common/model/model_config.h"
-#include "common/model/qwen3_weights.h"
 #include "kernels/backend.h"
 #include "kernels/model/device_step_path.h"
 #include "kernels/model/gpu_memory_plan.h"
@@ -60,86 +61,92 @@ Result<double> time_per_run(Backend& backend, int repeats, Step step) {
 
 struct Peaks {
   double bytes_per_second = 0;
-  double flops_per_second = 0;
+  double bf16_flops_per_second = 0;
+  double fp8_flops_per_second = 0;  // measured only for --weights fp8
 };
 
-Result<Peaks> measure_peaks(Backend& backend, int repeats) {
-  Peaks peaks;
-  const size_t bytes = size_t{1} << 30;
-  PDS_ASSIGN_OR_RETURN(DeviceBuffer source, backend.allocate(bytes));
-  PDS_ASSIGN_OR_RETURN(DeviceBuffer target, backend.allocate(bytes));
-  PDS_ASSIGN_OR_RETURN(double copy_seconds, time_per_run(backend, repeats, [&] {
-                         return backend.copy_to_device(target.data(), source.data(), bytes);
-                       }));
-  peaks.bytes_per_second = 2.0 * static_cast<double>(bytes) / copy_seconds;  // read + write
-
+// The backend's linear at n^3: bf16 activations times a bf16 weight, or times an FP8 weight
+// with 128 x 128 block scales (the path the model's projections take: activations quantized
+// per token and 128-element group, one block-scaled GEMM).
+Result<double> gemm_flops_per_second(Backend& backend, BenchWeights weights, int repeats) {
   const int64_t n = 8192;
-  const size_t matrix_bytes = static_cast<size_t>(n * n) * dtype_size(DType::kBF16);
-  const std::vector<uint16_t> ones(static_cast<size_t>(n * n), float_to_bf16(0.01f));
-  PDS_ASSIGN_OR_RETURN(DeviceBuffer a, backend.allocate(matrix_bytes));
-  PDS_ASSIGN_OR_RETURN(DeviceBuffer b, backend.allocate(matrix_bytes));
-  PDS_ASSIGN_OR_RETURN(DeviceBuffer c, backend.allocate(matrix_bytes));
-  PDS_RETURN_IF_ERROR(backend.copy_to_device(a.data(), ones.data(), matrix_bytes));
-  PDS_RETURN_IF_ERROR(backend.copy_to_device(b.data(), ones.data(), matrix_bytes));
-  const auto view = [&](const DeviceBuffer& buffer) {
-    return MatrixView::dense(buffer.data(), DType::kBF16, n, n);
-  };
-  PDS_ASSIGN_OR_RETURN(double gemm_seconds, time_per_run(backend, repeats, [&] {
-                         return backend.linear(view(a), view(b), view(c));
+  const size_t elements = static_cast<size_t>(n * n);
+  const std::vector<uint16_t> activations(elements, float_to_bf16(0.01f));
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer a, backend.allocate(elements * sizeof(uint16_t)));
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer c, backend.allocate(elements * sizeof(uint16_t)));
+  PDS_RETURN_IF_ERROR(
+      backend.copy_to_device(a.data(), activations.data(), elements * sizeof(uint16_t)));
+  DeviceBuffer b;
+  DeviceBuffer scales;
+  MatrixView weight;
+  if (weights == BenchWeights::kBF16) {
+    PDS_ASSIGN_OR_RETURN(b, backend.allocate(elements * sizeof(uint16_t)));
+    PDS_RETURN_IF_ERROR(
+        backend.copy_to_device(b.data(), activations.data(), elements * sizeof(uint16_t)));
+    weight = MatrixView::dense(b.data(), DType::kBF16, n, n);
+  } else {
+    const std::vector<uint8_t> codes(elements, 0x38);  // 1.0
+    const std::vector<float> grid(
+        static_cast<size_t>((n / kFp8WeightBlock) * (n / kFp8WeightBlock)), 0.01f);
+    PDS_ASSIGN_OR_RETURN(b, backend.allocate(elements));
+    PDS_ASSIGN_OR_RETURN(scales, backend.allocate(grid.size() * sizeof(float)));
+    PDS_RETURN_IF_ERROR(backend.copy_to_device(b.data(), codes.data(), elements));
+    PDS_RETURN_IF_ERROR(
+        backend.copy_to_device(scales.data(), grid.data(), grid.size() * sizeof(float)));
+    weight = MatrixView::dense(b.data(), DType::kF8E4M3, n, n);
+    weight.scale = scales.as<float>();
+    weight.scale_block_n = weight.scale_block_k = kFp8WeightBlock;
+  }
+  const MatrixView in = MatrixView::dense(a.data(), DType::kBF16, n, n);
+  const MatrixView out = MatrixView::dense(c.data(), DType::kBF16, n, n);
+  PDS_ASSIGN_OR_RETURN(double seconds, time_per_run(backend, repeats, [&] {
+                         return backend.linear(in, weight, out);
                        }));
-  peaks.flops_per_second = 2.0 * static_cast<double>(n * n * n) / gemm_seconds;
+  return 2.0 * static_cast<double>(n * n * n) / seconds;
+}
+
+Result<Peaks> measure_peaks(Backend& backend, BenchWeights weights, int repeats) {
+  Peaks peaks;
+  {
+    const size_t bytes = size_t{1} << 30;
+    PDS_ASSIGN_OR_RETURN(DeviceBuffer source, backend.allocate(bytes));
+    PDS_ASSIGN_OR_RETURN(DeviceBuffer target, backend.allocate(bytes));
+    PDS_ASSIGN_OR_RETURN(double copy_seconds, time_per_run(backend, repeats, [&] {
+                           return backend.copy_to_device(target.data(), source.data(), bytes);
+                         }));
+    peaks.bytes_per_second = 2.0 * static_cast<double>(bytes) / copy_seconds;  // read + write
+  }
+  PDS_ASSIGN_OR_RETURN(peaks.bf16_flops_per_second,
+                       gemm_flops_per_second(backend, BenchWeights::kBF16, repeats));
+  if (weights == BenchWeights::kFp8) {
+    PDS_ASSIGN_OR_RETURN(peaks.fp8_flops_per_second,
+                         gemm_flops_per_second(backend, BenchWeights::kFp8, repeats));
+  }
   return peaks;
 }
 
-// Constant-valued weights of the config's shapes: projections 0.01, norms 1.
-Qwen3Weights constant_weights(const ModelConfig& config) {
-  const auto hidden = static_cast<int64_t>(config.hidden_size);
-  const auto inter = static_cast<int64_t>(config.intermediate_size);
-  const int64_t q_width = int64_t{config.num_attention_heads} * config.head_dim;
-  const int64_t kv_width = int64_t{config.num_key_value_heads} * config.head_dim;
-  const int64_t largest =
-      std::max({int64_t{config.vocab_size} * hidden, inter * hidden, q_width * hidden});
-  auto small =
-      std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(largest), float_to_bf16(0.01f));
-  auto ones = std::make_shared<std::vector<uint16_t>>(
-      static_cast<size_t>(std::max<int64_t>(hidden, config.head_dim)), float_to_bf16(1.0f));
-  const auto tensor = [](const std::shared_ptr<std::vector<uint16_t>>& data,
-                         std::vector<int64_t> shape) {
-    HostTensor t;
-    t.dtype = DType::kBF16;
-    t.shape = std::move(shape);
-    t.data = reinterpret_cast<const std::byte*>(data->data());
-    t.keep_alive = data;
-    return t;
-  };
-  Qwen3Weights w;
-  w.config = config;
-  w.embed_tokens = tensor(small, {config.vocab_size, hidden});
-  w.final_norm = tensor(ones, {hidden});
-  // A distinct buffer for an untied lm_head, so the model keeps two device copies as a real
-  // untied checkpoint does.
-  w.lm_head =
-      config.tie_word_embeddings
-          ? w.embed_tokens
-          : tensor(std::make_shared<std::vector<uint16_t>>(
-                       static_cast<size_t>(config.vocab_size * hidden), float_to_bf16(0.01f)),
-                   {config.vocab_size, hidden});
-  for (int l = 0; l < config.num_hidden_layers; ++l) {
-    Qwen3LayerWeights layer;
-    layer.input_layernorm = tensor(ones, {hidden});
-    layer.post_attention_layernorm = tensor(ones, {hidden});
-    layer.q_norm = tensor(ones, {config.head_dim});
-    layer.k_norm = tensor(ones, {config.head_dim});
-    layer.q_proj = tensor(small, {q_width, hidden});
-    layer.k_proj = tensor(small, {kv_width, hidden});
-    layer.v_proj = tensor(small, {kv_width, hidden});
-    layer.o_proj = tensor(small, {hidden, q_width});
-    layer.gate_proj = tensor(small, {inter, hidden});
-    layer.up_proj = tensor(small, {inter, hidden});
-    layer.down_proj = tensor(small, {hidden, inter});
-    w.layers.push_back(std::move(layer));
+// Multiply-adds per token: the layers' projections (FP8 GEMMs with FP8 weights) and the rest
+// (lm_head and embeddings' share, always bf16), and the seconds `tokens` of them take at the
+// peaks.
+struct GemmWork {
+  double projection_params = 0;
+  double other_params = 0;
+  double seconds(double tokens, const Peaks& peaks, BenchWeights weights) const {
+    const double projection_rate =
+        weights == BenchWeights::kFp8 ? peaks.fp8_flops_per_second : peaks.bf16_flops_per_second;
+    return 2.0 * tokens *
+           (projection_params / projection_rate + other_params / peaks.bf16_flops_per_second);
   }
-  return w;
+};
+
+GemmWork gemm_work(const ModelConfig& config) {
+  ModelConfig no_layers = config;
+  no_layers.num_hidden_layers = 0;
+  GemmWork work;
+  work.other_params = static_cast<double>(qwen3_weight_bytes(no_layers, DType::kBF16)) / 2;
+  work.projection_params =
+      static_cast<double>(qwen3_weight_bytes(config, DType::kBF16)) / 2 - work.other_params;
+  return work;
 }
 
 struct ShapeOptions {
@@ -147,6 +154,7 @@ struct ShapeOptions {
   int context = 1024;
   int prompt = 4096;
   int repeats = 5;
+  BenchWeights weights = BenchWeights::kBF16;
 };
 
 // A sequence of `length` tokens whose last one is the step's new token.
@@ -183,8 +191,9 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
                    const ShapeOptions& options) {
   PDS_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(assets_dir() / name / "config.json"));
   const int asked_max_batch = *std::max_element(options.batches.begin(), options.batches.end());
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
-                       Qwen3Model::create(backend, constant_weights(config)));
+  PDS_ASSIGN_OR_RETURN(
+      std::unique_ptr<Qwen3Model> model,
+      Qwen3Model::create(backend, constant_qwen3_weights(config, options.weights)));
   // The KV pool from the memory the model leaves: the batches that fit, the prompt sharing
   // their blocks, and the graphs' scratch block (the pool's last, as the runner expects).
   PDS_ASSIGN_OR_RETURN(BenchKvInputs kv_request,
@@ -215,14 +224,15 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   PDS_ASSIGN_OR_RETURN(ForwardContext eager_context,
                        ForwardContext::create(backend, config, runner_config.limits, kBlockSize));
 
-  const double weight_bytes = static_cast<double>(qwen3_weight_bytes(config, DType::kBF16));
-  const double params = weight_bytes / 2;
+  const double weight_bytes =
+      static_cast<double>(qwen3_weight_bytes(bench_config(config, options.weights), DType::kBF16));
+  const GemmWork work = gemm_work(config);
   const double kv_token_bytes = static_cast<double>(kv_shape.bytes_per_token());
   std::printf(
-      "\n### %s (bf16 weights %.2f GB, KV %.0f KB/token, pool %d blocks = %.2f GB of "
+      "\n### %s (%s weights %.2f GB, KV %.0f KB/token, pool %d blocks = %.2f GB of "
       "%.2f GB free, %d graphs)\n\n",
-      name.c_str(), weight_bytes / 1e9, kv_token_bytes / 1e3, kv_plan.num_blocks,
-      static_cast<double>(kv_shape.total_bytes()) / 1e9,
+      name.c_str(), bench_weights_name(options.weights), weight_bytes / 1e9, kv_token_bytes / 1e3,
+      kv_plan.num_blocks, static_cast<double>(kv_shape.total_bytes()) / 1e9,
       static_cast<double>(kv_request.free_bytes) / 1e9, runner->num_decode_graphs());
   std::printf("| step | tokens/s | roofline tokens/s | of roofline | bound |\n");
   std::printf("| --- | --- | --- | --- | --- |\n");
@@ -303,7 +313,7 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
                            }));
       const double bytes = weight_bytes + batch_size * (options.context + 1.0) * kv_token_bytes;
       const double memory_seconds = bytes / peaks.bytes_per_second;
-      const double compute_seconds = 2.0 * params * batch_size / peaks.flops_per_second;
+      const double compute_seconds = work.seconds(batch_size, peaks, options.weights);
       const double bound = std::max(memory_seconds, compute_seconds);
       std::printf("| decode batch %d, context %d, %s | %.0f | %.0f | %.0f%% | %s |\n", batch_size,
                   options.context, how, batch_size / step_seconds, batch_size / bound,
@@ -335,7 +345,8 @@ Status bench_shape(Backend& backend, const std::string& name, const Peaks& peaks
   const double n = options.prompt;
   const double attention_flops = 4.0 * config.num_hidden_layers * config.num_attention_heads *
                                  config.head_dim * n * n / 2;  // causal QK^T and PV
-  const double compute_seconds = (2.0 * params * n + attention_flops) / peaks.flops_per_second;
+  const double compute_seconds =
+      work.seconds(n, peaks, options.weights) + attention_flops / peaks.bf16_flops_per_second;
   const double memory_seconds = weight_bytes / peaks.bytes_per_second;
   const double bound = std::max(compute_seconds, memory_seconds);
   std::printf("| prefill %d-token prompt, runner | %.0f | %.0f | %.0f%% | %s |\n", options.prompt,
@@ -351,7 +362,7 @@ int run(int argc, char** argv) {
   int device_index = 0;
   CLI::App app{
       "pdserve-bench-gpu: CUDA backend decode/prefill throughput against HBM "
-      "bandwidth and bf16 GEMM peak measured in the same run"};
+      "bandwidth and GEMM peaks (bf16; FP8 with --weights fp8) measured in the same run"};
   app.add_option("--shapes", shapes, "Model shapes under configs/models")->capture_default_str();
   app.add_option("--batches", options.batches, "Decode batch sizes")
       ->capture_default_str()
@@ -365,8 +376,15 @@ int run(int argc, char** argv) {
   app.add_option("--repeats", options.repeats, "Timed repeats per figure")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  std::string weights = "bf16";
+  app.add_option("--weights", weights,
+                 "Projection weights: bf16, or fp8 (E4M3 with 128 x 128 block scales, as Qwen's "
+                 "-FP8 checkpoints; lm_head stays bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--device-index", device_index, "CUDA device")->capture_default_str();
   if (int code = parse_cli(app, argc, argv); code >= 0) return code;
+  options.weights = weights == "fp8" ? BenchWeights::kFp8 : BenchWeights::kBF16;
 
   BackendOptions backend_options;
   backend_options.device = DeviceKind::kCuda;
@@ -374,13 +392,19 @@ int run(int argc, char** argv) {
   Result<std::unique_ptr<Backend>> backend = create_backend(backend_options);
   if (!backend.ok()) return report_cli_error(backend.status());
   std::printf("# pdserve-bench-gpu on %s\n\n", (*backend)->description().c_str());
-  Result<Peaks> peaks = measure_peaks(**backend, options.repeats);
+  Result<Peaks> peaks = measure_peaks(**backend, options.weights, options.repeats);
   if (!peaks.ok()) return report_cli_error(peaks.status());
   std::printf("| peak | measured |\n| --- | --- |\n");
   std::printf("| HBM bandwidth (1 GiB device copy, read + write) | %.0f GB/s |\n",
               peaks->bytes_per_second / 1e9);
   std::printf("| bf16 GEMM (8192^3, cuBLAS, float accumulation) | %.0f TFLOP/s |\n",
-              peaks->flops_per_second / 1e12);
+              peaks->bf16_flops_per_second / 1e12);
+  if (options.weights == BenchWeights::kFp8) {
+    std::printf(
+        "| FP8 GEMM (8192^3, bf16 activations quantized per 128, 128 x 128 weight scales) | "
+        "%.0f TFLOP/s |\n",
+        peaks->fp8_flops_per_second / 1e12);
+  }
   for (const std::string& shape : shapes) {
     const Status status = bench_shape(**backend, shape, *peaks, options);
     if (!status.ok()) return report_cli_error(status.with_context(shape));

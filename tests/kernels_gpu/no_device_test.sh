@@ -26,5 +26,8 @@ for test in cuda_backend_test cuda_strict_test cuda_engine_test cuda_fp8_linear_
 done
 expect "bench without device" 2 "error: --device cuda: .*CUDA" \
   "$build_dir/bench/gpu/pdserve-bench-gpu" --repeats 1
+expect "bench with FP8 weights without device" 2 "error: --device cuda: .*CUDA" \
+  "$build_dir/bench/gpu/pdserve-bench-gpu" --weights fp8 --repeats 1
 expect "bench bad argument" 2 "repeats" "$build_dir/bench/gpu/pdserve-bench-gpu" --repeats 0
+expect "bench bad weights" 2 "weights" "$build_dir/bench/gpu/pdserve-bench-gpu" --weights int4
 exit $fail
