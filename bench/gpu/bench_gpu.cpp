@@ -26,6 +26,7 @@
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
 #include "common/model/model_config.h"
+#include "common/model/qwen3_weights.h"
 #include "kernels/backend.h"
 #include "kernels/model/device_step_path.h"
 #include "kernels/model/gpu_memory_plan.h"
@@ -76,26 +77,18 @@ Result<double> gemm_flops_per_second(Backend& backend, BenchWeights weights, int
   PDS_ASSIGN_OR_RETURN(DeviceBuffer c, backend.allocate(elements * sizeof(uint16_t)));
   PDS_RETURN_IF_ERROR(
       backend.copy_to_device(a.data(), activations.data(), elements * sizeof(uint16_t)));
-  DeviceBuffer b;
+  const HostTensor w = constant_projection(weights, n, n);
+  PDS_ASSIGN_OR_RETURN(DeviceBuffer b, backend.allocate(w.nbytes()));
+  PDS_RETURN_IF_ERROR(backend.copy_to_device(b.data(), w.data, w.nbytes()));
+  MatrixView weight = MatrixView::dense(b.data(), w.dtype, n, n);
   DeviceBuffer scales;
-  MatrixView weight;
-  if (weights == BenchWeights::kBF16) {
-    PDS_ASSIGN_OR_RETURN(b, backend.allocate(elements * sizeof(uint16_t)));
-    PDS_RETURN_IF_ERROR(
-        backend.copy_to_device(b.data(), activations.data(), elements * sizeof(uint16_t)));
-    weight = MatrixView::dense(b.data(), DType::kBF16, n, n);
-  } else {
-    const std::vector<uint8_t> codes(elements, 0x38);  // 1.0
-    const std::vector<float> grid(
-        static_cast<size_t>((n / kFp8WeightBlock) * (n / kFp8WeightBlock)), 0.01f);
-    PDS_ASSIGN_OR_RETURN(b, backend.allocate(elements));
-    PDS_ASSIGN_OR_RETURN(scales, backend.allocate(grid.size() * sizeof(float)));
-    PDS_RETURN_IF_ERROR(backend.copy_to_device(b.data(), codes.data(), elements));
-    PDS_RETURN_IF_ERROR(
-        backend.copy_to_device(scales.data(), grid.data(), grid.size() * sizeof(float)));
-    weight = MatrixView::dense(b.data(), DType::kF8E4M3, n, n);
+  if (w.scale != nullptr) {
+    const size_t scale_bytes = static_cast<size_t>(w.scale_count()) * sizeof(float);
+    PDS_ASSIGN_OR_RETURN(scales, backend.allocate(scale_bytes));
+    PDS_RETURN_IF_ERROR(backend.copy_to_device(scales.data(), w.scale, scale_bytes));
     weight.scale = scales.as<float>();
-    weight.scale_block_n = weight.scale_block_k = kFp8WeightBlock;
+    weight.scale_block_n = w.scale_block_n;
+    weight.scale_block_k = w.scale_block_k;
   }
   const MatrixView in = MatrixView::dense(a.data(), DType::kBF16, n, n);
   const MatrixView out = MatrixView::dense(c.data(), DType::kBF16, n, n);

@@ -126,4 +126,9 @@ Qwen3Weights constant_qwen3_weights(const ModelConfig& config, BenchWeights weig
   return w;
 }
 
+HostTensor constant_projection(BenchWeights weights, int64_t rows, int64_t cols) {
+  const std::pair<int64_t, int64_t> shape[] = {{rows, cols}};
+  return ProjectionSource(weights, shape).make(rows, cols);
+}
+
 }  // namespace pdserve

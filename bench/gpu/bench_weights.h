@@ -5,6 +5,8 @@
 // Buffers are shared between layers, so building the 8B shape allocates one layer's worth.
 #pragma once
 
+#include <cstdint>
+
 #include "common/model/model_config.h"
 #include "common/model/qwen3_weights.h"
 
@@ -21,5 +23,8 @@ ModelConfig bench_config(ModelConfig config, BenchWeights weights);
 // Weights for bench_config(config, weights); an untied lm_head gets its own buffer, so the
 // model keeps two device copies as a real untied checkpoint does.
 Qwen3Weights constant_qwen3_weights(const ModelConfig& config, BenchWeights weights);
+
+// One rows x cols projection of the same constants, in buffers of its own (the GEMM peaks).
+HostTensor constant_projection(BenchWeights weights, int64_t rows, int64_t cols);
 
 }  // namespace pdserve
